@@ -1,0 +1,234 @@
+//! Settings: the builder and the retry policy.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::RngExt;
+
+use crate::error::ConfigError;
+use crate::node::Node;
+use crate::quorum::DEFAULT_NODE_TIMEOUT;
+use crate::redis_node::{RedisNode, Target};
+use crate::redlock::Redlock;
+
+/// How many rounds [`Redlock::lock`] tries, and how long it pauses between
+/// them.
+///
+/// The pause is drawn uniformly from `[0, max_delay]` (full jitter), so that
+/// clients that collided once are unlikely to collide again. Before pausing,
+/// the failed round's keys are released, so a retry never waits on the
+/// caller's own leftovers.
+///
+/// ```
+/// use std::time::Duration;
+/// use redquorum::Retry;
+/// let retry = Retry::new(5, Duration::from_millis(100));
+/// assert_eq!(retry.attempts(), 5);
+/// assert_eq!(Retry::none().attempts(), 1);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retry {
+    attempts: u32,
+    max_delay: Duration,
+}
+
+impl Retry {
+    /// At most `attempts` rounds in all (the first included), pausing a random
+    /// time up to `max_delay` between them. `attempts` of 0 is rejected by
+    /// [`Builder::build`].
+    pub const fn new(attempts: u32, max_delay: Duration) -> Self {
+        Retry {
+            attempts,
+            max_delay,
+        }
+    }
+
+    /// Exactly one round: `lock` behaves like `try_lock`.
+    pub const fn none() -> Self {
+        Retry::new(1, Duration::ZERO)
+    }
+
+    /// The total number of rounds.
+    pub const fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// The upper bound of the pause between rounds.
+    pub const fn max_delay(&self) -> Duration {
+        self.max_delay
+    }
+
+    /// A pause drawn from `[0, min(max_delay, cap)]`.
+    pub(crate) fn jitter(&self, cap: Duration) -> Duration {
+        let max = self.max_delay.min(cap).as_micros();
+        let max = u64::try_from(max).unwrap_or(u64::MAX);
+        Duration::from_micros(rand::rng().random_range(0..=max))
+    }
+}
+
+impl Default for Retry {
+    /// Three rounds, up to 200 ms apart.
+    fn default() -> Self {
+        Retry::new(3, Duration::from_millis(200))
+    }
+}
+
+/// The validated settings every operation reads.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Settings {
+    pub(crate) node_timeout: Option<Duration>,
+    pub(crate) drift_factor: f64,
+    pub(crate) retry: Retry,
+}
+
+/// Builds a [`Redlock`]: nodes, timeouts, drift and retries.
+///
+/// Every setting is checked by [`build`](Builder::build), which returns a
+/// [`ConfigError`] instead of panicking on anything it is given.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), redquorum::ConfigError> {
+/// use std::time::Duration;
+/// use redquorum::{Redlock, Retry};
+///
+/// let redlock = Redlock::builder()
+///     .nodes(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])
+///     .node_timeout(Duration::from_millis(50))
+///     .drift_factor(0.01)
+///     .retry(Retry::new(3, Duration::from_millis(200)))
+///     .build()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Default)]
+pub struct Builder {
+    urls: Vec<String>,
+    custom: Vec<Arc<dyn Node>>,
+    node_timeout: Option<Duration>,
+    drift_factor: Option<f64>,
+    retry: Retry,
+}
+
+impl fmt::Debug for Builder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let urls: Vec<String> = self
+            .urls
+            .iter()
+            .map(|u| crate::redis_node::mask_password(u))
+            .collect();
+        f.debug_struct("Builder")
+            .field("urls", &urls)
+            .field("custom", &self.custom)
+            .field("node_timeout", &self.node_timeout)
+            .field("drift_factor", &self.drift_factor)
+            .field("retry", &self.retry)
+            .finish()
+    }
+}
+
+impl Builder {
+    /// Adds Redis masters by URL: `redis://[[user]:password@]host[:port][/db]`
+    /// (`rediss://` with the `tls` feature). Each must be an independent
+    /// master: no replicas, no cluster.
+    pub fn nodes<I, S>(mut self, urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.urls
+            .extend(urls.into_iter().map(|u| u.as_ref().to_owned()));
+        self
+    }
+
+    /// Adds nodes of your own (a simulation, another transport). They vote
+    /// exactly like Redis masters.
+    pub fn custom_nodes<I>(mut self, nodes: I) -> Self
+    where
+        I: IntoIterator<Item = Arc<dyn Node>>,
+    {
+        self.custom.extend(nodes);
+        self
+    }
+
+    /// The longest one node may take to answer in a round (at least 1 ms).
+    /// Default: `min(50 ms, ttl / 20)` for each lock's TTL. Always capped by
+    /// the lock's validity. `connect`/`build` wait at most this long (50 ms by
+    /// default) for the first connections.
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = Some(timeout);
+        self
+    }
+
+    /// The fraction of the TTL allowed for clock drift between client and
+    /// nodes, in `[0, 1)`. Default 0.01. The drift allowance is
+    /// `ceil(ttl × factor) + 2 ms`.
+    pub fn drift_factor(mut self, factor: f64) -> Self {
+        self.drift_factor = Some(factor);
+        self
+    }
+
+    /// The retry policy of [`Redlock::lock`] (and the pause ceiling of
+    /// [`Redlock::lock_wait`]). Default: [`Retry::default`].
+    pub fn retry(mut self, retry: Retry) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Checks the settings, then connects to every node concurrently, waiting
+    /// at most the node timeout: a node that is down or frozen now is retried
+    /// in the background and simply votes no until it is back. Credentials a
+    /// node rejects are an error here.
+    ///
+    /// Must be called inside a tokio runtime.
+    pub async fn build(self) -> Result<Redlock, ConfigError> {
+        let drift_factor = self.drift_factor.unwrap_or(0.01);
+        if !(drift_factor.is_finite() && (0.0..1.0).contains(&drift_factor)) {
+            return Err(ConfigError::InvalidDriftFactor(drift_factor));
+        }
+        if self
+            .node_timeout
+            .is_some_and(|t| t < Duration::from_millis(1))
+        {
+            return Err(ConfigError::InvalidNodeTimeout);
+        }
+        if self.retry.attempts == 0 {
+            return Err(ConfigError::InvalidRetry);
+        }
+        let targets = self
+            .urls
+            .iter()
+            .map(|url| Target::parse(url))
+            .collect::<Result<Vec<_>, _>>()?;
+        if targets.is_empty() && self.custom.is_empty() {
+            return Err(ConfigError::NoNodes);
+        }
+        let mut names: Vec<&str> = targets
+            .iter()
+            .map(|t| &**t.name())
+            .chain(self.custom.iter().map(|n| &**n.name()))
+            .collect();
+        names.sort_unstable();
+        if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+            return Err(ConfigError::DuplicateNode(w[0].to_owned()));
+        }
+
+        let wait = self.node_timeout.unwrap_or(DEFAULT_NODE_TIMEOUT);
+        let connected =
+            futures::future::join_all(targets.into_iter().map(|t| RedisNode::connect(t, wait)))
+                .await;
+        let mut nodes: Vec<Arc<dyn Node>> = Vec::with_capacity(connected.len());
+        for node in connected {
+            nodes.push(Arc::new(node?));
+        }
+        nodes.extend(self.custom);
+        Ok(Redlock::new(
+            nodes,
+            Settings {
+                node_timeout: self.node_timeout,
+                drift_factor,
+                retry: self.retry,
+            },
+        ))
+    }
+}

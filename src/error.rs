@@ -1,0 +1,251 @@
+//! What can go wrong, with enough detail to act on it.
+//!
+//! A failed round reports every node's answer ([`Votes`]), so "taken" can be
+//! told apart from "two nodes down" and from "the quorum came too late", and
+//! an operator can see *which* node is misbehaving.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The error of every lock operation.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// Other holders kept a quorum out of reach: at least one node holds the
+    /// resource under another token.
+    #[error("resource is taken: {votes}")]
+    Taken {
+        /// Every node's answer.
+        votes: Votes,
+    },
+    /// Too many nodes failed or did not answer in time to reach a quorum, and
+    /// no node reported another holder.
+    #[error("too few nodes available: {votes}")]
+    Unavailable {
+        /// Every node's answer.
+        votes: Votes,
+    },
+    /// A quorum agreed, but only after the validity window had closed (or the
+    /// lock had already expired before the operation started). Whatever was
+    /// set has been released.
+    #[error("validity window closed before a quorum agreed: {votes}")]
+    Expired {
+        /// Every node's answer (empty when the lock had expired beforehand).
+        votes: Votes,
+    },
+    /// [`Redlock::lock_wait`](crate::Redlock::lock_wait) waited its maximum and
+    /// the resource was still not had.
+    #[error("gave up after waiting {waited:?}; last attempt: {last}")]
+    Timeout {
+        /// How long was waited.
+        waited: Duration,
+        /// The error of the last attempt.
+        last: Box<LockError>,
+    },
+    /// A held lease could not be kept alive before its validity ran out; the
+    /// work under it was stopped.
+    #[error("lease on {resource:?} was lost")]
+    Lost {
+        /// The resource whose lease was lost.
+        resource: String,
+    },
+    /// Invalid input: nothing was sent to any node.
+    #[error("invalid configuration: {0}")]
+    Config(#[from] ConfigError),
+}
+
+impl LockError {
+    /// The per-node answers of the round that failed, where there was one.
+    pub fn votes(&self) -> Option<&Votes> {
+        match self {
+            LockError::Taken { votes }
+            | LockError::Unavailable { votes }
+            | LockError::Expired { votes } => Some(votes),
+            LockError::Timeout { last, .. } => last.votes(),
+            LockError::Lost { .. } | LockError::Config(_) => None,
+        }
+    }
+}
+
+/// Bad input, detected before anything is sent to a node (or, for
+/// credentials, on the first connection).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// No node URLs were given.
+    #[error("no nodes configured")]
+    NoNodes,
+    /// The same node appears twice: it would vote twice.
+    #[error("node {0} is listed more than once")]
+    DuplicateNode(String),
+    /// A node URL that does not parse or is not `redis://` / `rediss://`.
+    #[error("invalid node URL {url:?}: {reason}")]
+    InvalidUrl {
+        /// The URL as given, with any password masked.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A node refused our credentials (wrong password or user).
+    #[error("node {node} rejected the credentials: {message}")]
+    Auth {
+        /// The node, with any password masked.
+        node: String,
+        /// The node's error message.
+        message: String,
+    },
+    /// The TTL is zero, not a whole number of milliseconds ≥ 1, or above
+    /// [`MAX_TTL_MS`](crate::quorum::MAX_TTL_MS).
+    #[error("invalid TTL {0:?}: must be between 1 ms and 2^40 ms")]
+    InvalidTtl(Duration),
+    /// The TTL is not longer than the clock-drift allowance, so no lock with
+    /// it could ever be valid.
+    #[error("TTL {ttl:?} is not above the clock-drift allowance {drift:?}")]
+    TtlNotAboveDrift {
+        /// The TTL given.
+        ttl: Duration,
+        /// `ceil(ttl × drift_factor) + 2 ms`.
+        drift: Duration,
+    },
+    /// The resource name is empty.
+    #[error("resource name is empty")]
+    EmptyResource,
+    /// The drift factor is not a finite number in `[0, 1)`.
+    #[error("drift factor {0} is not a finite number in [0, 1)")]
+    InvalidDriftFactor(f64),
+    /// The node timeout is zero.
+    #[error("node timeout must be at least 1 ms")]
+    InvalidNodeTimeout,
+    /// A retry policy with zero attempts.
+    #[error("retry policy must allow at least one attempt")]
+    InvalidRetry,
+}
+
+/// Why one node did not do what was asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NodeError {
+    /// No connection to the node right now (it is being re-established in the
+    /// background, off the timed path).
+    #[error("not connected ({0})")]
+    NotConnected(Arc<str>),
+    /// The node did not answer within the per-node timeout.
+    #[error("timed out")]
+    TimedOut,
+    /// The node answered with an error (e.g. `OOM`, `READONLY`, `NOPERM`).
+    #[error("node error: {0}")]
+    Server(Arc<str>),
+    /// The node rejected our credentials.
+    #[error("authentication failed: {0}")]
+    Auth(Arc<str>),
+    /// The connection failed while the request was in flight.
+    #[error("connection error: {0}")]
+    Connection(Arc<str>),
+    /// The node answered something this library did not expect.
+    #[error("unexpected reply: {0}")]
+    Protocol(Arc<str>),
+}
+
+/// One node's answer in a round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Answer {
+    /// The node did what was asked.
+    Yes,
+    /// The node holds the resource for someone else; `pttl` is the holder's
+    /// remaining time to live, if it has one.
+    Held {
+        /// The other holder's remaining TTL (`None`: the key has no expiry).
+        pttl: Option<Duration>,
+    },
+    /// The node does not hold our token (for extend: the lease is gone there).
+    NotHeld,
+    /// The node failed.
+    Failed(NodeError),
+    /// The round was decided before this node answered.
+    Undecided,
+}
+
+/// Every node's answer in one round, in node order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Votes {
+    nodes: Box<[(Arc<str>, Answer)]>,
+}
+
+impl Votes {
+    pub(crate) fn new(nodes: Box<[(Arc<str>, Answer)]>) -> Self {
+        Votes { nodes }
+    }
+
+    /// `(node, answer)` pairs in the configured node order; the node name has
+    /// any password masked.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Answer)> {
+        self.nodes.iter().map(|(n, a)| (&**n, a))
+    }
+
+    /// How many nodes answered [`Answer::Yes`].
+    pub fn yes(&self) -> usize {
+        self.count(|a| matches!(a, Answer::Yes))
+    }
+
+    /// How many nodes hold the resource for someone else.
+    pub fn held(&self) -> usize {
+        self.count(|a| matches!(a, Answer::Held { .. }))
+    }
+
+    /// How many nodes failed or timed out.
+    pub fn failed(&self) -> usize {
+        self.count(|a| matches!(a, Answer::Failed(_)))
+    }
+
+    /// The smallest TTL another holder reported, if any did.
+    pub fn min_pttl(&self) -> Option<Duration> {
+        self.nodes
+            .iter()
+            .filter_map(|(_, a)| match a {
+                Answer::Held { pttl } => *pttl,
+                _ => None,
+            })
+            .min()
+    }
+
+    /// The number of nodes in the round.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether there were no nodes (only for errors raised before a round).
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    fn count(&self, f: impl Fn(&Answer) -> bool) -> usize {
+        self.nodes.iter().filter(|(_, a)| f(a)).count()
+    }
+}
+
+impl fmt::Display for Votes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} of {} yes, {} held elsewhere, {} failed",
+            self.yes(),
+            self.len(),
+            self.held(),
+            self.failed()
+        )?;
+        for (node, answer) in self.iter() {
+            write!(f, "; {node}: ")?;
+            match answer {
+                Answer::Yes => f.write_str("yes")?,
+                Answer::Held { pttl: Some(t) } => write!(f, "held ({} ms left)", t.as_millis())?,
+                Answer::Held { pttl: None } => f.write_str("held (no expiry)")?,
+                Answer::NotHeld => f.write_str("not held")?,
+                Answer::Failed(e) => write!(f, "{e}")?,
+                Answer::Undecided => f.write_str("no answer before the decision")?,
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,163 @@
+//! A held lock: its validity, extension and release.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::{LockError, Votes};
+use crate::quorum::{self, Decision};
+use crate::redlock::{Kind, Redlock, refusal, resource_of};
+use crate::token::Token;
+
+/// A lock held on a quorum of nodes, valid until [`deadline`](Lock::deadline).
+///
+/// Mutual exclusion holds only while [`is_valid`](Lock::is_valid): check it
+/// (or [`remaining`](Lock::remaining)) before each step of the critical
+/// section, and [`extend`](Lock::extend) well before it runs out.
+///
+/// Dropping a `Lock` without calling [`release`](Lock::release) releases it in
+/// the background if a tokio runtime is running; otherwise its keys expire
+/// after the TTL.
+pub struct Lock {
+    redlock: Redlock,
+    key: Arc<str>,
+    token: Token,
+    /// The longest TTL set on the keys so far: bounds background clean-up.
+    ttl_ms: u64,
+    deadline: Instant,
+    released: bool,
+}
+
+impl fmt::Debug for Lock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lock")
+            .field("resource", &self.resource())
+            .field("token", &self.token)
+            .field("remaining", &self.remaining())
+            .finish()
+    }
+}
+
+impl Lock {
+    pub(crate) fn new(
+        redlock: Redlock,
+        key: Arc<str>,
+        token: Token,
+        ttl_ms: u64,
+        deadline: Instant,
+    ) -> Self {
+        Lock {
+            redlock,
+            key,
+            token,
+            ttl_ms,
+            deadline,
+            released: false,
+        }
+    }
+
+    /// The resource name this lock holds.
+    pub fn resource(&self) -> &str {
+        resource_of(&self.key)
+    }
+
+    /// This holder's random token (32 hex characters), as stored on the nodes.
+    pub fn token(&self) -> &str {
+        self.token.as_str()
+    }
+
+    /// When the validity ends: `t0 + ttl − drift`, with `t0` read before the
+    /// acquiring round sent its first request (or the last successful
+    /// extension's start).
+    pub fn deadline(&self) -> std::time::Instant {
+        self.deadline.into_std()
+    }
+
+    /// Validity left, rounded down to whole milliseconds; zero once expired.
+    pub fn remaining(&self) -> Duration {
+        quorum::remaining(
+            self.deadline.saturating_duration_since(Instant::now()),
+            Duration::ZERO,
+        )
+    }
+
+    /// Whether the lock is still valid: mutual exclusion holds only while this
+    /// is true.
+    pub fn is_valid(&self) -> bool {
+        Instant::now() < self.deadline
+    }
+
+    /// Extends the lock to `ttl` from now, by a quorum of compare-and-expire
+    /// operations.
+    ///
+    /// Succeeds only while the lock is valid and when a quorum confirms before
+    /// the new deadline (`now + ttl − drift`); the deadline then becomes the
+    /// later of the old and the new. On failure the deadline is unchanged and
+    /// the lock is not released: it stays valid as before. A node whose key
+    /// has vanished is never given it back (that would be a new acquisition),
+    /// and no node's expiry is ever shortened.
+    ///
+    /// ```no_run
+    /// # async fn demo(mut lock: redquorum::Lock) -> Result<(), redquorum::LockError> {
+    /// lock.extend(std::time::Duration::from_secs(10)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn extend(&mut self, ttl: Duration) -> Result<(), LockError> {
+        let inner = self.redlock.inner();
+        let ttl = inner.check_ttl(ttl)?;
+        let t1 = Instant::now();
+        if t1 >= self.deadline {
+            return Err(LockError::Expired {
+                votes: Votes::new(Box::new([])),
+            });
+        }
+        let new_deadline = t1 + ttl.validity;
+        let per_node = quorum::node_timeout(inner.settings.node_timeout, ttl.ms, ttl.validity);
+        let mut pending = inner.fan_out(Kind::Extend, &self.key, self.token, ttl.ms);
+        let (decision, votes) = inner
+            .collect(Kind::Extend, &self.key, &mut pending, t1 + per_node, false)
+            .await;
+        self.ttl_ms = self.ttl_ms.max(ttl.ms);
+        if decision == Decision::Granted && Instant::now() < new_deadline {
+            self.deadline = self.deadline.max(new_deadline);
+            Ok(())
+        } else {
+            Err(refusal(decision, votes))
+        }
+    }
+
+    /// Releases the lock on every node (compare-and-delete). Returns once a
+    /// quorum has confirmed the key is gone; the other nodes finish in the
+    /// background. Fails with [`LockError::Unavailable`] when no quorum
+    /// confirmed within the node timeout (the keys then expire by their TTL).
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: redquorum::Lock) -> Result<(), redquorum::LockError> {
+    /// lock.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn release(mut self) -> Result<(), LockError> {
+        self.released = true;
+        let (decision, votes) = self
+            .redlock
+            .inner()
+            .release(&self.key, self.token, self.ttl_ms, false)
+            .await;
+        match decision {
+            Decision::Granted => Ok(()),
+            _ => Err(LockError::Unavailable { votes }),
+        }
+    }
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        if !self.released {
+            self.redlock
+                .inner()
+                .release_detached(self.key.clone(), self.token, self.ttl_ms);
+        }
+    }
+}

@@ -1,0 +1,82 @@
+//! One lock node, as the coordinator sees it.
+//!
+//! The coordinator only ever asks a node to do one of a few atomic operations
+//! ([`Op`]) and reads back a [`Reply`]. Real Redis masters implement [`Node`]
+//! with Lua scripts over a multiplexed connection; tests implement it with
+//! simulated nodes on virtual time, so the very same coordinator code is
+//! checked for safety under delays, losses and freezes.
+
+use std::fmt;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+
+use crate::error::NodeError;
+
+/// An atomic operation on one node.
+///
+/// Each is compare-and-act on the lock key: only the holder of `token` can
+/// extend or release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Op<'a> {
+    /// Set `key` to `token` with a TTL of `ttl_ms`, only if `key` is absent.
+    Acquire {
+        /// The lock key.
+        key: &'a str,
+        /// The holder's random token.
+        token: &'a str,
+        /// Time to live in milliseconds.
+        ttl_ms: u64,
+    },
+    /// If `key` holds `token`, make it live at least `ttl_ms` from now
+    /// (never shorter than it already does). Never re-creates `key`.
+    Extend {
+        /// The lock key.
+        key: &'a str,
+        /// The holder's random token.
+        token: &'a str,
+        /// Time to live in milliseconds.
+        ttl_ms: u64,
+    },
+    /// Delete `key` if it holds `token`.
+    Release {
+        /// The lock key.
+        key: &'a str,
+        /// The holder's random token.
+        token: &'a str,
+    },
+}
+
+/// A node's answer to an [`Op`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Reply {
+    /// The operation took effect (set, extended, deleted).
+    Done,
+    /// [`Op::Acquire`] found the key held; `pttl_ms` is its remaining TTL in
+    /// milliseconds as Redis' `PTTL` reports it (`-1`: no expiry).
+    Held {
+        /// The remaining TTL, or -1.
+        pttl_ms: i64,
+    },
+    /// [`Op::Extend`] or [`Op::Release`] found the key absent or held by
+    /// another token.
+    NotHeld,
+}
+
+/// One independent lock node (a Redis master, or a simulated one in tests).
+///
+/// Implementations must make each [`Op`] atomic on the node, must apply the
+/// operations of one caller in the order they were issued (the coordinator
+/// relies on a release sent after an acquire being applied after it), and
+/// must not block: the coordinator bounds every call with its own timeout and
+/// may drop the future at any point.
+pub trait Node: Send + Sync + fmt::Debug + 'static {
+    /// A name for logs and errors (for Redis: the URL with the password
+    /// masked).
+    fn name(&self) -> &Arc<str>;
+
+    /// Performs `op` on the node.
+    fn call<'a>(&'a self, op: Op<'a>) -> BoxFuture<'a, Result<Reply, NodeError>>;
+}

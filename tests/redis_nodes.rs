@@ -1,0 +1,524 @@
+//! Lock semantics on the five real Redis nodes (no faults injected here; see
+//! `tests/faults.rs`). Every test uses its own resource names, so they run
+//! concurrently.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use redquorum::{Answer, ConfigError, LockError, Redlock, Retry};
+use support::*;
+
+const FOREIGN: &str = "another-holder-token";
+
+/// All 32 ways another holder may already hold some of the five nodes: the
+/// lock is granted iff at least 3 nodes are free, a refusal is `Taken`, and
+/// afterwards every node holds exactly the keys it held before.
+#[tokio::test]
+async fn every_subset_of_prelocked_nodes() {
+    // A long node timeout makes the clean-up of a refused round finish
+    // before try_lock returns, even on a loaded machine.
+    let redlock = Redlock::builder()
+        .nodes(node_urls())
+        .node_timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap();
+    let mut conns = raw_all().await;
+    for mask in 0u32..32 {
+        let resource = unique(&format!("subset{mask}"));
+        let key = lock_key(&resource);
+        for (i, conn) in conns.iter_mut().enumerate() {
+            if mask & (1 << i) != 0 {
+                let _: () = conn.set_ex(&key, FOREIGN, 30).await.unwrap();
+            }
+        }
+        let before = snapshot(&mut conns, &resource).await;
+        let free = 5 - mask.count_ones();
+
+        match redlock.try_lock(&resource, Duration::from_secs(10)).await {
+            Ok(lock) => {
+                assert!(
+                    free >= 3,
+                    "granted with only {free} free nodes (mask {mask:05b})"
+                );
+                assert!(lock.is_valid());
+                // Our token sits exactly on the free nodes.
+                for (i, conn) in conns.iter_mut().enumerate() {
+                    let v: Option<String> = conn.get(&key).await.unwrap();
+                    let want = if mask & (1 << i) != 0 {
+                        FOREIGN
+                    } else {
+                        lock.token()
+                    };
+                    assert_eq!(v.as_deref(), Some(want), "node {i} mask {mask:05b}");
+                }
+                lock.release().await.unwrap();
+            }
+            Err(LockError::Taken { votes }) => {
+                assert!(
+                    free < 3,
+                    "refused with {free} free nodes (mask {mask:05b}): {votes}"
+                );
+                // Refused at the third "held", possibly before the rest answered.
+                assert!(
+                    votes.held() >= 3 && votes.held() <= mask.count_ones() as usize,
+                    "{votes}"
+                );
+                assert_eq!(
+                    votes.yes() + votes.held() + votes.failed() + undecided(&votes),
+                    5
+                );
+            }
+            Err(e) => panic!("mask {mask:05b}: unexpected error {e}"),
+        }
+        eventually_snapshot(&mut conns, &resource, &before, Duration::from_secs(2)).await;
+    }
+}
+
+fn undecided(votes: &redquorum::Votes) -> usize {
+    votes
+        .iter()
+        .filter(|(_, a)| **a == Answer::Undecided)
+        .count()
+}
+
+/// Release deletes our keys and nothing else: not other resources' keys, not
+/// a key another holder set after ours expired.
+#[tokio::test]
+async fn release_removes_only_our_keys() {
+    // A long node timeout lets a refused round wait for all five nodes.
+    let redlock = Redlock::builder()
+        .nodes(node_urls())
+        .node_timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap();
+    let mut conns = raw_all().await;
+    let ours = unique("release-ours");
+    let other = unique("release-other");
+    let other_key = lock_key(&other);
+    for conn in conns.iter_mut() {
+        let _: () = conn.set_ex(&other_key, FOREIGN, 30).await.unwrap();
+    }
+
+    let lock = redlock.lock(&ours, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(
+        snapshot(&mut conns, &ours)
+            .await
+            .iter()
+            .map(|m| m.len())
+            .sum::<usize>(),
+        5
+    );
+    lock.release().await.unwrap();
+    eventually_snapshot(
+        &mut conns,
+        &ours,
+        &vec![Default::default(); 5],
+        Duration::from_secs(2),
+    )
+    .await;
+    for conn in conns.iter_mut() {
+        let v: Option<String> = conn.get(&other_key).await.unwrap();
+        assert_eq!(v.as_deref(), Some(FOREIGN));
+    }
+
+    // Our lease "expired" and someone else took the resource on every node:
+    // our release must leave their keys alone.
+    let lock = redlock.lock(&ours, Duration::from_secs(10)).await.unwrap();
+    for conn in conns.iter_mut() {
+        let _: () = conn.set_ex(lock_key(&ours), FOREIGN, 30).await.unwrap();
+    }
+    let before = snapshot(&mut conns, &ours).await;
+    lock.release().await.unwrap(); // confirmed: the key is not ours anywhere
+    // Each node applies one connection's commands in order, so once this
+    // round has heard from every node, the release has run everywhere.
+    assert!(matches!(
+        redlock.try_lock(&ours, Duration::from_secs(10)).await,
+        Err(LockError::Taken { .. })
+    ));
+    assert_eq!(snapshot(&mut conns, &ours).await, before);
+}
+
+/// A lock extended past its first TTL stays valid and stays on every node.
+#[tokio::test]
+async fn extend_past_the_first_ttl() {
+    let redlock = redlock().await;
+    let mut conns = raw_all().await;
+    let resource = unique("extend");
+    let first_ttl = Duration::from_millis(400);
+    let mut lock = redlock.lock(&resource, first_ttl).await.unwrap();
+    let first_deadline = lock.deadline();
+    lock.extend(Duration::from_secs(5)).await.unwrap();
+    assert!(lock.deadline() > first_deadline);
+
+    // Let the first TTL run out (time passing is what is tested here).
+    tokio::time::sleep(first_ttl + Duration::from_millis(100)).await;
+    assert!(lock.is_valid());
+    assert!(lock.remaining() > Duration::from_secs(3));
+    for conn in conns.iter_mut() {
+        let v: Option<String> = conn.get(lock_key(&resource)).await.unwrap();
+        assert_eq!(v.as_deref(), Some(lock.token()));
+        let pttl: i64 = conn.pttl(lock_key(&resource)).await.unwrap();
+        assert!(pttl > 3_000, "pttl {pttl}");
+    }
+
+    // Extending to a shorter TTL never shortens the keys or the deadline.
+    let deadline = lock.deadline();
+    lock.extend(Duration::from_millis(500)).await.unwrap();
+    assert_eq!(lock.deadline(), deadline);
+    let pttl: i64 = conns[0].pttl(lock_key(&resource)).await.unwrap();
+    assert!(pttl > 3_000, "pttl {pttl}");
+    lock.release().await.unwrap();
+}
+
+/// An expired lease is refused by extend, and extend never re-creates keys.
+#[tokio::test]
+async fn expired_lease_is_neither_extended_nor_recreated() {
+    let redlock = redlock().await;
+    let mut conns = raw_all().await;
+    let resource = unique("expired");
+    let key = lock_key(&resource);
+
+    // Keys gone on every node while the lock still looks valid locally.
+    let mut lock = redlock
+        .lock(&resource, Duration::from_secs(10))
+        .await
+        .unwrap();
+    for conn in conns.iter_mut() {
+        let _: () = conn.del(&key).await.unwrap();
+    }
+    match lock.extend(Duration::from_secs(10)).await {
+        Err(LockError::Expired { votes }) => {
+            let not_held = votes.iter().filter(|(_, a)| **a == Answer::NotHeld).count();
+            assert!(not_held >= 3 && votes.yes() == 0, "{votes}");
+        }
+        other => panic!("expected Expired, got {other:?}"),
+    }
+    assert_eq!(
+        snapshot(&mut conns, &resource).await,
+        vec![Default::default(); 5]
+    );
+    drop(lock);
+
+    // Past its validity: refused locally, nothing sent.
+    let mut lock = redlock
+        .lock(&resource, Duration::from_millis(100))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert!(!lock.is_valid());
+    assert_eq!(lock.remaining(), Duration::ZERO);
+    assert!(matches!(
+        lock.extend(Duration::from_secs(10)).await,
+        Err(LockError::Expired { .. })
+    ));
+    for conn in conns.iter_mut() {
+        let pttl: i64 = conn.pttl(&key).await.unwrap();
+        assert!(pttl < 0, "key re-created or still alive: pttl {pttl}");
+    }
+}
+
+/// The scripts are called by SHA and must survive `SCRIPT FLUSH`.
+#[tokio::test]
+async fn scripts_survive_script_flush() {
+    let redlock = redlock().await;
+    let mut conns = raw_all().await;
+    let resource = unique("flush");
+    for round in 0..3 {
+        for conn in conns.iter_mut() {
+            let _: () = redis::cmd("SCRIPT")
+                .arg("FLUSH")
+                .query_async(conn)
+                .await
+                .unwrap();
+        }
+        let mut lock = redlock
+            .lock(&resource, Duration::from_secs(5))
+            .await
+            .unwrap();
+        for conn in conns.iter_mut() {
+            let _: () = redis::cmd("SCRIPT")
+                .arg("FLUSH")
+                .query_async(conn)
+                .await
+                .unwrap();
+        }
+        lock.extend(Duration::from_secs(5)).await.unwrap();
+        for conn in conns.iter_mut() {
+            let _: () = redis::cmd("SCRIPT")
+                .arg("FLUSH")
+                .query_async(conn)
+                .await
+                .unwrap();
+        }
+        lock.release().await.unwrap();
+        eventually_snapshot(
+            &mut conns,
+            &resource,
+            &vec![Default::default(); 5],
+            Duration::from_secs(2),
+        )
+        .await;
+        let _ = round;
+    }
+}
+
+/// A key of another type under our lock key is someone else's: refused, and
+/// untouched by our clean-up.
+#[tokio::test]
+async fn wrong_type_key_counts_as_taken() {
+    let redlock = redlock().await;
+    let mut conns = raw_all().await;
+    let resource = unique("wrongtype");
+    let key = lock_key(&resource);
+    for conn in conns.iter_mut().take(3) {
+        let _: () = conn.hset(&key, "f", "v").await.unwrap();
+    }
+    let before = snapshot(&mut conns, &resource).await;
+    match redlock.try_lock(&resource, Duration::from_secs(5)).await {
+        Err(LockError::Taken { votes }) => {
+            assert_eq!(votes.held(), 3);
+            // No expiry on those keys: reported as such.
+            assert_eq!(votes.min_pttl(), None);
+        }
+        other => panic!("expected Taken, got {other:?}"),
+    }
+    eventually_snapshot(&mut conns, &resource, &before, Duration::from_secs(2)).await;
+    for conn in conns.iter_mut() {
+        let _: () = conn.del(&key).await.unwrap();
+    }
+}
+
+/// Dropping a held lock releases it in the background.
+#[tokio::test]
+async fn dropping_a_lock_releases_it() {
+    let redlock = redlock().await;
+    let mut conns = raw_all().await;
+    let resource = unique("drop");
+    let lock = redlock
+        .lock(&resource, Duration::from_secs(30))
+        .await
+        .unwrap();
+    drop(lock);
+    eventually_snapshot(
+        &mut conns,
+        &resource,
+        &vec![Default::default(); 5],
+        Duration::from_secs(2),
+    )
+    .await;
+    redlock
+        .try_lock(&resource, Duration::from_secs(1))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+/// `lock_wait` wakes by the time an abandoned holder's keys expire, and gives
+/// up with `Timeout` after `max_wait`.
+#[tokio::test]
+async fn lock_wait_outlasts_an_abandoned_holder() {
+    let redlock = redlock().await;
+    let mut conns = raw_all().await;
+    let resource = unique("wait");
+    let key = lock_key(&resource);
+    // An abandoned holder: keys with a TTL and nobody to release them.
+    for conn in conns.iter_mut() {
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg(FOREIGN)
+            .arg("PX")
+            .arg(600)
+            .query_async(conn)
+            .await
+            .unwrap();
+    }
+    match redlock
+        .lock_wait(
+            &resource,
+            Duration::from_secs(5),
+            Duration::from_millis(100),
+        )
+        .await
+    {
+        Err(LockError::Timeout { waited, last }) => {
+            assert!(waited >= Duration::from_millis(100), "{waited:?}");
+            assert!(matches!(*last, LockError::Taken { .. }), "{last}");
+        }
+        other => panic!("expected Timeout, got {other:?}"),
+    }
+    let lock = redlock
+        .lock_wait(&resource, Duration::from_secs(5), Duration::from_secs(10))
+        .await
+        .unwrap();
+    let pttl: i64 = conns[0].pttl(&key).await.unwrap();
+    assert!(pttl > 4_000, "we hold the fresh key: pttl {pttl}");
+    lock.release().await.unwrap();
+}
+
+/// Many tasks contending for one resource never overlap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contending_tasks_never_overlap() {
+    let redlock = Redlock::builder()
+        .nodes(node_urls())
+        .retry(Retry::new(3, Duration::from_millis(5)))
+        .build()
+        .await
+        .unwrap();
+    let resource = Arc::new(unique("contend"));
+    let busy = Arc::new(AtomicBool::new(false));
+    let grants = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (redlock, resource, busy, grants) = (
+            redlock.clone(),
+            resource.clone(),
+            busy.clone(),
+            grants.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..15 {
+                let lock = redlock
+                    .lock_wait(&resource, Duration::from_secs(5), Duration::from_secs(20))
+                    .await
+                    .unwrap();
+                assert!(!busy.swap(true, Ordering::SeqCst), "two holders at once");
+                tokio::task::yield_now().await;
+                assert!(lock.is_valid());
+                busy.store(false, Ordering::SeqCst);
+                grants.fetch_add(1, Ordering::SeqCst);
+                lock.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(grants.load(Ordering::SeqCst), 120);
+}
+
+/// Bad input is a typed error, never a panic, and nothing is sent.
+#[tokio::test]
+async fn bad_input_gives_typed_errors() {
+    let urls = node_urls();
+    let err = |r: Result<Redlock, ConfigError>| r.err().expect("expected an error");
+
+    assert_eq!(
+        err(Redlock::connect(Vec::<String>::new()).await),
+        ConfigError::NoNodes
+    );
+    assert!(matches!(
+        err(Redlock::connect(["redis://127.0.0.1:notaport"]).await),
+        ConfigError::InvalidUrl { .. }
+    ));
+    assert!(matches!(
+        err(Redlock::connect(["http://127.0.0.1:7001"]).await),
+        ConfigError::InvalidUrl { .. }
+    ));
+    assert!(matches!(
+        err(Redlock::connect([urls[0].as_str(), urls[0].as_str()]).await),
+        ConfigError::DuplicateNode(_)
+    ));
+    let builder = || Redlock::builder().nodes(&urls);
+    assert!(matches!(
+        err(builder().drift_factor(f64::NAN).build().await),
+        ConfigError::InvalidDriftFactor(_)
+    ));
+    assert!(matches!(
+        err(builder().drift_factor(1.0).build().await),
+        ConfigError::InvalidDriftFactor(_)
+    ));
+    assert_eq!(
+        err(builder().node_timeout(Duration::ZERO).build().await),
+        ConfigError::InvalidNodeTimeout
+    );
+    assert_eq!(
+        err(builder().retry(Retry::new(0, Duration::ZERO)).build().await),
+        ConfigError::InvalidRetry
+    );
+
+    let redlock = redlock().await;
+    let config = |r: Result<redquorum::Lock, LockError>| match r {
+        Err(LockError::Config(c)) => c,
+        other => panic!("expected a config error, got {other:?}"),
+    };
+    assert_eq!(
+        config(redlock.try_lock("", Duration::from_secs(1)).await),
+        ConfigError::EmptyResource
+    );
+    assert!(matches!(
+        config(redlock.try_lock("r", Duration::ZERO).await),
+        ConfigError::InvalidTtl(_)
+    ));
+    assert!(matches!(
+        config(redlock.try_lock("r", Duration::from_micros(999)).await),
+        ConfigError::InvalidTtl(_)
+    ));
+    assert!(matches!(
+        config(redlock.lock("r", Duration::MAX).await),
+        ConfigError::InvalidTtl(_)
+    ));
+    assert!(matches!(
+        config(
+            redlock
+                .lock_wait("r", Duration::from_millis(2), Duration::MAX)
+                .await
+        ),
+        ConfigError::TtlNotAboveDrift { .. }
+    ));
+    // Odd but valid names work.
+    for name in ["}", "{", "a b\0c", "ключ", "*"] {
+        redlock
+            .try_lock(name, Duration::from_secs(1))
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+}
+
+/// Wrong credentials are a `ConfigError::Auth` at build time.
+#[tokio::test]
+async fn wrong_password_is_an_auth_error() {
+    let mut conn = raw(0).await;
+    let user = format!("rq{:08x}", rand::random::<u32>());
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(&user)
+        .arg("on")
+        .arg(">right-password")
+        .arg("~*")
+        .arg("+@all")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let port = node_urls()[0].rsplit(':').next().unwrap().to_owned();
+    let wrong = format!("redis://{user}:wrong-password@127.0.0.1:{port}");
+    let right = format!("redis://{user}:right-password@127.0.0.1:{port}");
+    let result = Redlock::connect([wrong.as_str()]).await;
+    let ok = Redlock::connect([right.as_str()]).await;
+    let _: () = redis::cmd("ACL")
+        .arg("DELUSER")
+        .arg(&user)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+
+    match result {
+        Err(ConfigError::Auth { node, message }) => {
+            assert!(!node.contains("wrong-password"), "password leaked: {node}");
+            assert!(!message.is_empty());
+        }
+        other => panic!("expected Auth, got {other:?}"),
+    }
+    let rl = ok.expect("right password connects");
+    assert_eq!(rl.quorum(), 1);
+}

@@ -1,0 +1,180 @@
+//! Shared helpers for the tests that run on the five real Redis nodes.
+//!
+//! The nodes come from `REDQUORUM_NODES` (comma-separated URLs, set by
+//! `scripts/test`). Without it these tests fail loudly: a lock test that
+//! passes without Redis proves nothing.
+#![allow(dead_code)] // each test binary uses a different part
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use redis::aio::MultiplexedConnection;
+use redquorum::Redlock;
+
+/// The node URLs, in order (node 1 first).
+pub fn node_urls() -> Vec<String> {
+    let nodes = std::env::var("REDQUORUM_NODES").expect(
+        "REDQUORUM_NODES is not set: these tests need five Redis nodes; run scripts/test \
+         (or scripts/nodes up and export REDQUORUM_NODES=$(scripts/nodes urls))",
+    );
+    let urls: Vec<String> = nodes.split(',').map(|s| s.trim().to_owned()).collect();
+    assert_eq!(urls.len(), 5, "REDQUORUM_NODES must list five nodes");
+    urls
+}
+
+/// A client over the five nodes with the default settings.
+pub async fn redlock() -> Redlock {
+    Redlock::connect(node_urls()).await.expect("connect")
+}
+
+/// A resource name no other test (or earlier run) uses.
+pub fn unique(prefix: &str) -> String {
+    format!("test:{prefix}:{:016x}", rand::random::<u64>())
+}
+
+/// The lock key redquorum uses for `resource`.
+pub fn lock_key(resource: &str) -> String {
+    format!("{{{resource}}}:lock")
+}
+
+/// A direct connection to node `i` (0-based), bypassing redquorum.
+pub async fn raw(i: usize) -> MultiplexedConnection {
+    let client = redis::Client::open(node_urls()[i].as_str()).expect("url");
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        client.get_multiplexed_async_connection(),
+    )
+    .await
+    .expect("raw connection timed out")
+    .expect("raw connection")
+}
+
+/// Direct connections to all five nodes.
+pub async fn raw_all() -> Vec<MultiplexedConnection> {
+    let mut conns = Vec::new();
+    for i in 0..5 {
+        conns.push(raw(i).await);
+    }
+    conns
+}
+
+/// Every key on every node that mentions `resource`, with its value (or its
+/// type, for keys that are not strings): one map per node.
+pub async fn snapshot(
+    conns: &mut [MultiplexedConnection],
+    resource: &str,
+) -> Vec<BTreeMap<String, String>> {
+    let pattern = format!("*{}*", glob_escape(resource));
+    let mut out = Vec::new();
+    for conn in conns.iter_mut() {
+        let keys: Vec<String> = conn.keys(&pattern).await.expect("KEYS");
+        let mut map = BTreeMap::new();
+        for key in keys {
+            let kind: String = redis::cmd("TYPE")
+                .arg(&key)
+                .query_async(conn)
+                .await
+                .expect("TYPE");
+            let value = if kind == "string" {
+                conn.get(&key).await.expect("GET")
+            } else {
+                format!("<{kind}>")
+            };
+            map.insert(key, value);
+        }
+        out.push(map);
+    }
+    out
+}
+
+/// Polls `snapshot` until it equals `expected`, for at most `bound`. Used
+/// where the library finishes work in the background by design (the tail of
+/// a release); there is no event to wait on from outside.
+pub async fn eventually_snapshot(
+    conns: &mut [MultiplexedConnection],
+    resource: &str,
+    expected: &[BTreeMap<String, String>],
+    bound: Duration,
+) {
+    let start = std::time::Instant::now();
+    loop {
+        let now = snapshot(conns, resource).await;
+        if now == expected {
+            return;
+        }
+        if start.elapsed() > bound {
+            panic!(
+                "keys of {resource} did not settle within {bound:?}:\n now {now:?}\n want {expected:?}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn glob_escape(s: &str) -> String {
+    let mut out = String::new();
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Runs `scripts/nodes ARGS…` (path from `REDQUORUM_SCRIPTS_NODES`).
+pub fn nodes_script(args: &[&str]) {
+    let script = std::env::var("REDQUORUM_SCRIPTS_NODES")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/nodes").to_owned());
+    let status = Command::new(&script)
+        .args(args)
+        .status()
+        .unwrap_or_else(|e| panic!("running {script}: {e}"));
+    assert!(status.success(), "{script} {args:?} failed: {status}");
+}
+
+/// Node numbers (1-based) frozen for as long as this lives; thawed on drop,
+/// even when the test panics.
+pub struct Frozen(Vec<usize>);
+
+impl Frozen {
+    pub fn new(nodes: &[usize]) -> Self {
+        for n in nodes {
+            nodes_script(&["freeze", &n.to_string()]);
+        }
+        Frozen(nodes.to_vec())
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        for n in &self.0 {
+            nodes_script(&["thaw", &n.to_string()]);
+        }
+    }
+}
+
+/// A node (1-based) killed for as long as this lives; started again (with
+/// its data) on drop.
+pub struct Killed(usize);
+
+impl Killed {
+    pub fn new(node: usize) -> Self {
+        nodes_script(&["kill", &node.to_string()]);
+        Killed(node)
+    }
+}
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        nodes_script(&["start", &self.0.to_string()]);
+    }
+}
+
+/// The `p`-th percentile (0..=100) of `samples` (sorted in place).
+pub fn percentile(samples: &mut [Duration], p: usize) -> Duration {
+    samples.sort_unstable();
+    samples[(samples.len() - 1) * p / 100]
+}
