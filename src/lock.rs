@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use crate::error::{LockError, Votes};
 use crate::quorum::{self, Decision};
-use crate::redlock::{Kind, Redlock, refusal, resource_of};
+use crate::redlock::{Kind, Redlock, Wait, refusal, resource_of};
 use crate::token::Token;
 
 /// A lock held on a quorum of nodes, valid until [`deadline`](Lock::deadline).
@@ -117,7 +117,13 @@ impl Lock {
         let per_node = quorum::node_timeout(inner.settings.node_timeout, ttl.ms, ttl.validity);
         let mut pending = inner.fan_out(Kind::Extend, &self.key, self.token, ttl.ms);
         let (decision, votes) = inner
-            .collect(Kind::Extend, &self.key, &mut pending, t1 + per_node, false)
+            .collect(
+                Kind::Extend,
+                &self.key,
+                &mut pending,
+                t1 + per_node,
+                Wait::Decision,
+            )
             .await;
         self.ttl_ms = self.ttl_ms.max(ttl.ms);
         if decision == Decision::Granted && Instant::now() < new_deadline {
@@ -143,7 +149,7 @@ impl Lock {
         let (decision, votes) = self
             .redlock
             .inner()
-            .release(&self.key, self.token, self.ttl_ms, false)
+            .release(&self.key, self.token, self.ttl_ms, Wait::Decision)
             .await;
         match decision {
             Decision::Granted => Ok(()),

@@ -108,6 +108,16 @@ pub(crate) struct Ttl {
     pub(crate) validity: Duration,
 }
 
+/// When a round may stop listening (the rest finishes in the background or
+/// is dropped).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Wait<'a> {
+    /// As soon as the vote decides.
+    Decision,
+    /// Once every node marked `true` has answered.
+    Nodes(&'a [bool]),
+}
+
 /// Replies still in flight when a round decided.
 pub(crate) type Pending = FuturesUnordered<BoxFuture<'static, (usize, Result<Reply, NodeError>)>>;
 
@@ -257,7 +267,13 @@ impl Redlock {
         let per_node = quorum::node_timeout(inner.settings.node_timeout, ttl.ms, ttl.validity);
         let mut pending = inner.fan_out(Kind::Acquire, key, token, ttl.ms);
         let (decision, votes) = inner
-            .collect(Kind::Acquire, key, &mut pending, t0 + per_node, false)
+            .collect(
+                Kind::Acquire,
+                key,
+                &mut pending,
+                t0 + per_node,
+                Wait::Decision,
+            )
             .await;
         // Stragglers are dropped: whatever they set is removed by the release
         // below, which each node applies after the acquire.
@@ -271,9 +287,13 @@ impl Redlock {
                 deadline,
             ));
         }
-        // Wait for every node that answers in time, so that a retry never
-        // meets our own leftovers.
-        inner.release(key, token, ttl.ms, true).await;
+        // Wait for the nodes that granted, so that a retry never meets our own
+        // leftovers there; the others (silent, possibly frozen) are released
+        // in the background, behind the acquire on the same connection.
+        let granted: Vec<bool> = votes.iter().map(|(_, a)| *a == Answer::Yes).collect();
+        inner
+            .release(key, token, ttl.ms, Wait::Nodes(&granted))
+            .await;
         Err(refusal(decision, votes))
     }
 
@@ -314,16 +334,15 @@ impl Inner {
             .collect()
     }
 
-    /// Counts replies from `pending` until the vote decides (or, with `all`,
-    /// until every node has answered) or `until` passes; nodes silent by then
-    /// count as timed out.
+    /// Counts replies from `pending` until `wait` is satisfied or `until`
+    /// passes; nodes silent by then count as timed out.
     pub(crate) async fn collect(
         &self,
         kind: Kind,
         key: &str,
         pending: &mut Pending,
         until: Instant,
-        all: bool,
+        wait: Wait<'_>,
     ) -> (Decision, Votes) {
         let n = self.nodes.len();
         let span = tracing::debug_span!("redquorum.round", op = kind.name(), key, nodes = n);
@@ -334,7 +353,13 @@ impl Inner {
             let timer = tokio::time::sleep_until(until);
             tokio::pin!(timer);
             loop {
-                let done = round.decision() != Decision::Pending && !(all && round.pending() > 0);
+                let done = match wait {
+                    Wait::Decision => round.decision() != Decision::Pending,
+                    Wait::Nodes(nodes) => nodes
+                        .iter()
+                        .zip(&answers)
+                        .all(|(&w, a)| !w || *a != Answer::Undecided),
+                };
                 if done {
                     break;
                 }
@@ -372,16 +397,15 @@ impl Inner {
         .await
     }
 
-    /// Releases `key` on every node. Returns once a quorum confirmed (or,
-    /// with `all`, every node answered) or the node timeout passed; replies
-    /// still in flight then are awaited in the background for up to the TTL,
-    /// after which the key has expired anyway.
+    /// Releases `key` on every node. Returns once `wait` is satisfied or the
+    /// node timeout passed; replies still in flight then are awaited in the
+    /// background for up to the TTL, after which the key has expired anyway.
     pub(crate) async fn release(
         &self,
         key: &Arc<str>,
         token: Token,
         ttl_ms: u64,
-        all: bool,
+        wait: Wait<'_>,
     ) -> (Decision, Votes) {
         let per_node = quorum::node_timeout(self.settings.node_timeout, ttl_ms, Duration::MAX);
         let mut pending = self.fan_out(Kind::Release, key, token, ttl_ms);
@@ -391,7 +415,7 @@ impl Inner {
                 key,
                 &mut pending,
                 Instant::now() + per_node,
-                all,
+                wait,
             )
             .await;
         finish_in_background(pending, Duration::from_millis(ttl_ms));

@@ -408,7 +408,7 @@ async fn contending_tasks_never_overlap() {
 #[tokio::test]
 async fn bad_input_gives_typed_errors() {
     let urls = node_urls();
-    let err = |r: Result<Redlock, ConfigError>| r.err().expect("expected an error");
+    let err = |r: Result<Redlock, ConfigError>| r.expect_err("expected an error");
 
     assert_eq!(
         err(Redlock::connect(Vec::<String>::new()).await),
