@@ -8,7 +8,7 @@ use rand::RngExt;
 
 use crate::error::ConfigError;
 use crate::node::Node;
-use crate::quorum::DEFAULT_NODE_TIMEOUT;
+use crate::quorum::{DEFAULT_NODE_TIMEOUT, DriftFactor};
 use crate::redis_node::{RedisNode, Target};
 use crate::redlock::Redlock;
 
@@ -78,7 +78,7 @@ impl Default for Retry {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Settings {
     pub(crate) node_timeout: Option<Duration>,
-    pub(crate) drift_factor: f64,
+    pub(crate) drift_factor: DriftFactor,
     pub(crate) retry: Retry,
 }
 
@@ -182,10 +182,10 @@ impl Builder {
     ///
     /// Must be called inside a tokio runtime.
     pub async fn build(self) -> Result<Redlock, ConfigError> {
-        let drift_factor = self.drift_factor.unwrap_or(0.01);
-        if !(drift_factor.is_finite() && (0.0..1.0).contains(&drift_factor)) {
-            return Err(ConfigError::InvalidDriftFactor(drift_factor));
-        }
+        let drift_factor = match self.drift_factor {
+            None => DriftFactor::default(),
+            Some(f) => DriftFactor::new(f).ok_or(ConfigError::InvalidDriftFactor(f))?,
+        };
         if self
             .node_timeout
             .is_some_and(|t| t < Duration::from_millis(1))

@@ -42,10 +42,105 @@ pub const fn quorum(n: usize) -> usize {
     n / 2 + 1
 }
 
-/// The clock-drift allowance for a TTL: `ceil(ttl × factor) + 2 ms`.
+/// A clock-drift factor in `[0, 1)`, held as the exact decimal fraction it
+/// was written as (`0.01` is 1/100, not the binary double just above it),
+/// so that `ceil(ttl × factor)` is computed exactly, in integers.
 ///
-/// `factor` is expected in `[0, 1)`; a non-finite or negative factor is
-/// treated as 0 here (the builder rejects it before it gets this far).
+/// ```
+/// use redquorum::quorum::DriftFactor;
+/// assert!(DriftFactor::new(0.01).is_some());
+/// assert!(DriftFactor::new(1.0).is_none());
+/// assert!(DriftFactor::new(f64::NAN).is_none());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DriftFactor {
+    value: f64,
+    /// `value` is `digits / 10^scale`, from its shortest round-trip decimal.
+    digits: u64,
+    scale: u32,
+}
+
+impl DriftFactor {
+    /// No drift beyond the 2 ms floor.
+    pub const ZERO: DriftFactor = DriftFactor {
+        value: 0.0,
+        digits: 0,
+        scale: 0,
+    };
+
+    /// `None` unless `value` is finite and in `[0, 1)`.
+    pub fn new(value: f64) -> Option<Self> {
+        if !(value.is_finite() && (0.0..1.0).contains(&value)) {
+            return None;
+        }
+        // `{:e}` prints the shortest decimal that reads back as `value`
+        // (at most 17 significant digits): "1e-2", "7.161e-1", "0e0".
+        let text = format!("{value:e}");
+        let (mantissa, exponent) = text.split_once('e')?;
+        let exponent: i32 = exponent.parse().ok()?;
+        let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+        let digits: u64 = format!("{int}{frac}").parse().ok()?;
+        let frac_len = i32::try_from(frac.len()).ok()?;
+        // value = digits × 10^(exponent − frac_len), and value < 1 makes that
+        // power negative (or digits 0).
+        let scale = u32::try_from(frac_len - exponent).unwrap_or(0);
+        Some(DriftFactor {
+            value,
+            digits,
+            scale,
+        })
+    }
+
+    /// The factor as given.
+    pub fn get(&self) -> f64 {
+        self.value
+    }
+
+    /// `ceil(ttl_ms × factor)`, exact.
+    fn scaled(&self, ttl_ms: u64) -> u64 {
+        // < 2^64 × 10^17 < 2^121: no overflow.
+        let product = u128::from(ttl_ms) * u128::from(self.digits);
+        let scaled = match 10u128.checked_pow(self.scale) {
+            Some(denominator) => product.div_ceil(denominator),
+            None => u128::from(product > 0), // a positive product below 1
+        };
+        // factor < 1, so scaled ≤ ttl_ms.
+        u64::try_from(scaled).unwrap_or(u64::MAX)
+    }
+
+    /// The drift allowance for `ttl_ms`: `ceil(ttl × factor) + 2 ms`.
+    pub fn drift(&self, ttl_ms: u64) -> Duration {
+        Duration::from_millis(self.scaled(ttl_ms).saturating_add(DRIFT_FLOOR_MS))
+    }
+
+    /// The validity of `ttl_ms`: `ttl − drift(ttl)`, or `None` when that is
+    /// not positive or `ttl_ms` exceeds [`MAX_TTL_MS`].
+    pub fn validity(&self, ttl_ms: u64) -> Option<Duration> {
+        if ttl_ms > MAX_TTL_MS {
+            return None;
+        }
+        Duration::from_millis(ttl_ms)
+            .checked_sub(self.drift(ttl_ms))
+            .filter(|v| !v.is_zero())
+    }
+}
+
+impl Default for DriftFactor {
+    /// 0.01.
+    fn default() -> Self {
+        DriftFactor {
+            value: 0.01,
+            digits: 1,
+            scale: 2,
+        }
+    }
+}
+
+/// The clock-drift allowance for a TTL: `ceil(ttl × factor) + 2 ms`,
+/// computed exactly (see [`DriftFactor`]).
+///
+/// A factor outside `[0, 1)` or not finite is treated as 0 here (the builder
+/// rejects it before it gets this far).
 ///
 /// ```
 /// use std::time::Duration;
@@ -54,20 +149,14 @@ pub const fn quorum(n: usize) -> usize {
 /// assert_eq!(drift(1, 0.01), Duration::from_millis(3)); // ceil(0.01) = 1
 /// ```
 pub fn drift(ttl_ms: u64, factor: f64) -> Duration {
-    let factor = if factor.is_finite() && factor > 0.0 {
-        factor
-    } else {
-        0.0
-    };
-    // ttl_ms ≤ 2^40 is exact in an f64, so ceil() rounds up the true product.
-    let scaled = (ttl_ms.min(MAX_TTL_MS) as f64 * factor).ceil();
-    // `as` saturates for out-of-range floats; the sum cannot overflow after min.
-    let scaled = (scaled as u64).min(MAX_TTL_MS);
-    Duration::from_millis(scaled + DRIFT_FLOOR_MS)
+    DriftFactor::new(factor)
+        .unwrap_or(DriftFactor::ZERO)
+        .drift(ttl_ms)
 }
 
 /// The part of a TTL a holder may rely on: `ttl − drift(ttl)`, or `None`
-/// when the drift eats all of it (such a TTL can never yield a valid lock).
+/// when the drift eats all of it (such a TTL can never yield a valid lock) or
+/// the TTL exceeds [`MAX_TTL_MS`].
 ///
 /// ```
 /// use std::time::Duration;
@@ -76,9 +165,9 @@ pub fn drift(ttl_ms: u64, factor: f64) -> Duration {
 /// assert_eq!(validity(2, 0.01), None);
 /// ```
 pub fn validity(ttl_ms: u64, factor: f64) -> Option<Duration> {
-    Duration::from_millis(ttl_ms)
-        .checked_sub(drift(ttl_ms, factor))
-        .filter(|v| !v.is_zero())
+    DriftFactor::new(factor)
+        .unwrap_or(DriftFactor::ZERO)
+        .validity(ttl_ms)
 }
 
 /// Validity left after `elapsed` of a window of `validity`: rounded down to

@@ -311,9 +311,9 @@ impl Inner {
             return Err(ConfigError::InvalidTtl(ttl));
         }
         let factor = self.settings.drift_factor;
-        let validity = quorum::validity(ms, factor).ok_or(ConfigError::TtlNotAboveDrift {
+        let validity = factor.validity(ms).ok_or(ConfigError::TtlNotAboveDrift {
             ttl,
-            drift: quorum::drift(ms, factor),
+            drift: factor.drift(ms),
         })?;
         Ok(Ttl { ms, validity })
     }

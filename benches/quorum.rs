@@ -1,0 +1,58 @@
+//! Micro-benchmarks of the pure quorum path (no I/O): deciding a 5-node
+//! `Round`, and the per-lock arithmetic `drift` + `validity` + `node_timeout`.
+//!
+//! Run: `cargo bench --bench quorum` (add `-- --quick` for a fast pass).
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use redquorum::quorum::{Decision, Round, Vote, drift, node_timeout, validity};
+
+/// Records votes until the round decides; returns the decision.
+fn decide(n: usize, votes: &[Vote]) -> Decision {
+    let mut round = Round::new(n);
+    for &vote in votes {
+        let d = round.record(vote);
+        if d != Decision::Pending {
+            return d;
+        }
+    }
+    round.decision()
+}
+
+fn bench_round(c: &mut Criterion) {
+    let mut group = c.benchmark_group("round_5_nodes");
+    // Granted after 3 votes (all yes).
+    let all_yes = [Vote::Yes; 5];
+    group.bench_function("granted_fast", |b| {
+        b.iter(|| decide(black_box(5), black_box(&all_yes)))
+    });
+    // Granted at the 5th vote (2 refusals first).
+    let late_grant = [Vote::No, Vote::Yes, Vote::No, Vote::Yes, Vote::Yes];
+    group.bench_function("granted_last_vote", |b| {
+        b.iter(|| decide(black_box(5), black_box(&late_grant)))
+    });
+    // Refused at the 3rd refusal.
+    let refused = [Vote::Yes, Vote::No, Vote::No, Vote::Yes, Vote::No];
+    group.bench_function("refused", |b| {
+        b.iter(|| decide(black_box(5), black_box(&refused)))
+    });
+    group.finish();
+}
+
+fn bench_math(c: &mut Criterion) {
+    c.bench_function("drift+validity+node_timeout ttl=10s", |b| {
+        b.iter(|| {
+            let ttl_ms = black_box(10_000u64);
+            let factor = black_box(0.01f64);
+            let d = drift(ttl_ms, factor);
+            let v = validity(ttl_ms, factor).unwrap_or(Duration::ZERO);
+            let t = node_timeout(black_box(None), ttl_ms, v);
+            (d, v, t)
+        })
+    });
+}
+
+criterion_group!(benches, bench_round, bench_math);
+criterion_main!(benches);
