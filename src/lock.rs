@@ -145,12 +145,13 @@ impl Lock {
     /// # Ok(()) }
     /// ```
     pub async fn release(mut self) -> Result<(), LockError> {
-        self.released = true;
         let (decision, votes) = self
             .redlock
             .inner()
             .release(&self.key, self.token, self.ttl_ms, Wait::Decision)
             .await;
+        // Only now: if this future is dropped mid-round, `Drop` releases.
+        self.released = true;
         match decision {
             Decision::Granted => Ok(()),
             _ => Err(LockError::Unavailable { votes }),

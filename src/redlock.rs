@@ -265,6 +265,15 @@ impl Redlock {
         let t0 = Instant::now();
         let deadline = t0 + ttl.validity;
         let per_node = quorum::node_timeout(inner.settings.node_timeout, ttl.ms, ttl.validity);
+        // If this future is dropped from here on, the guard releases whatever
+        // the round has set.
+        let mut guard = Abandoned {
+            inner,
+            key,
+            token,
+            ttl_ms: ttl.ms,
+            armed: true,
+        };
         let mut pending = inner.fan_out(Kind::Acquire, key, token, ttl.ms);
         let (decision, votes) = inner
             .collect(
@@ -279,6 +288,7 @@ impl Redlock {
         // below, which each node applies after the acquire.
         drop(pending);
         if decision == Decision::Granted && Instant::now() < deadline {
+            guard.armed = false; // the Lock owns the keys now
             return Ok(Lock::new(
                 self.clone(),
                 key.clone(),
@@ -294,6 +304,7 @@ impl Redlock {
         inner
             .release(key, token, ttl.ms, Wait::Nodes(&granted))
             .await;
+        guard.armed = false;
         Err(refusal(decision, votes))
     }
 
@@ -428,6 +439,26 @@ impl Inner {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let pending = self.fan_out(Kind::Release, &key, token, ttl_ms);
             runtime.spawn(drain(pending, Duration::from_millis(ttl_ms)));
+        }
+    }
+}
+
+/// Releases an acquisition's keys on every node if the acquiring future is
+/// dropped before it produced a `Lock` or finished cleaning up: cancelling a
+/// `lock()` call never leaves a key behind for the TTL.
+struct Abandoned<'a> {
+    inner: &'a Arc<Inner>,
+    key: &'a Arc<str>,
+    token: Token,
+    ttl_ms: u64,
+    armed: bool,
+}
+
+impl Drop for Abandoned<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.inner
+                .release_detached(Arc::clone(self.key), self.token, self.ttl_ms);
         }
     }
 }

@@ -5,6 +5,8 @@
 //! passes without Redis proves nothing.
 #![allow(dead_code)] // each test binary uses a different part
 
+pub mod memory;
+
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Duration;

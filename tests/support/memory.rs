@@ -1,0 +1,147 @@
+//! An in-memory lock node with the semantics of the Redis scripts, for tests
+//! that need to hold a node's answer back at will.
+//!
+//! Like a Redis connection, it applies operations strictly in the order they
+//! were sent, even when the caller has stopped waiting for the reply. A
+//! closed gate holds every operation back (a frozen node); opening it lets
+//! the queue drain in order.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use redquorum::NodeError;
+use redquorum::node::{Node, Op, Reply};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+
+type Keys = HashMap<String, (String, Instant)>;
+
+enum Owned {
+    Acquire(String, String, u64),
+    Extend(String, String, u64),
+    Release(String, String),
+}
+
+#[derive(Debug)]
+pub struct MemoryNode {
+    name: Arc<str>,
+    queue: mpsc::UnboundedSender<(Owned, oneshot::Sender<Reply>)>,
+    gate: watch::Sender<bool>,
+    keys: Arc<Mutex<Keys>>,
+    /// Bumped after every applied operation, so tests can wait for state.
+    applied: watch::Sender<u64>,
+}
+
+impl MemoryNode {
+    /// A node with an open gate. Needs a tokio runtime (it spawns its queue).
+    pub fn new(i: usize) -> Arc<Self> {
+        let (queue, mut rx) = mpsc::unbounded_channel::<(Owned, oneshot::Sender<Reply>)>();
+        let (gate, _) = watch::channel(true);
+        let (applied, _) = watch::channel(0u64);
+        let keys: Arc<Mutex<Keys>> = Arc::default();
+        let node = Arc::new(MemoryNode {
+            name: format!("memory://{i}").into(),
+            queue,
+            gate: gate.clone(),
+            keys: keys.clone(),
+            applied: applied.clone(),
+        });
+        let mut gate_rx = gate.subscribe();
+        tokio::spawn(async move {
+            while let Some((op, reply)) = rx.recv().await {
+                if gate_rx.wait_for(|open| *open).await.is_err() {
+                    return;
+                }
+                let answer = apply(&mut keys.lock().unwrap(), op);
+                applied.send_modify(|n| *n += 1);
+                let _ = reply.send(answer);
+            }
+        });
+        node
+    }
+
+    /// Holds every operation back until `open`.
+    pub fn close(&self) {
+        self.gate.send_replace(false);
+    }
+
+    pub fn open(&self) {
+        self.gate.send_replace(true);
+    }
+
+    /// The token under `key`, if it is set and not expired.
+    pub fn holder(&self, key: &str) -> Option<String> {
+        let keys = self.keys.lock().unwrap();
+        keys.get(key)
+            .filter(|(_, exp)| *exp > Instant::now())
+            .map(|(token, _)| token.clone())
+    }
+
+    /// Waits (at most `bound`) until `f` holds of this node.
+    pub async fn until(&self, bound: Duration, what: &str, f: impl Fn(&Self) -> bool) {
+        let mut rx = self.applied.subscribe();
+        let wait = async {
+            while !f(self) {
+                rx.changed().await.expect("node gone");
+            }
+        };
+        tokio::time::timeout(bound, wait)
+            .await
+            .unwrap_or_else(|_| panic!("{}: {what} not within {bound:?}", self.name));
+    }
+}
+
+fn apply(keys: &mut Keys, op: Owned) -> Reply {
+    let now = Instant::now();
+    keys.retain(|_, (_, exp)| *exp > now);
+    match op {
+        Owned::Acquire(key, token, ttl) => match keys.get(&key) {
+            Some((_, exp)) => Reply::Held {
+                pttl_ms: (*exp - now).as_millis() as i64,
+            },
+            None => {
+                keys.insert(key, (token, now + Duration::from_millis(ttl)));
+                Reply::Done
+            }
+        },
+        Owned::Extend(key, token, ttl) => match keys.get_mut(&key) {
+            Some((t, exp)) if *t == token => {
+                *exp = (*exp).max(now + Duration::from_millis(ttl));
+                Reply::Done
+            }
+            _ => Reply::NotHeld,
+        },
+        Owned::Release(key, token) => match keys.get(&key) {
+            Some((t, _)) if *t == token => {
+                keys.remove(&key);
+                Reply::Done
+            }
+            _ => Reply::NotHeld,
+        },
+    }
+}
+
+impl Node for MemoryNode {
+    fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    fn call<'a>(&'a self, op: Op<'a>) -> BoxFuture<'a, Result<Reply, NodeError>> {
+        let owned = match op {
+            Op::Acquire { key, token, ttl_ms } => Owned::Acquire(key.into(), token.into(), ttl_ms),
+            Op::Extend { key, token, ttl_ms } => Owned::Extend(key.into(), token.into(), ttl_ms),
+            Op::Release { key, token } => Owned::Release(key.into(), token.into()),
+            _ => return Box::pin(async { Err(NodeError::Protocol("unknown op".into())) }),
+        };
+        // Queued at call time, as a multiplexed connection writes at once.
+        let (tx, rx) = oneshot::channel();
+        let sent = self.queue.send((owned, tx));
+        Box::pin(async move {
+            sent.map_err(|_| NodeError::Connection("node stopped".into()))?;
+            rx.await
+                .map_err(|_| NodeError::Connection("node stopped".into()))
+        })
+    }
+}
