@@ -56,3 +56,8 @@ pub use config::{Builder, Retry};
 pub use error::{Answer, ConfigError, LockError, NodeError, Votes};
 pub use lock::Lock;
 pub use redlock::Redlock;
+
+// The README's example is compiled as a doctest, so it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
