@@ -26,9 +26,10 @@ pub enum LockError {
         /// Every node's answer.
         votes: Votes,
     },
-    /// A quorum agreed, but only after the validity window had closed (or the
-    /// lock had already expired before the operation started). Whatever was
-    /// set has been released.
+    /// The validity window closed or the lease is gone: an acquire whose
+    /// quorum came only after its window had closed (whatever it set has been
+    /// released), or an extend started after the deadline (nothing sent) or
+    /// refused because nodes no longer hold our token.
     #[error("validity window closed before a quorum agreed: {votes}")]
     Expired {
         /// Every node's answer (empty when the lock had expired beforehand).

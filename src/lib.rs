@@ -28,7 +28,7 @@
 //!
 //! - **Mutual exclusion while [`Lock::is_valid`]**, as long as clocks drift
 //!   less than the drift factor and a majority of nodes keep their keys
-//!   (persistence on, see `docs/operations.md`).
+//!   (persistence on; see `docs/design.md`).
 //! - **Availability with a failed minority**: a frozen node costs at most the
 //!   per-node timeout, never the whole round.
 //! - **No leftovers**: a failed acquisition is released on every node,

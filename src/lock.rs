@@ -92,10 +92,14 @@ impl Lock {
     /// Extends the lock to `ttl` from now, by a quorum of compare-and-expire
     /// operations.
     ///
-    /// Succeeds only while the lock is valid and when a quorum confirms before
-    /// the new deadline (`now + ttl − drift`); the deadline then becomes the
-    /// later of the old and the new. On failure the deadline is unchanged and
-    /// the lock is not released: it stays valid as before. A node whose key
+    /// Must start while the lock is valid; succeeds when a quorum confirms
+    /// before the new deadline (`start + ttl − drift`), and the deadline then
+    /// becomes the later of the old and the new. (A quorum that still held
+    /// our token when the extend arrived has held it without a gap, so an
+    /// extend that finishes just after the old deadline is still safe.) On
+    /// failure the deadline is unchanged and the lock is not released: it
+    /// stays valid as before, though nodes that did confirm keep the longer
+    /// expiry. A node whose key
     /// has vanished is never given it back (that would be a new acquisition),
     /// and no node's expiry is ever shortened.
     ///

@@ -220,3 +220,51 @@ async fn restarted_node_keeps_keys_and_scripts_still_work() {
     lock.extend(Duration::from_secs(30)).await.unwrap();
     lock.release().await.unwrap();
 }
+
+/// One node behind a 20 ms link, then cut off: neither slows a round, since
+/// the quorum never waits for that node.
+#[tokio::test]
+async fn slow_or_cut_node_does_not_slow_rounds() {
+    let _turn = CLUSTER.lock().await;
+    let urls = node_urls();
+    let proxy = support::proxy::Proxy::start(urls[0].trim_start_matches("redis://")).await;
+    let mut via_proxy = urls.clone();
+    via_proxy[0] = proxy.url();
+    let redlock = Redlock::builder()
+        .nodes(&via_proxy)
+        .node_timeout(Duration::from_millis(200))
+        .build()
+        .await
+        .unwrap();
+    let resource = unique("slow-link");
+    // Healthy link: node 1 takes part.
+    assert!(grants_with_node(&redlock, &resource, 1).await);
+    proxy.set_latency(Duration::from_millis(20));
+    // Slow link: still granted with node 1 needed (40 ms < 200 ms timeout)…
+    assert!(grants_with_node(&redlock, &resource, 1).await);
+    // …and without needing it, a round does not wait for it.
+    for _ in 0..5 {
+        let start = Instant::now();
+        let lock = redlock
+            .try_lock(&resource, Duration::from_secs(5))
+            .await
+            .unwrap();
+        lock.release().await.unwrap();
+        assert!(
+            start.elapsed() < Duration::from_millis(40),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+    proxy.set_latency(Duration::ZERO);
+    proxy.set_cut(true);
+    assert!(
+        !grants_with_node(&redlock, &resource, 1).await,
+        "granted through a cut link"
+    );
+    proxy.set_cut(false);
+    assert!(
+        grants_with_node(&redlock, &resource, 1).await,
+        "link healed"
+    );
+}

@@ -630,13 +630,10 @@ fn node_timeout_examples() {
 // Regression tests: corners that were once not conservative
 // ---------------------------------------------------------------------------
 
-/// `drift` multiplies in f64 and the comment in `src/quorum.rs` claims
-/// `ceil()` then rounds up the true product. It does not when the product
-/// needs more than 53 bits: here the factor 1 − 2^-20 and the TTL 2^40 − 1 are
-/// both exact in f64, the exact product is 2^40 − 2^20 − 1 + 2^-20, the f64
-/// product rounds to the integer below it, and the drift comes out 1 ms short.
-/// Decimal factors with ≥ 4 digits hit it too near `MAX_TTL_MS`
-/// (e.g. ttl 1_099_511_382_441, factor 0.7161).
+/// Regression: `drift` once multiplied in f64, and the product rounded down
+/// to the integer below the true one when it needed more than 53 bits (factor
+/// 1 − 2^-20 with TTL 2^40 − 1; factor 0.7161 with TTL 1_099_511_382_441), so
+/// the drift came out 1 ms short. It is now exact integer arithmetic.
 #[test]
 fn drift_rounds_up_the_exact_product_for_any_factor() {
     let ttl = MAX_TTL_MS - 1;
@@ -658,10 +655,10 @@ fn drift_rounds_up_the_exact_product_for_any_factor() {
     );
 }
 
-/// Above `MAX_TTL_MS` the drift is computed from the clamped TTL but `validity`
-/// subtracts it from the unclamped one, so `validity(u64::MAX, 0.5)` is about
-/// `u64::MAX` ms instead of half of it. The coordinator rejects such TTLs
-/// before calling (`check_ttl`), but `validity` is public.
+/// Regression: `validity` once computed the drift from a TTL clamped to
+/// `MAX_TTL_MS` but subtracted it from the unclamped one, so
+/// `validity(u64::MAX, 0.5)` was about `u64::MAX` ms. It now refuses TTLs
+/// above `MAX_TTL_MS`.
 #[test]
 fn validity_is_conservative_above_max_ttl() {
     let ttl = u64::MAX;

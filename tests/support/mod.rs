@@ -6,6 +6,7 @@
 #![allow(dead_code)] // each test binary uses a different part
 
 pub mod memory;
+pub mod proxy;
 
 use std::collections::BTreeMap;
 use std::process::Command;

@@ -1,0 +1,139 @@
+//! A TCP proxy in front of one node that can add latency or cut the link,
+//! for fault tests and benchmarks. Listens on 127.0.0.1 only.
+//!
+//! Latency is added per direction without serialising the stream: each chunk
+//! read is stamped and written once its time has come, so pipelined traffic
+//! keeps flowing. A cut holds traffic (as a partition does to TCP: nothing
+//! arrives, nothing is lost) until healed; new connections wait too.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+#[derive(Debug)]
+struct Shared {
+    upstream: SocketAddr,
+    /// Added one-way latency in microseconds.
+    latency_us: AtomicU64,
+    /// `true` while the link is cut.
+    cut: watch::Sender<bool>,
+}
+
+/// A running proxy; stops accepting when dropped.
+#[derive(Debug)]
+pub struct Proxy {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    accept: JoinHandle<()>,
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+        // Let held pumps go so their tasks end.
+        self.shared.cut.send_replace(false);
+    }
+}
+
+impl Proxy {
+    /// Starts a proxy to `upstream` (e.g. `127.0.0.1:7001`).
+    pub async fn start(upstream: &str) -> Proxy {
+        let upstream: SocketAddr = upstream.parse().expect("upstream address");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("local addr");
+        let (cut, _) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            upstream,
+            latency_us: AtomicU64::new(0),
+            cut,
+        });
+        let accept = tokio::spawn(accept_loop(listener, shared.clone()));
+        Proxy {
+            addr,
+            shared,
+            accept,
+        }
+    }
+
+    /// `redis://127.0.0.1:PORT` of the proxy.
+    pub fn url(&self) -> String {
+        format!("redis://{}", self.addr)
+    }
+
+    /// Adds `latency` to each direction (so a round trip gains twice that).
+    pub fn set_latency(&self, latency: Duration) {
+        let us = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+        self.shared.latency_us.store(us, Ordering::Relaxed);
+    }
+
+    /// Cuts (`true`) or heals (`false`) the link.
+    pub fn set_cut(&self, cut: bool) {
+        self.shared.cut.send_replace(cut);
+    }
+}
+
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    while let Ok((client, _)) = listener.accept().await {
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let mut cut = shared.cut.subscribe();
+            if cut.wait_for(|c| !*c).await.is_err() {
+                return;
+            }
+            let Ok(server) = TcpStream::connect(shared.upstream).await else {
+                return;
+            };
+            let _ = client.set_nodelay(true);
+            let _ = server.set_nodelay(true);
+            let (cr, cw) = client.into_split();
+            let (sr, sw) = server.into_split();
+            tokio::spawn(pump(cr, sw, shared.clone()));
+            tokio::spawn(pump(sr, cw, shared));
+        });
+    }
+}
+
+/// Copies one direction: a reader task stamps chunks, a writer task delivers
+/// them when due and while the link is not cut.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    shared: Arc<Shared>,
+) {
+    let (tx, mut rx) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
+    let writer_shared = shared.clone();
+    let writer = tokio::spawn(async move {
+        let mut cut = writer_shared.cut.subscribe();
+        while let Some((due, chunk)) = rx.recv().await {
+            tokio::time::sleep_until(due).await;
+            if cut.wait_for(|c| !*c).await.is_err() || to.write_all(&chunk).await.is_err() {
+                return;
+            }
+        }
+        let _ = to.shutdown().await;
+    });
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                let latency = Duration::from_micros(shared.latency_us.load(Ordering::Relaxed));
+                if tx
+                    .send((Instant::now() + latency, buf[..n].to_vec()))
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        }
+    }
+    drop(tx);
+    let _ = writer.await;
+}
