@@ -9,7 +9,7 @@ use rand::RngExt;
 use crate::error::ConfigError;
 use crate::node::Node;
 use crate::quorum::{DEFAULT_NODE_TIMEOUT, DriftFactor};
-use crate::redis_node::{RedisNode, Target};
+use crate::redis_node::{Address, RedisNode};
 use crate::redlock::Redlock;
 
 /// How many rounds [`Redlock::lock`] tries, and how long it pauses between
@@ -71,6 +71,83 @@ impl Default for Retry {
     /// Three rounds, up to 200 ms apart.
     fn default() -> Self {
         Retry::new(3, Duration::from_millis(200))
+    }
+}
+
+/// Options of one lock call: how long to wait for the lock, whether it
+/// carries a fencing token, and — for [`Redlock::run_with`] — how the lease
+/// is kept alive.
+///
+/// ```
+/// use std::time::Duration;
+/// use redquorum::LockOptions;
+/// let options = LockOptions::new()
+///     .wait(Duration::from_secs(5))
+///     .fenced()
+///     .extend_every(Duration::from_secs(2))
+///     .max_extensions(100);
+/// assert!(options.is_fenced());
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LockOptions {
+    max_wait: Option<Duration>,
+    fenced: bool,
+    extend_every: Option<Duration>,
+    max_extensions: Option<u32>,
+}
+
+impl LockOptions {
+    /// The defaults: retry per the client's [`Retry`] policy, no fencing
+    /// token, a lease extended every third of its TTL without limit.
+    pub fn new() -> Self {
+        LockOptions::default()
+    }
+
+    /// Keep trying for up to `max_wait` instead of following the retry
+    /// policy, as [`Redlock::lock_wait`] does.
+    pub fn wait(mut self, max_wait: Duration) -> Self {
+        self.max_wait = Some(max_wait);
+        self
+    }
+
+    /// Carry a fencing token, as [`Redlock::lock_fenced`] does.
+    pub fn fenced(mut self) -> Self {
+        self.fenced = true;
+        self
+    }
+
+    /// For leases: extend every `every` (default: a third of the TTL). Must
+    /// be above zero and below the TTL's validity.
+    pub fn extend_every(mut self, every: Duration) -> Self {
+        self.extend_every = Some(every);
+        self
+    }
+
+    /// For leases: extend at most `n` times, after which the lease runs out
+    /// at its deadline and the work is stopped.
+    pub fn max_extensions(mut self, n: u32) -> Self {
+        self.max_extensions = Some(n);
+        self
+    }
+
+    /// The maximum wait, if set.
+    pub fn max_wait(&self) -> Option<Duration> {
+        self.max_wait
+    }
+
+    /// Whether the lock carries a fencing token.
+    pub fn is_fenced(&self) -> bool {
+        self.fenced
+    }
+
+    /// The lease extension interval, if set.
+    pub fn extend_interval(&self) -> Option<Duration> {
+        self.extend_every
+    }
+
+    /// The cap on lease extensions, if set.
+    pub fn extension_cap(&self) -> Option<u32> {
+        self.max_extensions
     }
 }
 
@@ -198,7 +275,7 @@ impl Builder {
         let targets = self
             .urls
             .iter()
-            .map(|url| Target::parse(url))
+            .map(|url| Address::parse(url))
             .collect::<Result<Vec<_>, _>>()?;
         if targets.is_empty() && self.custom.is_empty() {
             return Err(ConfigError::NoNodes);

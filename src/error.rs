@@ -112,6 +112,26 @@ pub enum ConfigError {
     /// The resource name is empty.
     #[error("resource name is empty")]
     EmptyResource,
+    /// A multi-resource lock over no resources.
+    #[error("no resources given")]
+    NoResources,
+    /// A multi-resource lock naming one resource twice.
+    #[error("resource {0:?} is listed more than once")]
+    DuplicateResource(String),
+    /// A reentrant lock with an empty owner name.
+    #[error("reentrant owner name is empty")]
+    EmptyOwner,
+    /// A lease extension interval that is zero or not shorter than the
+    /// lease's validity (the lease would lapse before its first extension).
+    #[error(
+        "lease extension interval {every:?} must be above zero and below the validity {validity:?}"
+    )]
+    InvalidExtendInterval {
+        /// The interval given.
+        every: Duration,
+        /// The validity of the lease's TTL.
+        validity: Duration,
+    },
     /// The drift factor is not a finite number in `[0, 1)`.
     #[error("drift factor {0} is not a finite number in [0, 1)")]
     InvalidDriftFactor(f64),

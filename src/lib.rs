@@ -42,6 +42,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod claim;
 mod config;
 mod error;
 mod lock;
@@ -52,7 +53,7 @@ mod redlock;
 mod scripts;
 mod token;
 
-pub use config::{Builder, Retry};
+pub use config::{Builder, LockOptions, Retry};
 pub use error::{Answer, ConfigError, LockError, NodeError, Votes};
 pub use lock::Lock;
 pub use redlock::Redlock;

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::claim::{Claim, Step};
 use crate::error::{LockError, Votes};
 use crate::quorum::{self, Decision};
-use crate::redlock::{Kind, Redlock, Wait, refusal, resource_of};
-use crate::token::Token;
+use crate::redlock::{Redlock, Wait, refusal};
 
 /// A lock held on a quorum of nodes, valid until [`deadline`](Lock::deadline).
 ///
@@ -22,19 +22,23 @@ use crate::token::Token;
 /// after the TTL.
 pub struct Lock {
     redlock: Redlock,
-    key: Arc<str>,
-    token: Token,
+    claim: Arc<Claim>,
     /// The longest TTL set on the keys so far: bounds background clean-up.
     ttl_ms: u64,
     deadline: Instant,
+    fence: Option<u64>,
     released: bool,
 }
 
 impl fmt::Debug for Lock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lock")
-            .field("resource", &self.resource())
-            .field("token", &self.token)
+            .field(
+                "resources",
+                &self.claim.keys().resources().collect::<Vec<_>>(),
+            )
+            .field("token", &self.claim)
+            .field("fence", &self.fence)
             .field("remaining", &self.remaining())
             .finish()
     }
@@ -43,29 +47,42 @@ impl fmt::Debug for Lock {
 impl Lock {
     pub(crate) fn new(
         redlock: Redlock,
-        key: Arc<str>,
-        token: Token,
+        claim: Arc<Claim>,
         ttl_ms: u64,
         deadline: Instant,
+        fence: Option<u64>,
     ) -> Self {
         Lock {
             redlock,
-            key,
-            token,
+            claim,
             ttl_ms,
             deadline,
+            fence,
             released: false,
         }
     }
 
-    /// The resource name this lock holds.
+    /// The resource this lock holds (the first one, for
+    /// [`Redlock::lock_many`]).
     pub fn resource(&self) -> &str {
-        resource_of(&self.key)
+        self.claim.keys().resources().next().unwrap_or_default()
     }
 
-    /// This holder's random token (32 hex characters), as stored on the nodes.
+    /// Every resource this lock holds, in the order given.
+    pub fn resources(&self) -> impl ExactSizeIterator<Item = &str> {
+        self.claim.keys().resources()
+    }
+
+    /// What the nodes hold for this lock: a random token (32 hex
+    /// characters), or the owner name of a reentrant lock.
     pub fn token(&self) -> &str {
-        self.token.as_str()
+        self.claim.token()
+    }
+
+    /// The fencing token of a lock from [`Redlock::lock_fenced`]: larger than
+    /// that of every earlier holder of the resource. `None` for other locks.
+    pub fn fence(&self) -> Option<u64> {
+        self.fence
     }
 
     /// When the validity ends: `t0 + ttl − drift`, with `t0` read before the
@@ -119,22 +136,23 @@ impl Lock {
         }
         let new_deadline = t1 + ttl.validity;
         let per_node = quorum::node_timeout(inner.settings.node_timeout, ttl.ms, ttl.validity);
-        let mut pending = inner.fan_out(Kind::Extend, &self.key, self.token, ttl.ms);
-        let (decision, votes) = inner
+        let mut pending = inner.fan_out(&self.claim, Step::Extend, ttl.ms, None);
+        let tally = inner
             .collect(
-                Kind::Extend,
-                &self.key,
+                Step::Extend,
+                &self.claim,
                 &mut pending,
                 t1 + per_node,
                 Wait::Decision,
+                None,
             )
             .await;
         self.ttl_ms = self.ttl_ms.max(ttl.ms);
-        if decision == Decision::Granted && Instant::now() < new_deadline {
+        if tally.decision == Decision::Granted && Instant::now() < new_deadline {
             self.deadline = self.deadline.max(new_deadline);
             Ok(())
         } else {
-            Err(refusal(decision, votes))
+            Err(refusal(tally.decision, tally.votes))
         }
     }
 
@@ -149,16 +167,16 @@ impl Lock {
     /// # Ok(()) }
     /// ```
     pub async fn release(mut self) -> Result<(), LockError> {
-        let (decision, votes) = self
+        let tally = self
             .redlock
             .inner()
-            .release(&self.key, self.token, self.ttl_ms, Wait::Decision)
+            .release(&self.claim, self.ttl_ms, Wait::Decision, None)
             .await;
         // Only now: if this future is dropped mid-round, `Drop` releases.
         self.released = true;
-        match decision {
+        match tally.decision {
             Decision::Granted => Ok(()),
-            _ => Err(LockError::Unavailable { votes }),
+            _ => Err(LockError::Unavailable { votes: tally.votes }),
         }
     }
 }
@@ -168,7 +186,7 @@ impl Drop for Lock {
         if !self.released {
             self.redlock
                 .inner()
-                .release_detached(self.key.clone(), self.token, self.ttl_ms);
+                .release_detached(&self.claim, self.ttl_ms);
         }
     }
 }

@@ -46,6 +46,84 @@ pub enum Op<'a> {
         /// The holder's random token.
         token: &'a str,
     },
+    /// Reentrant acquire: `key` is a hash of `{owner: hold count}`. Create it
+    /// with count 1 if absent; if `owner` holds it, count + 1 and make it live
+    /// at least `ttl_ms`; otherwise refuse with the holder's TTL.
+    AcquireReentrant {
+        /// The lock key.
+        key: &'a str,
+        /// The owner's identity.
+        owner: &'a str,
+        /// Time to live in milliseconds.
+        ttl_ms: u64,
+    },
+    /// If `owner` holds `key`, make it live at least `ttl_ms` from now.
+    ExtendReentrant {
+        /// The lock key.
+        key: &'a str,
+        /// The owner's identity.
+        owner: &'a str,
+        /// Time to live in milliseconds.
+        ttl_ms: u64,
+    },
+    /// If `owner` holds `key`, count − 1; delete `key` at zero.
+    ReleaseReentrant {
+        /// The lock key.
+        key: &'a str,
+        /// The owner's identity.
+        owner: &'a str,
+    },
+    /// Set every key in `keys` to `token` with a TTL of `ttl_ms` if none of
+    /// them exists; otherwise set none and refuse with the smallest TTL.
+    AcquireMany {
+        /// The lock keys.
+        keys: &'a [String],
+        /// The holder's random token.
+        token: &'a str,
+        /// Time to live in milliseconds.
+        ttl_ms: u64,
+    },
+    /// If every key holds `token`, make each live at least `ttl_ms`.
+    ExtendMany {
+        /// The lock keys.
+        keys: &'a [String],
+        /// The holder's random token.
+        token: &'a str,
+        /// Time to live in milliseconds.
+        ttl_ms: u64,
+    },
+    /// Delete each of `keys` that holds `token`.
+    ReleaseMany {
+        /// The lock keys.
+        keys: &'a [String],
+        /// The holder's random token.
+        token: &'a str,
+    },
+    /// Fenced acquire (phase 1): if `key` is absent, increment the counter
+    /// `fence_key` and set `key` to `token` with a TTL of `ttl_ms`, answering
+    /// [`Reply::Fence`] with the counter; otherwise refuse with the TTL.
+    AcquireFenced {
+        /// The lock key.
+        key: &'a str,
+        /// The fencing counter's key (no TTL).
+        fence_key: &'a str,
+        /// The holder's random token.
+        token: &'a str,
+        /// Time to live in milliseconds.
+        ttl_ms: u64,
+    },
+    /// Fenced acquire (phase 2): if `key` still holds `token`, raise the
+    /// counter `fence_key` to at least `fence`.
+    FenceWriteBack {
+        /// The lock key.
+        key: &'a str,
+        /// The fencing counter's key.
+        fence_key: &'a str,
+        /// The holder's random token.
+        token: &'a str,
+        /// The fencing token granted.
+        fence: u64,
+    },
 }
 
 /// A node's answer to an [`Op`].
@@ -60,9 +138,11 @@ pub enum Reply {
         /// The remaining TTL, or -1.
         pttl_ms: i64,
     },
-    /// [`Op::Extend`] or [`Op::Release`] found the key absent or held by
-    /// another token.
+    /// An extend, release or write-back found the key absent or held by
+    /// another token (or owner).
     NotHeld,
+    /// [`Op::AcquireFenced`] took the lease; the node's counter is now this.
+    Fence(u64),
 }
 
 /// One independent lock node (a Redis master, or a simulated one in tests).

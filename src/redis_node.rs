@@ -29,12 +29,12 @@ const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// A parsed, not yet connected node address.
 #[derive(Debug, Clone)]
-pub(crate) struct Target {
+pub(crate) struct Address {
     client: redis::Client,
     name: Arc<str>,
 }
 
-impl Target {
+impl Address {
     /// Parses `url`; the error masks any password in it.
     pub(crate) fn parse(url: &str) -> Result<Self, ConfigError> {
         let client = redis::Client::open(url).map_err(|e| ConfigError::InvalidUrl {
@@ -53,14 +53,14 @@ impl Target {
         } else {
             format!("{scheme}{}/{db}", info.addr())
         };
-        Ok(Target {
+        Ok(Address {
             client,
             name: name.into(),
         })
     }
 
     /// The node's display name: scheme, address and database, never a
-    /// password. Two targets with one name are the same node.
+    /// password. Two addresses with one name are the same node.
     pub(crate) fn name(&self) -> &Arc<str> {
         &self.name
     }
@@ -136,15 +136,15 @@ impl Drop for RedisNode {
 }
 
 impl RedisNode {
-    /// Starts connecting to `target` in the background and waits at most
+    /// Starts connecting to `address` in the background and waits at most
     /// `wait` for the first attempt. A node that is down or frozen is not an
     /// error here (it may come back); credentials it rejects are.
-    pub(crate) async fn connect(target: Target, wait: Duration) -> Result<Self, ConfigError> {
+    pub(crate) async fn connect(address: Address, wait: Duration) -> Result<Self, ConfigError> {
         let slot = Arc::new(Slot::default());
         let (first_tx, first_rx) = oneshot::channel();
-        let reconnector = tokio::spawn(reconnect(target.client, slot.clone(), first_tx));
+        let reconnector = tokio::spawn(reconnect(address.client, slot.clone(), first_tx));
         let node = RedisNode {
-            name: target.name,
+            name: address.name,
             slot,
             reconnector: reconnector.abort_handle(),
         };
@@ -267,14 +267,24 @@ fn classify(e: &RedisError) -> NodeError {
 }
 
 fn parse_reply(op: &Op<'_>, value: Value) -> Result<Reply, NodeError> {
-    match (op, &value) {
-        (Op::Acquire { .. }, Value::Okay) => Ok(Reply::Done),
-        (Op::Acquire { .. }, Value::SimpleString(s)) if s == "OK" => Ok(Reply::Done),
-        (Op::Acquire { .. }, Value::Int(pttl_ms)) => Ok(Reply::Held { pttl_ms: *pttl_ms }),
-        (Op::Extend { .. } | Op::Release { .. }, Value::Int(1)) => Ok(Reply::Done),
-        (Op::Extend { .. } | Op::Release { .. }, Value::Int(0)) => Ok(Reply::NotHeld),
-        _ => Err(NodeError::Protocol(format!("{value:?}").into())),
-    }
+    let acquire = matches!(
+        op,
+        Op::Acquire { .. } | Op::AcquireReentrant { .. } | Op::AcquireMany { .. }
+    );
+    let reply = match (&value, op) {
+        (Value::Okay, _) if acquire => Some(Reply::Done),
+        (Value::SimpleString(s), _) if acquire && s == "OK" => Some(Reply::Done),
+        (Value::Int(pttl_ms), _) if acquire => Some(Reply::Held { pttl_ms: *pttl_ms }),
+        (Value::Array(pair), Op::AcquireFenced { .. }) => match pair.as_slice() {
+            [Value::Int(1), Value::Int(fence)] => u64::try_from(*fence).ok().map(Reply::Fence),
+            [Value::Int(0), Value::Int(pttl_ms)] => Some(Reply::Held { pttl_ms: *pttl_ms }),
+            _ => None,
+        },
+        (Value::Int(1), _) if !acquire => Some(Reply::Done),
+        (Value::Int(0), _) if !acquire => Some(Reply::NotHeld),
+        _ => None,
+    };
+    reply.ok_or_else(|| NodeError::Protocol(format!("{value:?}").into()))
 }
 
 /// `url` with the password part of its user info replaced by `***`.
@@ -311,9 +321,9 @@ mod tests {
 
     #[test]
     fn names_hide_passwords() {
-        let t = Target::parse("redis://:pw@127.0.0.1:7001/2").unwrap();
+        let t = Address::parse("redis://:pw@127.0.0.1:7001/2").unwrap();
         assert_eq!(&**t.name(), "redis://127.0.0.1:7001/2");
-        let t = Target::parse("redis://127.0.0.1:7001").unwrap();
+        let t = Address::parse("redis://127.0.0.1:7001").unwrap();
         assert_eq!(&**t.name(), "redis://127.0.0.1:7001");
     }
 
@@ -327,7 +337,7 @@ mod tests {
             "garbage",
         ] {
             assert!(
-                matches!(Target::parse(url), Err(ConfigError::InvalidUrl { .. })),
+                matches!(Address::parse(url), Err(ConfigError::InvalidUrl { .. })),
                 "{url}"
             );
         }

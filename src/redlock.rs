@@ -18,12 +18,12 @@ use futures::stream::FuturesUnordered;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::config::{Builder, Settings};
+use crate::claim::{Claim, Keys, Step};
+use crate::config::{Builder, LockOptions, Settings};
 use crate::error::{Answer, ConfigError, LockError, NodeError, Votes};
 use crate::lock::Lock;
-use crate::node::{Node, Op, Reply};
+use crate::node::{Node, Reply};
 use crate::quorum::{self, Decision, MAX_TTL_MS, Round, Vote};
-use crate::token::Token;
 
 /// A Redlock client over N independent Redis masters.
 ///
@@ -65,38 +65,12 @@ impl fmt::Debug for Redlock {
     }
 }
 
-/// What a round asks of each node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
-    Acquire,
-    Extend,
-    Release,
-}
-
-impl Kind {
-    fn name(self) -> &'static str {
-        match self {
-            Kind::Acquire => "acquire",
-            Kind::Extend => "extend",
-            Kind::Release => "release",
-        }
-    }
-
-    fn op<'a>(self, key: &'a str, token: &'a str, ttl_ms: u64) -> Op<'a> {
-        match self {
-            Kind::Acquire => Op::Acquire { key, token, ttl_ms },
-            Kind::Extend => Op::Extend { key, token, ttl_ms },
-            Kind::Release => Op::Release { key, token },
-        }
-    }
-
-    /// Whether a reply counts towards the quorum. For a release, a node that
-    /// no longer holds our key has confirmed what we wanted.
-    fn vote(self, reply: &Result<Reply, NodeError>) -> Vote {
-        match (self, reply) {
-            (_, Ok(Reply::Done)) | (Kind::Release, Ok(Reply::NotHeld)) => Vote::Yes,
-            _ => Vote::No,
-        }
+/// Whether a reply counts towards the quorum. For a release, a node that no
+/// longer holds our key has confirmed what we wanted.
+fn vote(step: Step, reply: &Result<Reply, NodeError>) -> Vote {
+    match (step, reply) {
+        (_, Ok(Reply::Done | Reply::Fence(_))) | (Step::Release, Ok(Reply::NotHeld)) => Vote::Yes,
+        _ => Vote::No,
     }
 }
 
@@ -120,6 +94,23 @@ pub(crate) enum Wait<'a> {
 
 /// Replies still in flight when a round decided.
 pub(crate) type Pending = FuturesUnordered<BoxFuture<'static, (usize, Result<Reply, NodeError>)>>;
+
+/// The outcome of one round.
+pub(crate) struct Tally {
+    pub(crate) decision: Decision,
+    pub(crate) votes: Votes,
+    /// The largest fencing counter among the grants, for fenced acquires.
+    pub(crate) fence: Option<u64>,
+}
+
+/// How many rounds an acquisition may take.
+#[derive(Debug, Clone, Copy)]
+enum Attempts {
+    /// The retry policy's count, with jittered pauses.
+    Policy,
+    /// Until a deadline, sleeping no longer than the holder's TTL.
+    Until(Option<Instant>),
+}
 
 impl Redlock {
     /// A builder for every setting; see [`Builder`].
@@ -177,9 +168,9 @@ impl Redlock {
     /// # }
     /// ```
     pub async fn try_lock(&self, resource: &str, ttl: Duration) -> Result<Lock, LockError> {
-        let key = lock_key(resource)?;
+        let keys = Keys::single(resource, false)?;
         let ttl = self.inner.check_ttl(ttl)?;
-        self.acquire(&key, ttl).await
+        self.acquire(&Arc::new(Claim::new(&keys)), ttl).await
     }
 
     /// Up to [`Retry::attempts`](crate::Retry::attempts) rounds, pausing a
@@ -192,21 +183,7 @@ impl Redlock {
     /// # }
     /// ```
     pub async fn lock(&self, resource: &str, ttl: Duration) -> Result<Lock, LockError> {
-        let key = lock_key(resource)?;
-        let ttl = self.inner.check_ttl(ttl)?;
-        let retry = self.inner.settings.retry;
-        let mut attempt = 1;
-        loop {
-            let error = match self.acquire(&key, ttl).await {
-                Ok(lock) => return Ok(lock),
-                Err(e) => e,
-            };
-            if attempt >= retry.attempts() {
-                return Err(error);
-            }
-            attempt += 1;
-            tokio::time::sleep(retry.jitter(Duration::MAX)).await;
-        }
+        self.lock_with(resource, ttl, &LockOptions::new()).await
     }
 
     /// Tries until the lock is had or `max_wait` has passed, then
@@ -232,35 +209,158 @@ impl Redlock {
         ttl: Duration,
         max_wait: Duration,
     ) -> Result<Lock, LockError> {
-        let key = lock_key(resource)?;
+        self.lock_with(resource, ttl, &LockOptions::new().wait(max_wait))
+            .await
+    }
+
+    /// A lock carrying a fencing token ([`Lock::fence`]) that is larger than
+    /// that of every earlier holder of `resource`, retrying per policy.
+    ///
+    /// Two rounds: the first takes the lease and increments a per-node
+    /// counter, the second writes the largest counter seen back to the nodes
+    /// that granted. The token is granted only when a quorum confirmed the
+    /// write-back before the deadline. Hand the token to the resource you
+    /// protect and have it reject writes carrying a smaller one: that stops a
+    /// holder that paused past its validity. See `docs/fencing.md`.
+    ///
+    /// ```no_run
+    /// # async fn demo(redlock: redquorum::Redlock) -> Result<(), redquorum::LockError> {
+    /// let lock = redlock.lock_fenced("ledger", std::time::Duration::from_secs(10)).await?;
+    /// let token: u64 = lock.fence().expect("fenced locks carry a token");
+    /// // storage.write_if_newer(token, ...)
+    /// lock.release().await
+    /// # }
+    /// ```
+    pub async fn lock_fenced(&self, resource: &str, ttl: Duration) -> Result<Lock, LockError> {
+        self.lock_with(resource, ttl, &LockOptions::new().fenced())
+            .await
+    }
+
+    /// A lock with explicit [`LockOptions`]: how long to wait, whether to
+    /// carry a fencing token.
+    ///
+    /// ```no_run
+    /// # async fn demo(redlock: redquorum::Redlock) -> Result<(), redquorum::LockError> {
+    /// use std::time::Duration;
+    /// use redquorum::LockOptions;
+    /// let options = LockOptions::new().fenced().wait(Duration::from_secs(5));
+    /// let lock = redlock.lock_with("ledger", Duration::from_secs(10), &options).await?;
+    /// lock.release().await
+    /// # }
+    /// ```
+    pub async fn lock_with(
+        &self,
+        resource: &str,
+        ttl: Duration,
+        options: &LockOptions,
+    ) -> Result<Lock, LockError> {
+        let keys = Keys::single(resource, options.is_fenced())?;
         let ttl = self.inner.check_ttl(ttl)?;
+        let attempts = match options.max_wait() {
+            None => Attempts::Policy,
+            Some(max_wait) => Attempts::Until(Instant::now().checked_add(max_wait)),
+        };
+        self.acquire_repeatedly(&keys, None, ttl, attempts).await
+    }
+
+    /// One lock over several resources, retrying per policy: on each node
+    /// either every resource is set or none is, so two holders of
+    /// overlapping sets never both get a quorum. Extend and release act on
+    /// all of them.
+    ///
+    /// ```no_run
+    /// # async fn demo(redlock: redquorum::Redlock) -> Result<(), redquorum::LockError> {
+    /// use std::time::Duration;
+    /// let lock = redlock.lock_many(&["account:1", "account:2"], Duration::from_secs(5)).await?;
+    /// assert_eq!(lock.resources().count(), 2);
+    /// lock.release().await
+    /// # }
+    /// ```
+    pub async fn lock_many(&self, resources: &[&str], ttl: Duration) -> Result<Lock, LockError> {
+        let keys = Keys::many(resources)?;
+        let ttl = self.inner.check_ttl(ttl)?;
+        self.acquire_repeatedly(&keys, None, ttl, Attempts::Policy)
+            .await
+    }
+
+    /// A reentrant lock, retrying per policy: `owner` may take `resource`
+    /// again while it holds it (each hold adds one to a per-owner count and
+    /// refreshes the TTL), another owner is refused with
+    /// [`LockError::Taken`], and each [`Lock::release`] gives one hold back;
+    /// the key goes when the count reaches zero.
+    ///
+    /// The owner name is the identity: give every process (or task) that must
+    /// exclude the others a distinct one. Quorum and validity rules are those
+    /// of plain locks; each returned `Lock` has its own deadline.
+    ///
+    /// ```no_run
+    /// # async fn demo(redlock: redquorum::Redlock) -> Result<(), redquorum::LockError> {
+    /// use std::time::Duration;
+    /// let outer = redlock.lock_reentrant("job", Duration::from_secs(10), "worker-7").await?;
+    /// let inner = redlock.lock_reentrant("job", Duration::from_secs(10), "worker-7").await?;
+    /// inner.release().await?; // still held by `outer`
+    /// outer.release().await
+    /// # }
+    /// ```
+    pub async fn lock_reentrant(
+        &self,
+        resource: &str,
+        ttl: Duration,
+        owner: &str,
+    ) -> Result<Lock, LockError> {
+        let keys = Keys::reentrant(resource)?;
+        let ttl = self.inner.check_ttl(ttl)?;
+        self.acquire_repeatedly(&keys, Some(owner), ttl, Attempts::Policy)
+            .await
+    }
+
+    /// Rounds until one grants or `attempts` runs out.
+    async fn acquire_repeatedly(
+        &self,
+        keys: &Arc<Keys>,
+        owner: Option<&str>,
+        ttl: Ttl,
+        attempts: Attempts,
+    ) -> Result<Lock, LockError> {
         let retry = self.inner.settings.retry;
         let start = Instant::now();
-        let give_up = start.checked_add(max_wait);
+        let mut round = 1;
         loop {
-            let error = match self.acquire(&key, ttl).await {
+            let claim = match owner {
+                Some(owner) => Claim::owned(keys, owner)?,
+                None => Claim::new(keys), // a fresh token every round
+            };
+            let error = match self.acquire(&Arc::new(claim), ttl).await {
                 Ok(lock) => return Ok(lock),
                 Err(e) => e,
             };
-            let now = Instant::now();
-            let left = give_up.map_or(Duration::MAX, |g| g.saturating_duration_since(now));
-            if left.is_zero() {
-                return Err(LockError::Timeout {
-                    waited: now - start,
-                    last: Box::new(error),
-                });
-            }
-            let holder_left = error
-                .votes()
-                .and_then(Votes::min_pttl)
-                .unwrap_or(Duration::MAX);
-            tokio::time::sleep(retry.jitter(holder_left).min(left)).await;
+            let pause = match attempts {
+                Attempts::Policy if round >= retry.attempts() => return Err(error),
+                Attempts::Policy => retry.jitter(Duration::MAX),
+                Attempts::Until(give_up) => {
+                    let now = Instant::now();
+                    let left = give_up.map_or(Duration::MAX, |g| g.saturating_duration_since(now));
+                    if left.is_zero() {
+                        return Err(LockError::Timeout {
+                            waited: now - start,
+                            last: Box::new(error),
+                        });
+                    }
+                    let holder_left = error
+                        .votes()
+                        .and_then(Votes::min_pttl)
+                        .unwrap_or(Duration::MAX);
+                    retry.jitter(holder_left).min(left)
+                }
+            };
+            round += 1;
+            tokio::time::sleep(pause).await;
         }
     }
 
-    async fn acquire(&self, key: &Arc<str>, ttl: Ttl) -> Result<Lock, LockError> {
+    /// One acquisition: one round, or two for a fenced lock.
+    async fn acquire(&self, claim: &Arc<Claim>, ttl: Ttl) -> Result<Lock, LockError> {
         let inner = &self.inner;
-        let token = Token::random();
         // The clock is read before the first request leaves.
         let t0 = Instant::now();
         let deadline = t0 + ttl.validity;
@@ -269,48 +369,93 @@ impl Redlock {
         // the round has set.
         let mut guard = Abandoned {
             inner,
-            key,
-            token,
+            claim,
             ttl_ms: ttl.ms,
             armed: true,
         };
-        let mut pending = inner.fan_out(Kind::Acquire, key, token, ttl.ms);
-        let (decision, votes) = inner
+        let mut pending = inner.fan_out(claim, Step::Acquire, ttl.ms, None);
+        let mut tally = inner
             .collect(
-                Kind::Acquire,
-                key,
+                Step::Acquire,
+                claim,
                 &mut pending,
                 t0 + per_node,
                 Wait::Decision,
+                None,
             )
             .await;
         // Stragglers are dropped: whatever they set is removed by the release
         // below, which each node applies after the acquire.
         drop(pending);
-        if decision == Decision::Granted && Instant::now() < deadline {
+        let phase1 = tally.votes.clone();
+        let mut fence = None;
+        if let (Decision::Granted, Some(t)) = (tally.decision, tally.fence) {
+            // Fenced phase 2: write the largest counter back where we hold
+            // the lease; the token stands only if a quorum confirms in time.
+            let granted = granted_mask(&tally.votes);
+            let now = Instant::now();
+            let per_node = quorum::node_timeout(
+                inner.settings.node_timeout,
+                ttl.ms,
+                deadline.saturating_duration_since(now),
+            );
+            let step = Step::WriteBack(t);
+            let mut pending = inner.fan_out(claim, step, ttl.ms, Some(&granted));
+            tally = inner
+                .collect(
+                    step,
+                    claim,
+                    &mut pending,
+                    now + per_node,
+                    Wait::Decision,
+                    Some(&granted),
+                )
+                .await;
+            fence = Some(t);
+        }
+        if tally.decision == Decision::Granted && Instant::now() < deadline {
             guard.armed = false; // the Lock owns the keys now
             return Ok(Lock::new(
                 self.clone(),
-                key.clone(),
-                token,
+                Arc::clone(claim),
                 ttl.ms,
                 deadline,
+                fence,
             ));
         }
-        // Wait for the nodes that granted, so that a retry never meets our own
-        // leftovers there; the others (silent, possibly frozen) are released
-        // in the background, behind the acquire on the same connection.
-        let granted: Vec<bool> = votes.iter().map(|(_, a)| *a == Answer::Yes).collect();
+        // Release wherever the acquire may have taken effect. Wait for the
+        // nodes that granted, so that a retry never meets our own leftovers
+        // there; the others (silent, possibly frozen) are released in the
+        // background, behind the acquire on the same connection.
+        let granted = granted_mask(&phase1);
+        let touched: Vec<bool> = phase1.iter().map(|(_, a)| may_have_applied(a)).collect();
         inner
-            .release(key, token, ttl.ms, Wait::Nodes(&granted))
+            .release(claim, ttl.ms, Wait::Nodes(&granted), Some(&touched))
             .await;
         guard.armed = false;
-        Err(refusal(decision, votes))
+        Err(refusal(tally.decision, tally.votes))
     }
 
     pub(crate) fn inner(&self) -> &Arc<Inner> {
         &self.inner
     }
+}
+
+/// Nodes that answered yes.
+fn granted_mask(votes: &Votes) -> Vec<bool> {
+    votes.iter().map(|(_, a)| *a == Answer::Yes).collect()
+}
+
+/// Whether an acquire may have changed the node: it granted, or its answer
+/// never came. A node that refused or failed outright changed nothing, and
+/// sending it a release could give back a reentrant hold we still have.
+fn may_have_applied(answer: &Answer) -> bool {
+    matches!(
+        answer,
+        Answer::Yes
+            | Answer::Undecided
+            | Answer::Failed(NodeError::TimedOut | NodeError::Connection(_))
+    )
 }
 
 impl Inner {
@@ -329,16 +474,24 @@ impl Inner {
         Ok(Ttl { ms, validity })
     }
 
-    /// Sends one operation to every node at once.
-    pub(crate) fn fan_out(&self, kind: Kind, key: &Arc<str>, token: Token, ttl_ms: u64) -> Pending {
+    /// Sends one operation to every node at once (or to those marked in
+    /// `only`).
+    pub(crate) fn fan_out(
+        &self,
+        claim: &Arc<Claim>,
+        step: Step,
+        ttl_ms: u64,
+        only: Option<&[bool]>,
+    ) -> Pending {
         self.nodes
             .iter()
             .enumerate()
+            .filter(|(i, _)| only.is_none_or(|only| only[*i]))
             .map(|(i, node)| {
                 let node = Arc::clone(node);
-                let key = Arc::clone(key);
+                let claim = Arc::clone(claim);
                 Box::pin(async move {
-                    let reply = node.call(kind.op(&key, token.as_str(), ttl_ms)).await;
+                    let reply = node.call(claim.op(step, ttl_ms)).await;
                     (i, reply)
                 }) as BoxFuture<'static, _>
             })
@@ -346,21 +499,36 @@ impl Inner {
     }
 
     /// Counts replies from `pending` until `wait` is satisfied or `until`
-    /// passes; nodes silent by then count as timed out.
+    /// passes; nodes silent by then count as timed out. Nodes not marked in
+    /// `asked` were not sent the operation and count as no.
     pub(crate) async fn collect(
         &self,
-        kind: Kind,
-        key: &str,
+        step: Step,
+        claim: &Claim,
         pending: &mut Pending,
         until: Instant,
         wait: Wait<'_>,
-    ) -> (Decision, Votes) {
+        asked: Option<&[bool]>,
+    ) -> Tally {
         let n = self.nodes.len();
-        let span = tracing::debug_span!("redquorum.round", op = kind.name(), key, nodes = n);
+        let span = tracing::debug_span!(
+            "redquorum.round",
+            op = step.name(),
+            key = claim.keys().first(),
+            nodes = n
+        );
         async move {
             let started = Instant::now();
             let mut round = Round::new(n);
             let mut answers = vec![Answer::Undecided; n];
+            let mut waiting = vec![false; n];
+            for (i, w) in waiting.iter_mut().enumerate() {
+                *w = asked.is_none_or(|asked| asked[i]);
+                if !*w {
+                    round.record(Vote::No);
+                }
+            }
+            let mut fence = None;
             let timer = tokio::time::sleep_until(until);
             tokio::pin!(timer);
             loop {
@@ -368,16 +536,20 @@ impl Inner {
                     Wait::Decision => round.decision() != Decision::Pending,
                     Wait::Nodes(nodes) => nodes
                         .iter()
-                        .zip(&answers)
-                        .all(|(&w, a)| !w || *a != Answer::Undecided),
+                        .zip(&waiting)
+                        .all(|(&wanted, &waiting)| !wanted || !waiting),
                 };
-                if done {
+                if done || pending.is_empty() {
                     break;
                 }
                 tokio::select! {
                     biased;
                     Some((i, reply)) = pending.next() => {
-                        round.record(kind.vote(&reply));
+                        waiting[i] = false;
+                        round.record(vote(step, &reply));
+                        if let Ok(Reply::Fence(c)) = reply {
+                            fence = fence.max(Some(c));
+                        }
                         answers[i] = answer(reply);
                         tracing::debug!(
                             node = %self.nodes[i].name(),
@@ -386,9 +558,12 @@ impl Inner {
                         );
                     }
                     _ = &mut timer => {
-                        for a in answers.iter_mut().filter(|a| **a == Answer::Undecided) {
-                            *a = Answer::Failed(NodeError::TimedOut);
-                            round.record(Vote::No);
+                        for (i, a) in answers.iter_mut().enumerate() {
+                            if waiting[i] {
+                                waiting[i] = false;
+                                *a = Answer::Failed(NodeError::TimedOut);
+                                round.record(Vote::No);
+                            }
                         }
                         break;
                     }
@@ -402,42 +577,50 @@ impl Inner {
                     .collect(),
             );
             tracing::debug!(decision = ?round.decision(), yes = round.yes(), no = round.no());
-            (round.decision(), votes)
+            Tally {
+                decision: round.decision(),
+                votes,
+                fence,
+            }
         }
         .instrument(span)
         .await
     }
 
-    /// Releases `key` on every node. Returns once `wait` is satisfied or the
-    /// node timeout passed; replies still in flight then are awaited in the
-    /// background for up to the TTL, after which the key has expired anyway.
+    /// Releases `claim` on every node (or those marked in `only`). Returns
+    /// once `wait` is satisfied or the node timeout passed; replies still in
+    /// flight then are awaited in the background for up to the TTL, after
+    /// which the keys have expired anyway.
     pub(crate) async fn release(
         &self,
-        key: &Arc<str>,
-        token: Token,
+        claim: &Arc<Claim>,
         ttl_ms: u64,
         wait: Wait<'_>,
-    ) -> (Decision, Votes) {
+        only: Option<&[bool]>,
+    ) -> Tally {
         let per_node = quorum::node_timeout(self.settings.node_timeout, ttl_ms, Duration::MAX);
-        let mut pending = self.fan_out(Kind::Release, key, token, ttl_ms);
-        let result = self
+        let mut pending = self.fan_out(claim, Step::Release, ttl_ms, only);
+        let tally = self
             .collect(
-                Kind::Release,
-                key,
+                Step::Release,
+                claim,
                 &mut pending,
                 Instant::now() + per_node,
                 wait,
+                only,
             )
             .await;
-        finish_in_background(pending, Duration::from_millis(ttl_ms));
-        result
+        if !pending.is_empty() {
+            tokio::spawn(drain(pending, Duration::from_millis(ttl_ms)));
+        }
+        tally
     }
 
-    /// Releases `key` everywhere without waiting, for `Drop`. Needs a tokio
+    /// Releases `claim` everywhere without waiting, for `Drop`. Needs a tokio
     /// runtime; without one the keys simply expire.
-    pub(crate) fn release_detached(self: &Arc<Self>, key: Arc<str>, token: Token, ttl_ms: u64) {
+    pub(crate) fn release_detached(&self, claim: &Arc<Claim>, ttl_ms: u64) {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let pending = self.fan_out(Kind::Release, &key, token, ttl_ms);
+            let pending = self.fan_out(claim, Step::Release, ttl_ms, None);
             runtime.spawn(drain(pending, Duration::from_millis(ttl_ms)));
         }
     }
@@ -448,8 +631,7 @@ impl Inner {
 /// `lock()` call never leaves a key behind for the TTL.
 struct Abandoned<'a> {
     inner: &'a Arc<Inner>,
-    key: &'a Arc<str>,
-    token: Token,
+    claim: &'a Arc<Claim>,
     ttl_ms: u64,
     armed: bool,
 }
@@ -457,16 +639,8 @@ struct Abandoned<'a> {
 impl Drop for Abandoned<'_> {
     fn drop(&mut self) {
         if self.armed {
-            self.inner
-                .release_detached(Arc::clone(self.key), self.token, self.ttl_ms);
+            self.inner.release_detached(self.claim, self.ttl_ms);
         }
-    }
-}
-
-/// Lets the rest of a release run on after the caller has its answer.
-fn finish_in_background(pending: Pending, bound: Duration) {
-    if !pending.is_empty() {
-        tokio::spawn(drain(pending, bound));
     }
 }
 
@@ -476,7 +650,7 @@ async fn drain(mut pending: Pending, bound: Duration) {
 
 fn answer(reply: Result<Reply, NodeError>) -> Answer {
     match reply {
-        Ok(Reply::Done) => Answer::Yes,
+        Ok(Reply::Done | Reply::Fence(_)) => Answer::Yes,
         Ok(Reply::Held { pttl_ms }) => Answer::Held {
             pttl: u64::try_from(pttl_ms).ok().map(Duration::from_millis),
         },
@@ -497,21 +671,4 @@ pub(crate) fn refusal(decision: Decision, votes: Votes) -> LockError {
     } else {
         LockError::Unavailable { votes }
     }
-}
-
-/// The lock key of a resource: `{resource}:lock`.
-///
-/// The hash tag keeps every key of one resource in one slot, should a node
-/// ever be a cluster; the mapping is injective, so distinct resources never
-/// share a key.
-pub(crate) fn lock_key(resource: &str) -> Result<Arc<str>, ConfigError> {
-    if resource.is_empty() {
-        return Err(ConfigError::EmptyResource);
-    }
-    Ok(format!("{{{resource}}}:lock").into())
-}
-
-/// The resource a key from [`lock_key`] was made from.
-pub(crate) fn resource_of(key: &str) -> &str {
-    key.get(1..key.len().saturating_sub(6)).unwrap_or_default()
 }

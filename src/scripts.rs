@@ -10,14 +10,32 @@ use redis::Script;
 
 use crate::node::Op;
 
-const ACQUIRE_SRC: &str = include_str!("scripts/acquire.lua");
-const EXTEND_SRC: &str = include_str!("scripts/extend.lua");
-const RELEASE_SRC: &str = include_str!("scripts/release.lua");
+/// A script's source and its SHA-1, computed on first use.
+struct Lua {
+    source: &'static str,
+    script: LazyLock<Script>,
+}
 
-// Hashed on first use, once per process.
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SRC));
-static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_SRC));
-static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SRC));
+macro_rules! lua {
+    ($name:ident, $file:literal) => {
+        static $name: Lua = Lua {
+            source: include_str!($file),
+            script: LazyLock::new(|| Script::new(include_str!($file))),
+        };
+    };
+}
+
+lua!(ACQUIRE, "scripts/acquire.lua");
+lua!(EXTEND, "scripts/extend.lua");
+lua!(RELEASE, "scripts/release.lua");
+lua!(ACQUIRE_REENTRANT, "scripts/acquire_reentrant.lua");
+lua!(EXTEND_REENTRANT, "scripts/extend_reentrant.lua");
+lua!(RELEASE_REENTRANT, "scripts/release_reentrant.lua");
+lua!(ACQUIRE_MANY, "scripts/acquire_many.lua");
+lua!(EXTEND_MANY, "scripts/extend_many.lua");
+lua!(RELEASE_MANY, "scripts/release_many.lua");
+lua!(ACQUIRE_FENCED, "scripts/acquire_fenced.lua");
+lua!(FENCE_WRITEBACK, "scripts/fence_writeback.lua");
 
 /// How a script is called: by SHA first, by source after `NOSCRIPT`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,24 +44,28 @@ pub(crate) enum Call {
     Source,
 }
 
-/// The packed `EVALSHA`/`EVAL` command for `op`.
+/// The `EVALSHA`/`EVAL` command for `op`.
 pub(crate) fn command(op: &Op<'_>, call: Call) -> redis::Cmd {
-    let (script, source) = match op {
-        Op::Acquire { .. } => (&*ACQUIRE, ACQUIRE_SRC),
-        Op::Extend { .. } => (&*EXTEND, EXTEND_SRC),
-        Op::Release { .. } => (&*RELEASE, RELEASE_SRC),
+    let lua = match op {
+        Op::Acquire { .. } => &ACQUIRE,
+        Op::Extend { .. } => &EXTEND,
+        Op::Release { .. } => &RELEASE,
+        Op::AcquireReentrant { .. } => &ACQUIRE_REENTRANT,
+        Op::ExtendReentrant { .. } => &EXTEND_REENTRANT,
+        Op::ReleaseReentrant { .. } => &RELEASE_REENTRANT,
+        Op::AcquireMany { .. } => &ACQUIRE_MANY,
+        Op::ExtendMany { .. } => &EXTEND_MANY,
+        Op::ReleaseMany { .. } => &RELEASE_MANY,
+        Op::AcquireFenced { .. } => &ACQUIRE_FENCED,
+        Op::FenceWriteBack { .. } => &FENCE_WRITEBACK,
     };
     let mut cmd = match call {
-        Call::Sha => {
-            let mut cmd = redis::cmd("EVALSHA");
-            cmd.arg(script.get_hash());
-            cmd
-        }
-        Call::Source => {
-            let mut cmd = redis::cmd("EVAL");
-            cmd.arg(source);
-            cmd
-        }
+        Call::Sha => redis::cmd("EVALSHA"),
+        Call::Source => redis::cmd("EVAL"),
+    };
+    match call {
+        Call::Sha => cmd.arg(lua.script.get_hash()),
+        Call::Source => cmd.arg(lua.source),
     };
     match *op {
         Op::Acquire { key, token, ttl_ms } | Op::Extend { key, token, ttl_ms } => {
@@ -51,6 +73,44 @@ pub(crate) fn command(op: &Op<'_>, call: Call) -> redis::Cmd {
         }
         Op::Release { key, token } => {
             cmd.arg(1).arg(key).arg(token);
+        }
+        Op::AcquireReentrant { key, owner, ttl_ms }
+        | Op::ExtendReentrant { key, owner, ttl_ms } => {
+            cmd.arg(1).arg(key).arg(owner).arg(ttl_ms);
+        }
+        Op::ReleaseReentrant { key, owner } => {
+            cmd.arg(1).arg(key).arg(owner);
+        }
+        Op::AcquireMany {
+            keys,
+            token,
+            ttl_ms,
+        }
+        | Op::ExtendMany {
+            keys,
+            token,
+            ttl_ms,
+        } => {
+            cmd.arg(keys.len()).arg(keys).arg(token).arg(ttl_ms);
+        }
+        Op::ReleaseMany { keys, token } => {
+            cmd.arg(keys.len()).arg(keys).arg(token);
+        }
+        Op::AcquireFenced {
+            key,
+            fence_key,
+            token,
+            ttl_ms,
+        } => {
+            cmd.arg(2).arg(key).arg(fence_key).arg(token).arg(ttl_ms);
+        }
+        Op::FenceWriteBack {
+            key,
+            fence_key,
+            token,
+            fence,
+        } => {
+            cmd.arg(2).arg(key).arg(fence_key).arg(token).arg(fence);
         }
     }
     cmd

@@ -1,0 +1,250 @@
+//! What a lock holds on each node: its keys, and the token (or reentrant
+//! owner) that marks them as ours.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use crate::error::ConfigError;
+use crate::node::Op;
+use crate::token::Token;
+
+/// The kind of lock, which decides the scripts used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flavor {
+    /// One key holding a random token.
+    Plain,
+    /// One key holding a random token, plus a fencing counter.
+    Fenced,
+    /// One hash key holding `{owner: hold count}`.
+    Reentrant,
+    /// Several keys, set all-or-nothing on each node.
+    Many,
+}
+
+/// The keys of one lock call, computed once and shared by its rounds.
+#[derive(Debug)]
+pub(crate) struct Keys {
+    flavor: Flavor,
+    /// One lock key per resource, in the order given.
+    lock: Box<[String]>,
+    /// The fencing counter, for [`Flavor::Fenced`].
+    fence: Option<String>,
+}
+
+/// The lock key of a resource: `{resource}:lock`. The hash tag keeps every
+/// key of one resource in one slot; the mapping is injective, so distinct
+/// resources never share a key.
+fn lock_key(resource: &str) -> Result<String, ConfigError> {
+    if resource.is_empty() {
+        return Err(ConfigError::EmptyResource);
+    }
+    Ok(format!("{{{resource}}}:lock"))
+}
+
+/// The resource a key from [`lock_key`] was made from.
+fn resource_of(key: &str) -> &str {
+    key.get(1..key.len().saturating_sub(6)).unwrap_or_default()
+}
+
+impl Keys {
+    /// A plain or fenced lock on one resource.
+    pub(crate) fn single(resource: &str, fenced: bool) -> Result<Arc<Self>, ConfigError> {
+        let lock = lock_key(resource)?;
+        let (flavor, fence) = if fenced {
+            (Flavor::Fenced, Some(format!("{{{resource}}}:fence")))
+        } else {
+            (Flavor::Plain, None)
+        };
+        Ok(Arc::new(Keys {
+            flavor,
+            lock: Box::new([lock]),
+            fence,
+        }))
+    }
+
+    /// A reentrant lock on one resource.
+    pub(crate) fn reentrant(resource: &str) -> Result<Arc<Self>, ConfigError> {
+        Ok(Arc::new(Keys {
+            flavor: Flavor::Reentrant,
+            lock: Box::new([lock_key(resource)?]),
+            fence: None,
+        }))
+    }
+
+    /// One lock over several distinct resources.
+    pub(crate) fn many(resources: &[&str]) -> Result<Arc<Self>, ConfigError> {
+        if resources.is_empty() {
+            return Err(ConfigError::NoResources);
+        }
+        let mut seen = HashSet::with_capacity(resources.len());
+        if let Some(dup) = resources.iter().find(|r| !seen.insert(**r)) {
+            return Err(ConfigError::DuplicateResource((*dup).to_owned()));
+        }
+        let lock = resources
+            .iter()
+            .map(|r| lock_key(r))
+            .collect::<Result<Box<[String]>, _>>()?;
+        Ok(Arc::new(Keys {
+            flavor: Flavor::Many,
+            lock,
+            fence: None,
+        }))
+    }
+
+    /// The first lock key (for logs).
+    pub(crate) fn first(&self) -> &str {
+        &self.lock[0]
+    }
+
+    /// The resources, in the order given.
+    pub(crate) fn resources(&self) -> impl ExactSizeIterator<Item = &str> {
+        self.lock.iter().map(|k| resource_of(k))
+    }
+}
+
+/// What one node operation does to a claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    Acquire,
+    Extend,
+    Release,
+    /// Fenced phase 2, carrying the fencing token to write back.
+    WriteBack(u64),
+}
+
+impl Step {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Step::Acquire => "acquire",
+            Step::Extend => "extend",
+            Step::Release => "release",
+            Step::WriteBack(_) => "fence-write-back",
+        }
+    }
+}
+
+/// One holder's claim on some keys: a fresh random token per acquisition
+/// round, or the caller's owner name for a reentrant lock.
+#[derive(Debug)]
+pub(crate) struct Claim {
+    keys: Arc<Keys>,
+    token: Token,
+    owner: Option<Box<str>>,
+}
+
+impl Claim {
+    /// A claim with a fresh random token.
+    pub(crate) fn new(keys: &Arc<Keys>) -> Self {
+        Claim {
+            keys: Arc::clone(keys),
+            token: Token::random(),
+            owner: None,
+        }
+    }
+
+    /// A reentrant claim: the owner name is the token.
+    pub(crate) fn owned(keys: &Arc<Keys>, owner: &str) -> Result<Self, ConfigError> {
+        if owner.is_empty() {
+            return Err(ConfigError::EmptyOwner);
+        }
+        Ok(Claim {
+            keys: Arc::clone(keys),
+            token: Token::random(),
+            owner: Some(owner.into()),
+        })
+    }
+
+    pub(crate) fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    /// What the keys hold: the owner for a reentrant lock, else the token.
+    pub(crate) fn token(&self) -> &str {
+        self.owner.as_deref().unwrap_or(self.token.as_str())
+    }
+
+    /// The node operation for `step` on this claim.
+    pub(crate) fn op(&self, step: Step, ttl_ms: u64) -> Op<'_> {
+        let key = self.keys.lock[0].as_str();
+        let keys = &self.keys.lock[..];
+        let token = self.token();
+        let fence_key = self.keys.fence.as_deref().unwrap_or_default();
+        match (self.keys.flavor, step) {
+            (Flavor::Plain, Step::Acquire) => Op::Acquire { key, token, ttl_ms },
+            (Flavor::Fenced, Step::Acquire) => Op::AcquireFenced {
+                key,
+                fence_key,
+                token,
+                ttl_ms,
+            },
+            (Flavor::Plain | Flavor::Fenced, Step::Extend) => Op::Extend { key, token, ttl_ms },
+            (Flavor::Plain | Flavor::Fenced, Step::Release) => Op::Release { key, token },
+            (_, Step::WriteBack(fence)) => Op::FenceWriteBack {
+                key,
+                fence_key,
+                token,
+                fence,
+            },
+            (Flavor::Reentrant, Step::Acquire) => Op::AcquireReentrant {
+                key,
+                owner: token,
+                ttl_ms,
+            },
+            (Flavor::Reentrant, Step::Extend) => Op::ExtendReentrant {
+                key,
+                owner: token,
+                ttl_ms,
+            },
+            (Flavor::Reentrant, Step::Release) => Op::ReleaseReentrant { key, owner: token },
+            (Flavor::Many, Step::Acquire) => Op::AcquireMany {
+                keys,
+                token,
+                ttl_ms,
+            },
+            (Flavor::Many, Step::Extend) => Op::ExtendMany {
+                keys,
+                token,
+                ttl_ms,
+            },
+            (Flavor::Many, Step::Release) => Op::ReleaseMany { keys, token },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multi_resource_keys_never_collide() {
+        let a = Keys::many(&["ab", "c"]).unwrap();
+        let b = Keys::many(&["a", "bc"]).unwrap();
+        assert_ne!(a.lock, b.lock);
+        assert_eq!(a.resources().collect::<Vec<_>>(), ["ab", "c"]);
+    }
+
+    #[test]
+    fn bad_resource_lists_are_typed_errors() {
+        assert_eq!(Keys::many(&[]).unwrap_err(), ConfigError::NoResources);
+        assert_eq!(
+            Keys::many(&["a", "b", "a"]).unwrap_err(),
+            ConfigError::DuplicateResource("a".into())
+        );
+        assert_eq!(
+            Keys::many(&["a", ""]).unwrap_err(),
+            ConfigError::EmptyResource
+        );
+        assert_eq!(
+            Keys::single("", false).unwrap_err(),
+            ConfigError::EmptyResource
+        );
+    }
+
+    #[test]
+    fn resources_round_trip_through_keys() {
+        for r in ["x", "}", "{", "a}:lock{b", "ключ"] {
+            let keys = Keys::single(r, true).unwrap();
+            assert_eq!(keys.resources().next(), Some(r));
+        }
+    }
+}
