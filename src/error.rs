@@ -118,6 +118,9 @@ pub enum ConfigError {
     /// A multi-resource lock naming one resource twice.
     #[error("resource {0:?} is listed more than once")]
     DuplicateResource(String),
+    /// A background task was asked for outside a tokio runtime.
+    #[error("no tokio runtime is running")]
+    NoRuntime,
     /// A reentrant lock with an empty owner name.
     #[error("reentrant owner name is empty")]
     EmptyOwner,
@@ -213,6 +216,11 @@ impl Votes {
     /// How many nodes hold the resource for someone else.
     pub fn held(&self) -> usize {
         self.count(|a| matches!(a, Answer::Held { .. }))
+    }
+
+    /// How many nodes no longer hold our token (extend, write-back).
+    pub fn not_held(&self) -> usize {
+        self.count(|a| matches!(a, Answer::NotHeld))
     }
 
     /// How many nodes failed or timed out.

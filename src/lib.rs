@@ -45,6 +45,7 @@
 mod claim;
 mod config;
 mod error;
+mod lease;
 mod lock;
 pub mod node;
 pub mod quorum;
@@ -55,6 +56,7 @@ mod token;
 
 pub use config::{Builder, LockOptions, Retry};
 pub use error::{Answer, ConfigError, LockError, NodeError, Votes};
+pub use lease::{KeepAlive, Lease};
 pub use lock::Lock;
 pub use redlock::Redlock;
 

@@ -62,6 +62,22 @@ impl Lock {
         }
     }
 
+    pub(crate) fn deadline_at(&self) -> Instant {
+        self.deadline
+    }
+
+    pub(crate) fn ttl_ms(&self) -> u64 {
+        self.ttl_ms
+    }
+
+    pub(crate) fn redlock(&self) -> &Redlock {
+        &self.redlock
+    }
+
+    pub(crate) fn quorum(&self) -> usize {
+        self.redlock.quorum()
+    }
+
     /// The resource this lock holds (the first one, for
     /// [`Redlock::lock_many`]).
     pub fn resource(&self) -> &str {

@@ -1,0 +1,386 @@
+//! Leases that live with the work: a lock extended in the background while
+//! its holder works, and a loss that stops the work.
+//!
+//! [`Redlock::run`] owns the whole life cycle: acquire, extend every third of
+//! the TTL, drop the work future the moment the lease can no longer be kept,
+//! release at the end. [`Lock::keep_alive`] is the manual form: a watchdog on
+//! a lock you already hold.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::config::LockOptions;
+use crate::error::{ConfigError, LockError};
+use crate::lock::Lock;
+use crate::quorum;
+use crate::redlock::Redlock;
+
+/// A view of a lease kept alive in the background: what it holds, how long
+/// it is valid, and a signal when it ends. Cheap to clone; hand clones to
+/// subtasks so they can check in at their own checkpoints.
+#[derive(Clone)]
+pub struct Lease {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    resource: String,
+    token: String,
+    fence: Option<u64>,
+    deadline: Mutex<Instant>,
+    /// `true` while the lease is held; set to `false` once, when it ends.
+    held: watch::Sender<bool>,
+}
+
+impl fmt::Debug for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease")
+            .field("resource", &self.shared.resource)
+            .field("fence", &self.shared.fence)
+            .field("remaining", &self.remaining())
+            .field("held", &*self.shared.held.borrow())
+            .finish()
+    }
+}
+
+impl Lease {
+    fn new(lock: &Lock) -> Self {
+        let (held, _) = watch::channel(true);
+        Lease {
+            shared: Arc::new(Shared {
+                resource: lock.resource().to_owned(),
+                token: lock.token().to_owned(),
+                fence: lock.fence(),
+                deadline: Mutex::new(lock.deadline_at()),
+                held,
+            }),
+        }
+    }
+
+    /// The resource held.
+    pub fn resource(&self) -> &str {
+        &self.shared.resource
+    }
+
+    /// The token the nodes hold for this lease.
+    pub fn token(&self) -> &str {
+        &self.shared.token
+    }
+
+    /// The fencing token, when the lease was taken with
+    /// [`LockOptions::fenced`]. Pass it with every write to the protected
+    /// resource.
+    pub fn fence(&self) -> Option<u64> {
+        self.shared.fence
+    }
+
+    /// When the current validity ends (moves later with each extension).
+    pub fn deadline(&self) -> std::time::Instant {
+        self.deadline_at().into_std()
+    }
+
+    /// Validity left, rounded down to whole milliseconds; zero once expired
+    /// or ended.
+    pub fn remaining(&self) -> Duration {
+        if !self.is_held() {
+            return Duration::ZERO;
+        }
+        quorum::remaining(
+            self.deadline_at().saturating_duration_since(Instant::now()),
+            Duration::ZERO,
+        )
+    }
+
+    /// Whether the lease is held and valid now.
+    pub fn is_valid(&self) -> bool {
+        self.is_held() && Instant::now() < self.deadline_at()
+    }
+
+    /// Resolves once the lease is no longer held: lost (it could not be
+    /// extended before its deadline), or ended because its work finished.
+    /// Await it at cooperative checkpoints, or `select!` on it in subtasks.
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut held = self.shared.held.subscribe();
+        async move {
+            // An error means the sender is gone: the lease is over too.
+            let _ = held.wait_for(|held| !*held).await;
+        }
+    }
+
+    fn is_held(&self) -> bool {
+        *self.shared.held.borrow()
+    }
+
+    fn deadline_at(&self) -> Instant {
+        *self
+            .shared
+            .deadline
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn set_deadline(&self, deadline: Instant) {
+        *self
+            .shared
+            .deadline
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = deadline;
+    }
+
+    fn end(&self) {
+        self.shared.held.send_replace(false);
+    }
+}
+
+/// How a lease is kept.
+#[derive(Debug, Clone, Copy)]
+struct Keeping {
+    ttl: Duration,
+    every: Duration,
+    cap: Option<u32>,
+}
+
+impl Keeping {
+    fn new(redlock: &Redlock, ttl: Duration, options: &LockOptions) -> Result<Self, ConfigError> {
+        let validity = redlock.inner().check_ttl(ttl)?.validity;
+        let every = options.extend_interval().unwrap_or(ttl / 3);
+        if every.is_zero() || every >= validity {
+            return Err(ConfigError::InvalidExtendInterval { every, validity });
+        }
+        Ok(Keeping {
+            ttl,
+            every,
+            cap: options.extension_cap(),
+        })
+    }
+}
+
+/// Extends `lock` every `keeping.every` until the lease cannot be kept; then
+/// marks `lease` lost and returns. Never returns while the lease holds.
+async fn keep(lock: &mut Lock, keeping: Keeping, lease: &Lease) {
+    let quorum = lock.quorum();
+    let mut extensions = 0u32;
+    let mut next = Instant::now() + keeping.every;
+    loop {
+        let deadline = lock.deadline_at();
+        if keeping.cap.is_some_and(|cap| extensions >= cap) {
+            // No more extensions: the lease ends at its deadline.
+            tokio::time::sleep_until(deadline).await;
+            break;
+        }
+        tokio::time::sleep_until(next.min(deadline)).await;
+        if Instant::now() >= deadline {
+            break;
+        }
+        // An extend still running at the deadline cannot save the lease.
+        match tokio::time::timeout_at(deadline, lock.extend(keeping.ttl)).await {
+            Err(_) => break,
+            Ok(Ok(())) => {
+                extensions += 1;
+                lease.set_deadline(lock.deadline_at());
+                next = Instant::now() + keeping.every;
+            }
+            // A majority no longer holds our token: gone, whatever the clock
+            // says (an operator released it, or a node lost its data).
+            Ok(Err(LockError::Expired { votes })) if votes.not_held() >= quorum => break,
+            Ok(Err(e)) => {
+                tracing::debug!(resource = lock.resource(), error = %e, "lease extension failed; retrying");
+                // Several more tries fit before the deadline.
+                let left = deadline.saturating_duration_since(Instant::now());
+                next = Instant::now() + (left / 4).clamp(Duration::from_millis(1), keeping.every);
+            }
+        }
+    }
+    tracing::warn!(resource = lock.resource(), "lease lost");
+    lease.end();
+}
+
+impl Redlock {
+    /// Runs `work` under an auto-extended lease on `resource`, and returns
+    /// its output.
+    ///
+    /// Acquires like [`lock`](Redlock::lock), then extends the lease every
+    /// third of `ttl`. If the lease cannot be kept before its deadline, the
+    /// work future is dropped at once — it stops at its next `.await` and
+    /// never completes — and [`LockError::Lost`] is returned. The lock is
+    /// released when the work ends, either way. See [`run_with`](Redlock::run_with)
+    /// for waiting, fencing, the extension interval and a cap on extensions.
+    ///
+    /// ```no_run
+    /// # async fn demo(redlock: redquorum::Redlock) -> Result<(), redquorum::LockError> {
+    /// use std::time::Duration;
+    /// let rows = redlock
+    ///     .run("nightly-report", Duration::from_secs(30), |lease| async move {
+    ///         // long work; lease.remaining(), lease.lost() for checkpoints
+    ///         42
+    ///     })
+    ///     .await?;
+    /// assert_eq!(rows, 42);
+    /// # Ok(()) }
+    /// ```
+    pub async fn run<F, Fut, T>(
+        &self,
+        resource: &str,
+        ttl: Duration,
+        work: F,
+    ) -> Result<T, LockError>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        self.run_with(resource, ttl, &LockOptions::new(), work)
+            .await
+    }
+
+    /// [`run`](Redlock::run) with [`LockOptions`]: wait up to a deadline for
+    /// the lock, carry a fencing token ([`Lease::fence`]), set the extension
+    /// interval (default `ttl / 3`) or cap the number of extensions.
+    ///
+    /// ```no_run
+    /// # async fn demo(redlock: redquorum::Redlock) -> Result<(), redquorum::LockError> {
+    /// use std::time::Duration;
+    /// use redquorum::LockOptions;
+    /// let options = LockOptions::new()
+    ///     .wait(Duration::from_secs(60))
+    ///     .fenced()
+    ///     .extend_every(Duration::from_secs(5));
+    /// redlock
+    ///     .run_with("ledger", Duration::from_secs(15), &options, |lease| async move {
+    ///         let token = lease.fence().unwrap();
+    ///         // store.write(token, ...)
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn run_with<F, Fut, T>(
+        &self,
+        resource: &str,
+        ttl: Duration,
+        options: &LockOptions,
+        work: F,
+    ) -> Result<T, LockError>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let keeping = Keeping::new(self, ttl, options)?;
+        let mut lock = self.lock_with(resource, ttl, options).await?;
+        let lease = Lease::new(&lock);
+        let work = work(lease.clone());
+        let outcome = tokio::select! {
+            // The keeper first: once the deadline has passed, the work is not
+            // polled again.
+            biased;
+            () = keep(&mut lock, keeping, &lease) => Err(LockError::Lost {
+                resource: resource.to_owned(),
+            }),
+            output = work => Ok(output),
+        };
+        lease.end();
+        if let Err(e) = lock.release().await {
+            tracing::warn!(resource, error = %e, "release after run failed; the keys expire at their TTL");
+        }
+        outcome
+    }
+}
+
+impl Lock {
+    /// Keeps this lock alive in the background, extending it every third of
+    /// its TTL, until the returned watchdog is released, stopped or dropped
+    /// (dropping it also releases the lock).
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: redquorum::Lock) -> Result<(), redquorum::LockError> {
+    /// let watchdog = lock.keep_alive()?;
+    /// let lost = watchdog.lease().lost();
+    /// tokio::select! {
+    ///     _ = lost => { /* stop: the lock is gone */ }
+    ///     _ = async { /* work */ } => {}
+    /// }
+    /// watchdog.release().await
+    /// # }
+    /// ```
+    pub fn keep_alive(self) -> Result<KeepAlive, LockError> {
+        let ttl = Duration::from_millis(self.ttl_ms());
+        self.keep_alive_with(&LockOptions::new().extend_every(ttl / 3))
+    }
+
+    /// [`keep_alive`](Lock::keep_alive) with the extension interval and cap
+    /// from `options` (its other settings do not apply to a held lock).
+    ///
+    /// Needs a tokio runtime ([`ConfigError::NoRuntime`] otherwise).
+    pub fn keep_alive_with(mut self, options: &LockOptions) -> Result<KeepAlive, LockError> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| ConfigError::NoRuntime)?;
+        let ttl = Duration::from_millis(self.ttl_ms());
+        let options = match options.extend_interval() {
+            Some(_) => options.clone(),
+            None => options.clone().extend_every(ttl / 3),
+        };
+        let keeping = Keeping::new(self.redlock(), ttl, &options)?;
+        let lease = Lease::new(&self);
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task_lease = lease.clone();
+        let task = runtime.spawn(async move {
+            tokio::select! {
+                _ = stopped => {}
+                () = keep(&mut self, keeping, &task_lease) => {}
+            }
+            self
+        });
+        Ok(KeepAlive {
+            lease,
+            stop: Some(stop),
+            task,
+        })
+    }
+}
+
+/// A watchdog extending a [`Lock`] in the background; see
+/// [`Lock::keep_alive`]. Dropping it stops the extensions and releases the
+/// lock in the background.
+#[derive(Debug)]
+pub struct KeepAlive {
+    lease: Lease,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<Lock>,
+}
+
+impl KeepAlive {
+    /// The lease: validity, tokens, and the [`Lease::lost`] signal.
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// Stops extending and hands the lock back (it stays held until its
+    /// deadline or a release). `None` only if the runtime is shutting down,
+    /// in which case the lock has been dropped (and released in the
+    /// background).
+    pub async fn stop(mut self) -> Option<Lock> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        (&mut self.task).await.ok()
+    }
+
+    /// Stops extending and releases the lock.
+    pub async fn release(self) -> Result<(), LockError> {
+        match self.stop().await {
+            Some(lock) => lock.release().await,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for KeepAlive {
+    fn drop(&mut self) {
+        // Aborting drops the task's Lock, which releases it in the background.
+        self.task.abort();
+        self.lease.end();
+    }
+}

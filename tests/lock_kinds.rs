@@ -1,0 +1,290 @@
+//! Reentrant, multi-resource and fenced locks on the five real nodes.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use redquorum::{ConfigError, LockError, Redlock};
+use support::proxy::Proxy;
+use support::*;
+use tokio::sync::Mutex;
+
+const TTL: Duration = Duration::from_secs(10);
+
+fn fence_key(resource: &str) -> String {
+    format!("{{{resource}}}:fence")
+}
+
+// ---------------------------------------------------------------- reentrant
+
+#[tokio::test]
+async fn reentrant_counts_holds_per_owner() {
+    let redlock = redlock().await;
+    let mut conns = raw_all().await;
+    let resource = unique("reentrant");
+    let key = lock_key(&resource);
+
+    let outer = redlock
+        .lock_reentrant(&resource, TTL, "owner-a")
+        .await
+        .unwrap();
+    assert_eq!(outer.token(), "owner-a");
+    let inner = redlock
+        .lock_reentrant(&resource, TTL, "owner-a")
+        .await
+        .unwrap();
+    // A quorum has count 2 (stragglers may still be on their way).
+    let mut twos = 0;
+    for conn in conns.iter_mut() {
+        let count: Option<u32> = conn.hget(&key, "owner-a").await.unwrap();
+        twos += usize::from(count == Some(2));
+    }
+    assert!(twos >= 3, "{twos} nodes count two holds");
+
+    // Another owner, and a plain lock, are refused.
+    assert!(matches!(
+        redlock.try_lock(&resource, TTL).await,
+        Err(LockError::Taken { .. })
+    ));
+    assert!(matches!(
+        redlock.lock_reentrant(&resource, TTL, "owner-b").await,
+        Err(LockError::Taken { .. })
+    ));
+
+    inner.release().await.unwrap();
+    assert!(matches!(
+        redlock.lock_reentrant(&resource, TTL, "owner-b").await,
+        Err(LockError::Taken { .. })
+    ));
+    outer.release().await.unwrap();
+    eventually_snapshot(
+        &mut conns,
+        &resource,
+        &vec![Default::default(); 5],
+        Duration::from_secs(2),
+    )
+    .await;
+    let b = redlock
+        .lock_reentrant(&resource, TTL, "owner-b")
+        .await
+        .unwrap();
+    b.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn reentrant_entry_refreshes_the_ttl_and_plain_locks_exclude_it() {
+    let redlock = redlock().await;
+    let mut conns = raw_all().await;
+    let resource = unique("reentrant-ttl");
+    let key = lock_key(&resource);
+    let short = redlock
+        .lock_reentrant(&resource, Duration::from_millis(500), "me")
+        .await
+        .unwrap();
+    let long = redlock.lock_reentrant(&resource, TTL, "me").await.unwrap();
+    let pttl: i64 = conns[0].pttl(&key).await.unwrap();
+    assert!(pttl > 9_000, "ttl refreshed to the longer one: {pttl}");
+    drop(short);
+    drop(long);
+    eventually_snapshot(
+        &mut conns,
+        &resource,
+        &vec![Default::default(); 5],
+        Duration::from_secs(2),
+    )
+    .await;
+
+    let plain = redlock.lock(&resource, TTL).await.unwrap();
+    assert!(matches!(
+        redlock.lock_reentrant(&resource, TTL, "me").await,
+        Err(LockError::Taken { .. })
+    ));
+    plain.release().await.unwrap();
+    assert!(matches!(
+        redlock.lock_reentrant(&resource, TTL, "").await,
+        Err(LockError::Config(ConfigError::EmptyOwner))
+    ));
+}
+
+// ------------------------------------------------------------ many resources
+
+#[tokio::test]
+async fn lock_many_is_all_or_nothing() {
+    let redlock = redlock().await;
+    let mut conns = raw_all().await;
+    let base = unique("many");
+    let (a, b, c) = (
+        format!("{base}:a"),
+        format!("{base}:b"),
+        format!("{base}:c"),
+    );
+
+    let ab = redlock.lock_many(&[&a, &b], TTL).await.unwrap();
+    assert_eq!(ab.resources().collect::<Vec<_>>(), [a.as_str(), b.as_str()]);
+    for conn in conns.iter_mut() {
+        for r in [&a, &b] {
+            let v: Option<String> = conn.get(lock_key(r)).await.unwrap();
+            assert_eq!(v.as_deref(), Some(ab.token()));
+        }
+    }
+    // Overlapping set: refused, and `c` is set nowhere (a long node timeout
+    // lets the clean-up reach every node before try returns).
+    let bc = Redlock::builder()
+        .nodes(node_urls())
+        .node_timeout(Duration::from_secs(1))
+        .retry(redquorum::Retry::none())
+        .build()
+        .await
+        .unwrap()
+        .lock_many(&[&b, &c], TTL)
+        .await;
+    assert!(matches!(bc, Err(LockError::Taken { .. })), "{bc:?}");
+    for conn in conns.iter_mut() {
+        let v: Option<String> = conn.get(lock_key(&c)).await.unwrap();
+        assert_eq!(v, None, "c was set by a refused multi-lock");
+    }
+
+    // Extend and release act on every key.
+    let mut ab = ab;
+    ab.extend(Duration::from_secs(30)).await.unwrap();
+    for r in [&a, &b] {
+        let pttl: i64 = conns[0].pttl(lock_key(r)).await.unwrap();
+        assert!(pttl > 20_000, "{r}: {pttl}");
+    }
+    ab.release().await.unwrap();
+    eventually_snapshot(
+        &mut conns,
+        &base,
+        &vec![Default::default(); 5],
+        Duration::from_secs(2),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn multi_resource_names_never_collide() {
+    let redlock = redlock().await;
+    let base = unique("collide");
+    let (ab, c) = (format!("{base}ab"), format!("{base}c"));
+    let (a, bc) = (format!("{base}a"), format!("{base}bc"));
+    let first = redlock.lock_many(&[&ab, &c], TTL).await.unwrap();
+    let second = redlock.lock_many(&[&a, &bc], TTL).await.unwrap();
+    first.release().await.unwrap();
+    second.release().await.unwrap();
+    assert!(matches!(
+        redlock.lock_many(&[], TTL).await,
+        Err(LockError::Config(ConfigError::NoResources))
+    ));
+    assert!(matches!(
+        redlock.lock_many(&["x", "x"], TTL).await,
+        Err(LockError::Config(ConfigError::DuplicateResource(_)))
+    ));
+}
+
+// ------------------------------------------------------------------ fencing
+
+#[tokio::test]
+async fn fencing_tokens_increase_across_sequential_holders() {
+    let redlock = redlock().await;
+    let resource = unique("fence-seq");
+    let mut last = 0;
+    for _ in 0..10 {
+        let lock = redlock.lock_fenced(&resource, TTL).await.unwrap();
+        let fence = lock.fence().unwrap();
+        assert!(fence > last, "{fence} after {last}");
+        last = fence;
+        lock.release().await.unwrap();
+    }
+    assert!(
+        redlock
+            .lock(&resource, TTL)
+            .await
+            .unwrap()
+            .fence()
+            .is_none()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_increase_across_contending_holders() {
+    let resource = Arc::new(unique("fence-contended"));
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let redlock = Redlock::builder()
+            .nodes(node_urls())
+            .retry(redquorum::Retry::new(3, Duration::from_millis(5)))
+            .build()
+            .await
+            .unwrap();
+        let (resource, order) = (resource.clone(), order.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..10 {
+                let options = redquorum::LockOptions::new()
+                    .fenced()
+                    .wait(Duration::from_secs(20));
+                let lock = redlock.lock_with(&resource, TTL, &options).await.unwrap();
+                // Under the lock: record tokens in holding order.
+                order.lock().await.push(lock.fence().unwrap());
+                lock.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let order = order.lock().await;
+    assert_eq!(order.len(), 40);
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}");
+}
+
+/// Counters 1000, 0, 0, 0, 0, and another holder on nodes 4 and 5, so the
+/// first grant comes from nodes 1–3: it gets more than 1000 and writes it
+/// back to nodes 2 and 3. Then, with node 1 cut off and nodes 4 and 5 free,
+/// the next holder's token is still larger: every quorum of nodes 2–5
+/// includes node 2 or 3. Without the write-back it would be about 2.
+#[tokio::test]
+async fn write_back_keeps_tokens_increasing_when_the_leading_node_is_gone() {
+    let urls = node_urls();
+    let resource = unique("fence-writeback");
+    let mut conns = raw_all().await;
+    let _: () = conns[0].set(fence_key(&resource), 1000).await.unwrap();
+    for conn in &mut conns[3..] {
+        let _: () = conn
+            .set_ex(lock_key(&resource), "another-holder", 30)
+            .await
+            .unwrap();
+    }
+
+    let proxy = Proxy::start(urls[0].trim_start_matches("redis://")).await;
+    let mut via_proxy = urls.clone();
+    via_proxy[0] = proxy.url();
+    // A long node timeout: connect waits for node 1's first connection.
+    let redlock = Redlock::builder()
+        .nodes(&via_proxy)
+        .node_timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap();
+
+    let a = redlock.lock_fenced(&resource, TTL).await.unwrap();
+    let ta = a.fence().unwrap();
+    assert!(ta > 1000, "{ta}");
+    a.release().await.unwrap();
+    for conn in &mut conns[3..] {
+        let _: () = conn.del(lock_key(&resource)).await.unwrap();
+    }
+
+    proxy.set_cut(true);
+    let b = redlock.lock_fenced(&resource, TTL).await.unwrap();
+    let tb = b.fence().unwrap();
+    assert!(tb > ta, "{tb} after {ta}");
+    b.release().await.unwrap();
+    proxy.set_cut(false);
+
+    // The counters carry no TTL.
+    let ttl: i64 = conns[1].pttl(fence_key(&resource)).await.unwrap();
+    assert_eq!(ttl, -1);
+}
