@@ -7,6 +7,7 @@
 
 pub mod memory;
 pub mod proxy;
+pub mod sim;
 
 use std::collections::BTreeMap;
 use std::process::Command;

@@ -1,0 +1,621 @@
+//! Deterministic simulation: the real coordinator (`Redlock` over the public
+//! `Node` trait) against simulated nodes on virtual time, with random
+//! per-message delays, lost replies, frozen and restarted nodes and node
+//! clocks running at different rates within the drift bound
+//! (`tests/support/sim.rs` describes the model).
+//!
+//! Many clients contend for one resource. A checker verifies, in simulated
+//! true time, that no two holders' validity windows overlap (a window is
+//! `[time the lock was returned, min(lock.deadline(), time release was
+//! called))`), and that every key an acquire set was released on its node
+//! unless a crash cut that node's connection.
+//!
+//! - `REDQUORUM_SIM_SCHEDULES` (default 10 000): how many seeded schedules;
+//!   `REDQUORUM_SIM_BASE_SEED` (default 0): the first seed.
+//! - `REDQUORUM_SIM_SEED=n` runs only schedule `n`, printing its trace
+//!   (add `REDQUORUM_SIM_CONTROL=fast-clocks|empty-restarts` for a negative
+//!   control's schedule).
+//! - `REDQUORUM_SOAK=1` or `REDQUORUM_SOAK_SECS=n` keeps running schedules for
+//!   that long (default soak 300 s).
+//!
+//! Two negative controls break one assumption each and must be caught: node
+//! clocks 1.5× fast with drift factor 0.01, and nodes restarted empty within
+//! the TTL.
+
+mod support;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use redquorum::node::Node;
+use redquorum::{LockError, Redlock, Retry};
+use support::sim::{Net, SimLink, SimNode, World};
+use tokio::time::Instant;
+
+const RESOURCE: &str = "job";
+const NODES: usize = 5;
+
+/// Which safety assumption a schedule breaks, if any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Control {
+    /// Every assumption holds: the checker must find nothing.
+    None,
+    /// Node clocks run 1.5× fast with drift factor 0.01.
+    FastClocks,
+    /// Restarted nodes come back without their keys, within the TTL.
+    EmptyRestarts,
+}
+
+impl Control {
+    fn name(self) -> &'static str {
+        match self {
+            Control::None => "none",
+            Control::FastClocks => "fast-clocks",
+            Control::EmptyRestarts => "empty-restarts",
+        }
+    }
+
+    fn parse(s: &str) -> Control {
+        match s {
+            "" | "none" => Control::None,
+            "fast-clocks" => Control::FastClocks,
+            "empty-restarts" => Control::EmptyRestarts,
+            other => panic!("REDQUORUM_SIM_CONTROL: unknown control {other:?}"),
+        }
+    }
+
+    /// The seed's salt, so a control's schedules differ from the plain ones.
+    fn salt(self) -> u64 {
+        match self {
+            Control::None => 0,
+            Control::FastClocks => 0x1111_1111_0000_0000,
+            Control::EmptyRestarts => 0x2222_2222_0000_0000,
+        }
+    }
+}
+
+/// The parameters of one schedule, drawn from its seed.
+#[derive(Debug, Clone)]
+struct Plan {
+    clients: usize,
+    rounds: usize,
+    ttl_ms: u64,
+    factor: f64,
+    node_timeout: Option<Duration>,
+    rates: [f64; NODES],
+    net: Net,
+    /// How many faults each node suffers, one after another.
+    faults: [u32; NODES],
+    /// Restarts lose the node's keys (negative control only).
+    wipe: bool,
+    /// A client pauses up to this long after a failed round.
+    max_pause: Duration,
+}
+
+fn plan(r: &mut StdRng, control: Control) -> Plan {
+    {
+        let factor = match control {
+            Control::FastClocks => 0.01,
+            _ => [0.01, 0.01, 0.02, 0.05][r.random_range(0..4)],
+        };
+        let ttl_ms = r.random_range(20..=300);
+        let mut rates = [1.0; NODES];
+        for rate in &mut rates {
+            *rate = match control {
+                Control::FastClocks => 1.5,
+                // Within the bound: a node clock may run up to `factor` fast
+                // (or slow, which only makes keys live longer).
+                _ => r.random_range(1.0 - factor..=1.0 + factor),
+            };
+        }
+        let mut faults = [0; NODES];
+        for f in &mut faults {
+            *f = match control {
+                Control::EmptyRestarts => r.random_range(3..=8),
+                _ => r.random_range(0..=3),
+            };
+        }
+        let fast_us = r.random_range(0..=3_000);
+        Plan {
+            clients: r.random_range(2..=7),
+            rounds: r.random_range(4..=10),
+            ttl_ms,
+            factor,
+            node_timeout: if r.random_bool(0.5) {
+                None
+            } else {
+                Some(Duration::from_millis(r.random_range(1..=ttl_ms / 2)))
+            },
+            rates,
+            net: Net {
+                fast_us,
+                slow_p: r.random_range(0.0..=0.1),
+                slow_us: r.random_range(fast_us..=2 * ttl_ms * 1_000),
+                loss_p: r.random_range(0.0..=0.05),
+            },
+            faults,
+            wipe: control == Control::EmptyRestarts,
+            max_pause: Duration::from_millis(r.random_range(1..=ttl_ms / 2)),
+        }
+    }
+}
+
+/// One holder's validity window in true time since the schedule started:
+/// `[start, end)`.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    client: usize,
+    start: Duration,
+    end: Duration,
+}
+
+/// The checker: every pair of windows that overlap (one line per window that
+/// starts before an earlier one has ended). Windows that merely touch
+/// (`a.end == b.start`) do not overlap.
+fn overlaps(mut windows: Vec<Window>) -> Vec<String> {
+    windows.sort_by_key(|w| (w.start, w.end));
+    let ms = |t: Duration| t.as_secs_f64() * 1e3;
+    let mut found = Vec::new();
+    let mut latest: Option<Window> = None;
+    for w in windows {
+        if let Some(l) = latest
+            && w.start < l.end
+        {
+            found.push(format!(
+                "client {} held [{:.3}, {:.3}) ms while client {} held [{:.3}, {:.3}) ms",
+                w.client,
+                ms(w.start),
+                ms(w.end),
+                l.client,
+                ms(l.start),
+                ms(l.end)
+            ));
+        }
+        if latest.is_none_or(|l| w.end > l.end) {
+            latest = Some(w);
+        }
+    }
+    found
+}
+
+/// What one schedule did and what the checker found.
+#[derive(Debug, Default)]
+struct Outcome {
+    rounds: u64,
+    grants: u64,
+    extends: u64,
+    faults: u64,
+    lost_replies: u64,
+    messages: u64,
+    overlaps: Vec<String>,
+    leftovers: usize,
+    digest: u64,
+    virtual_time: Duration,
+}
+
+impl Outcome {
+    fn violated(&self) -> bool {
+        !self.overlaps.is_empty() || self.leftovers > 0
+    }
+}
+
+fn run_schedule(seed: u64, control: Control, verbose: bool) -> (Outcome, String) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("runtime");
+    runtime.block_on(simulate(seed, control, verbose))
+}
+
+async fn simulate(seed: u64, control: Control, verbose: bool) -> (Outcome, String) {
+    let mut rng = StdRng::seed_from_u64(seed ^ control.salt());
+    let plan = plan(&mut rng, control);
+    let world = World::new(rng, plan.net, verbose);
+    world.note("plan", seed, 0, || format!("{plan:?}"));
+
+    let nodes: Vec<Arc<SimNode>> = plan
+        .rates
+        .iter()
+        .enumerate()
+        .map(|(i, &rate)| SimNode::new(i, rate))
+        .collect();
+    let windows = Arc::new(Mutex::new(Vec::<Window>::new()));
+    let rounds = Arc::new(AtomicU64::new(0));
+    let extends = Arc::new(AtomicU64::new(0));
+    let ttl = Duration::from_millis(plan.ttl_ms);
+
+    let mut clients = Vec::new();
+    for c in 0..plan.clients {
+        let links = nodes
+            .iter()
+            .map(|n| SimLink::new(c, n.clone(), world.clone()) as Arc<dyn Node>);
+        let mut builder = Redlock::builder()
+            .custom_nodes(links)
+            .drift_factor(plan.factor)
+            // Retries come from the client loop below, drawn from the seed.
+            .retry(Retry::none());
+        if let Some(t) = plan.node_timeout {
+            builder = builder.node_timeout(t);
+        }
+        let redlock = builder.build().await.expect("build over simulated nodes");
+        clients.push(tokio::spawn(client(
+            c,
+            redlock,
+            world.clone(),
+            plan.clone(),
+            windows.clone(),
+            rounds.clone(),
+            extends.clone(),
+        )));
+    }
+    let mut injectors = Vec::new();
+    for node in &nodes {
+        injectors.push(tokio::spawn(faults(
+            node.clone(),
+            world.clone(),
+            plan.faults[node.index],
+            plan.wipe,
+            ttl,
+        )));
+    }
+    for c in clients {
+        c.await.expect("client task");
+    }
+    let mut faults_injected = 0;
+    for f in injectors {
+        faults_injected += f.await.expect("fault task");
+    }
+    // Every node is up and thawed now. Let queued operations and background
+    // releases land: longer than any message delay and node timeout, far
+    // shorter than the background clean-up bound (the TTL) matters here,
+    // since operations on a link are applied whether or not anyone waits.
+    tokio::time::sleep(Duration::from_micros(4 * plan.net.slow_us) + 2 * ttl).await;
+
+    let mut out = Outcome {
+        rounds: rounds.load(Ordering::Relaxed),
+        extends: extends.load(Ordering::Relaxed),
+        faults: faults_injected,
+        virtual_time: world.elapsed(),
+        ..Outcome::default()
+    };
+    let windows = windows.lock().unwrap().clone();
+    out.grants = windows.len() as u64;
+    out.overlaps = overlaps(windows);
+    out.leftovers = nodes.iter().map(|n| n.leftovers()).sum();
+    let counts = world.counts();
+    out.lost_replies = counts.lost_replies;
+    out.messages = counts.messages;
+    out.digest = world.digest();
+    (out, world.take_trace())
+}
+
+/// One contending client: rounds of `try_lock`, holding for a random time
+/// (sometimes past the validity, sometimes extending), then releasing or
+/// dropping the lock; a random pause after a refusal.
+async fn client(
+    id: usize,
+    redlock: Redlock,
+    world: Arc<World>,
+    plan: Plan,
+    windows: Arc<Mutex<Vec<Window>>>,
+    rounds: Arc<AtomicU64>,
+    extends: Arc<AtomicU64>,
+) {
+    let ttl = Duration::from_millis(plan.ttl_ms);
+    let origin = Instant::now() - world.elapsed();
+    for _ in 0..plan.rounds {
+        rounds.fetch_add(1, Ordering::Relaxed);
+        match redlock.try_lock(RESOURCE, ttl).await {
+            Ok(mut lock) => {
+                let start = Instant::now();
+                let validity = Instant::from_std(lock.deadline()) - start;
+                world.note("granted", id as u64, 0, || {
+                    format!("client {id}: valid for {validity:?}")
+                });
+                let hold = world.between(Duration::ZERO, validity * 5 / 4);
+                if world.chance(0.3) {
+                    let first = world.between(Duration::ZERO, hold);
+                    tokio::time::sleep(first).await;
+                    if lock.is_valid() {
+                        let new_ttl = world.between(ttl / 2, ttl * 2);
+                        let r = lock.extend(new_ttl).await;
+                        if r.is_ok() {
+                            extends.fetch_add(1, Ordering::Relaxed);
+                        }
+                        world.note("extended", id as u64, u64::from(r.is_ok()), || {
+                            format!("client {id}: {r:?}")
+                        });
+                    }
+                    tokio::time::sleep(hold.saturating_sub(first)).await;
+                } else {
+                    tokio::time::sleep(hold).await;
+                }
+                let end = Instant::now().min(Instant::from_std(lock.deadline()));
+                windows.lock().unwrap().push(Window {
+                    client: id,
+                    start: start - origin,
+                    end: end - origin,
+                });
+                world.note("released", id as u64, 0, || format!("client {id}"));
+                if world.chance(0.8) {
+                    let _ = lock.release().await;
+                } else {
+                    drop(lock); // released in the background
+                }
+            }
+            Err(e) => {
+                assert!(!matches!(e, LockError::Config(_)), "{e}");
+                world.note("refused", id as u64, 0, || format!("client {id}: {e}"));
+                tokio::time::sleep(world.between(Duration::ZERO, plan.max_pause)).await;
+            }
+        }
+    }
+}
+
+/// Faults on one node, one after another: freezes, and restarts with
+/// (`wipe` false) or without their keys. Returns how many were injected; the
+/// node is up and thawed when it returns.
+async fn faults(
+    node: Arc<SimNode>,
+    world: Arc<World>,
+    count: u32,
+    wipe: bool,
+    ttl: Duration,
+) -> u64 {
+    let n = node.index as u64;
+    for _ in 0..count {
+        // The negative control restarts nodes empty, often and quickly: within
+        // the TTL of the keys they lose.
+        let idle = if wipe { ttl } else { ttl * 4 };
+        tokio::time::sleep(world.between(Duration::ZERO, idle)).await;
+        if !wipe && world.chance(0.5) {
+            let d = world.between(Duration::from_millis(1), ttl * 3);
+            world.note("freeze", n, d.as_micros() as u64, || {
+                format!("node {} for {d:?}", n + 1)
+            });
+            node.freeze();
+            tokio::time::sleep(d).await;
+            node.thaw();
+            world.note("thaw", n, 0, || format!("node {}", n + 1));
+        } else {
+            let d = world.between(Duration::ZERO, if wipe { ttl / 4 } else { ttl * 2 });
+            world.note("crash", n, u64::from(wipe), || {
+                format!("node {} down for {d:?}, wiped: {wipe}", n + 1)
+            });
+            node.crash(wipe);
+            tokio::time::sleep(d).await;
+            node.start();
+            world.note("start", n, 0, || format!("node {}", n + 1));
+        }
+    }
+    u64::from(count)
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().map(|v| {
+        v.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{name} must be a number, got {v:?}"))
+    })
+}
+
+fn replay_hint(seed: u64, control: Control) -> String {
+    let control = if control == Control::None {
+        String::new()
+    } else {
+        format!(" REDQUORUM_SIM_CONTROL={}", control.name())
+    };
+    format!(
+        "replay: REDQUORUM_SIM_SEED={seed}{control} cargo test --test simulation \
+         simulated_schedules_never_overlap -- --nocapture"
+    )
+}
+
+/// Totals over many schedules.
+#[derive(Debug, Default)]
+struct Totals {
+    schedules: u64,
+    rounds: u64,
+    grants: u64,
+    extends: u64,
+    faults: u64,
+    lost_replies: u64,
+    messages: u64,
+    overlaps: u64,
+    leftovers: u64,
+    virtual_time: Duration,
+    /// (seed, first overlap or leftover count) of failing schedules.
+    failures: Vec<(u64, String)>,
+}
+
+/// Runs seeds `base..` on every core until `count` schedules are done and
+/// `until` (if any) has passed, or `stop_at_first` failure.
+fn run_many(base: u64, count: u64, until: Option<std::time::Instant>) -> Totals {
+    let next = AtomicU64::new(0);
+    let totals = Mutex::new(Totals::default());
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let more_time = until.is_some_and(|u| std::time::Instant::now() < u);
+                    if i >= count && !more_time {
+                        return;
+                    }
+                    let seed = base + i;
+                    let (out, _) = run_schedule(seed, Control::None, false);
+                    let mut t = totals.lock().unwrap();
+                    t.schedules += 1;
+                    t.rounds += out.rounds;
+                    t.grants += out.grants;
+                    t.extends += out.extends;
+                    t.faults += out.faults;
+                    t.lost_replies += out.lost_replies;
+                    t.messages += out.messages;
+                    t.overlaps += out.overlaps.len() as u64;
+                    t.leftovers += out.leftovers as u64;
+                    t.virtual_time += out.virtual_time;
+                    if out.violated() {
+                        let what =
+                            out.overlaps.first().cloned().unwrap_or_else(|| {
+                                format!("{} key(s) never released", out.leftovers)
+                            });
+                        t.failures.push((seed, what));
+                    }
+                }
+            });
+        }
+    });
+    let mut t = totals.into_inner().unwrap();
+    t.failures.sort();
+    t
+}
+
+fn soak() -> Option<Duration> {
+    if let Some(secs) = env_u64("REDQUORUM_SOAK_SECS") {
+        return Some(Duration::from_secs(secs));
+    }
+    match std::env::var("REDQUORUM_SOAK").as_deref() {
+        Ok("" | "0") | Err(_) => None,
+        Ok(_) => Some(Duration::from_secs(300)),
+    }
+}
+
+/// The main run: thousands of seeded schedules, none with an overlap or a
+/// leftover.
+#[test]
+fn simulated_schedules_never_overlap() {
+    if let Some(seed) = env_u64("REDQUORUM_SIM_SEED") {
+        let control = Control::parse(&std::env::var("REDQUORUM_SIM_CONTROL").unwrap_or_default());
+        let (out, trace) = run_schedule(seed, control, true);
+        println!("{trace}");
+        println!("seed {seed} ({}): {out:#?}", control.name());
+        if control == Control::None {
+            assert!(!out.violated(), "seed {seed}: {out:#?}");
+        }
+        return;
+    }
+    let count = env_u64("REDQUORUM_SIM_SCHEDULES").unwrap_or(10_000);
+    let base = env_u64("REDQUORUM_SIM_BASE_SEED").unwrap_or(0);
+    let until = soak().map(|d| std::time::Instant::now() + d);
+    let started = std::time::Instant::now();
+    let t = run_many(base, count, until);
+    println!(
+        "simulation: {} schedules (seeds {base}..) in {:.1?} wall, {:.1?} virtual; \
+         {} rounds, {} grants, {} extends, {} faults injected, {} messages, {} replies lost; \
+         {} overlaps, {} leftover keys",
+        t.schedules,
+        started.elapsed(),
+        t.virtual_time,
+        t.rounds,
+        t.grants,
+        t.extends,
+        t.faults,
+        t.messages,
+        t.lost_replies,
+        t.overlaps,
+        t.leftovers
+    );
+    if let Some((seed, what)) = t.failures.first() {
+        panic!(
+            "{} of {} schedules failed; first: seed {seed}: {what}\n{}",
+            t.failures.len(),
+            t.schedules,
+            replay_hint(*seed, Control::None)
+        );
+    }
+    assert!(t.schedules >= count);
+    // The schedules must exercise something: most rounds contend, and the
+    // faults and losses happen.
+    assert!(t.grants > t.schedules, "too few grants: {t:?}");
+    assert!(t.faults > t.schedules && t.lost_replies > 0, "{t:?}");
+}
+
+/// Runs `k` of a negative control's schedules and asserts the checker
+/// catches the broken assumption (as an overlap) in at least one of them.
+fn caught_within(control: Control, k: u64) {
+    let started = std::time::Instant::now();
+    let mut caught = Vec::new();
+    for seed in 0..k {
+        let (out, _) = run_schedule(seed, control, false);
+        if !out.overlaps.is_empty() {
+            caught.push((seed, out.overlaps[0].clone()));
+        }
+    }
+    let Some((seed, what)) = caught.first() else {
+        panic!(
+            "negative control {} went unnoticed in {k} schedules: the checker cannot fail",
+            control.name()
+        );
+    };
+    println!(
+        "control {}: overlap found in {} of {k} schedules ({:.1?}); first, seed {seed}: {what}\n{}",
+        control.name(),
+        caught.len(),
+        started.elapsed(),
+        replay_hint(*seed, control)
+    );
+}
+
+/// Node clocks 1.5× fast while the client allows for 1 % drift: keys expire
+/// while their holder still counts on them, and the checker must see two
+/// holders at once.
+#[test]
+fn control_clocks_beyond_the_drift_bound_are_caught() {
+    caught_within(Control::FastClocks, 50);
+}
+
+/// Nodes restarted without their keys within the TTL: a second client wins a
+/// quorum while the first still holds, and the checker must see it.
+#[test]
+fn control_empty_restarts_within_the_ttl_are_caught() {
+    caught_within(Control::EmptyRestarts, 50);
+}
+
+/// The same seed gives the same schedule, event for event (so a printed
+/// seed replays the failure it came from).
+#[test]
+fn a_seed_replays_exactly() {
+    for seed in 0..20 {
+        let (a, _) = run_schedule(seed, Control::None, false);
+        let (b, _) = run_schedule(seed, Control::None, false);
+        assert_eq!(a.digest, b.digest, "seed {seed} did not replay");
+        assert_eq!(
+            (a.rounds, a.grants, a.faults),
+            (b.rounds, b.grants, b.faults)
+        );
+    }
+    // And different seeds give different schedules.
+    let (a, _) = run_schedule(1, Control::None, false);
+    let (b, _) = run_schedule(2, Control::None, false);
+    assert_ne!(a.digest, b.digest);
+}
+
+/// The checker itself: nested, staggered and chained-through-a-long-window
+/// overlaps are found; windows that only touch are not.
+#[test]
+fn checker_finds_overlaps_and_only_overlaps() {
+    let w = |client, start: u64, end: u64| Window {
+        client,
+        start: Duration::from_millis(start),
+        end: Duration::from_millis(end),
+    };
+    assert!(overlaps(vec![w(0, 0, 10), w(1, 10, 20), w(2, 20, 30)]).is_empty());
+    assert!(overlaps(vec![w(1, 10, 20), w(0, 0, 10)]).is_empty());
+    assert_eq!(overlaps(vec![w(0, 0, 10), w(1, 9, 20)]).len(), 1);
+    assert_eq!(overlaps(vec![w(0, 0, 30), w(1, 5, 10)]).len(), 1);
+    // The third window overlaps the first (long) one, not the second.
+    assert_eq!(
+        overlaps(vec![w(0, 0, 100), w(1, 100, 100), w(2, 50, 60)]).len(),
+        1
+    );
+    assert_eq!(
+        overlaps(vec![w(0, 0, 100), w(1, 10, 20), w(2, 30, 40)]).len(),
+        2
+    );
+}

@@ -1,0 +1,564 @@
+//! Simulated lock nodes for deterministic schedules on virtual time.
+//!
+//! A schedule runs on a current-thread tokio runtime with a paused clock, so
+//! `tokio::time::Instant` is the simulation's *true time* and every delay is
+//! virtual. All randomness comes from one seeded [`StdRng`] per schedule
+//! ([`World`]); with tokio's deterministic current-thread scheduler, the same
+//! seed replays the same schedule.
+//!
+//! The model, as close to a Redis master behind a multiplexed connection as
+//! matters to Redlock:
+//!
+//! - A [`SimNode`] holds keys with an expiry in true time. Its clock runs at
+//!   `rate` (1.0 = true time): a TTL of `t` ms lasts `(t − 1) / rate` ms of
+//!   true time — a fast clock expires keys early, and the `− 1` is Redis'
+//!   1 ms expiry precision, taken adversarially.
+//! - A [`SimLink`] is one client's connection to one node, and implements the
+//!   public [`Node`] trait. Every message (request and reply) gets a random
+//!   delay, but a link never reorders: a message is delivered at
+//!   `max(previous delivery on this link, now + delay)`. A request is on the
+//!   wire as soon as `call` is made, so dropping the reply future does not
+//!   unsend it (the coordinator relies on a release queued behind an acquire).
+//! - A reply may be lost: the operation is applied, the reply never arrives.
+//! - A frozen node (SIGSTOP) holds every request until thawed, then applies
+//!   them in order. Keys keep expiring by the clock meanwhile.
+//! - A crashed node drops every request not yet applied (the connection is
+//!   reset: the caller gets `Connection`), refuses calls while down
+//!   (`NotConnected`), and comes back with its keys (AOF with `appendfsync
+//!   always`) or, for a negative control, without them.
+//!
+//! Each node also keeps a ledger per token, for the leftover check: a key an
+//! acquire set must later see a release for the same token applied on that
+//! node, unless a crash dropped one of that token's operations there (the
+//! documented limit: such a key lives until its TTL).
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use rand::RngExt;
+use rand::rngs::StdRng;
+use redquorum::NodeError;
+use redquorum::node::{Node, Op, Reply};
+use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::time::Instant;
+
+/// Message delays and losses on every link of a schedule.
+#[derive(Debug, Clone, Copy)]
+pub struct Net {
+    /// Most messages take a uniform `[0, fast_us]` µs.
+    pub fast_us: u64,
+    /// With this probability a message is slow instead…
+    pub slow_p: f64,
+    /// …taking a uniform `[fast_us, slow_us]` µs.
+    pub slow_us: u64,
+    /// Probability that a reply is lost (the operation was applied).
+    pub loss_p: f64,
+}
+
+/// Counters of one schedule, for the report.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Counts {
+    pub messages: u64,
+    pub lost_replies: u64,
+    pub dropped_by_crash: u64,
+    pub refused_while_down: u64,
+}
+
+/// The per-schedule context: the seeded RNG, the network model, a digest of
+/// everything that happened (to check that a seed replays exactly) and, when
+/// verbose, a readable trace.
+pub struct World {
+    rng: Mutex<StdRng>,
+    pub net: Net,
+    start: Instant,
+    digest: Mutex<u64>,
+    trace: Option<Mutex<String>>,
+    counts: Mutex<Counts>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl World {
+    pub fn new(rng: StdRng, net: Net, verbose: bool) -> Arc<World> {
+        Arc::new(World {
+            rng: Mutex::new(rng),
+            net,
+            start: Instant::now(),
+            digest: Mutex::new(0xcbf2_9ce4_8422_2325),
+            trace: verbose.then(|| Mutex::new(String::new())),
+            counts: Mutex::default(),
+        })
+    }
+
+    /// Runs `f` with the schedule's RNG.
+    pub fn with_rng<T>(&self, f: impl FnOnce(&mut StdRng) -> T) -> T {
+        f(&mut lock(&self.rng))
+    }
+
+    pub fn chance(&self, p: f64) -> bool {
+        p > 0.0 && self.with_rng(|r| r.random_bool(p.min(1.0)))
+    }
+
+    /// A uniform duration in `[lo, hi]`.
+    pub fn between(&self, lo: Duration, hi: Duration) -> Duration {
+        let (lo, hi) = (lo.as_micros() as u64, hi.as_micros() as u64);
+        Duration::from_micros(self.with_rng(|r| r.random_range(lo..=hi.max(lo))))
+    }
+
+    /// One message's delay.
+    fn delay(&self) -> Duration {
+        let net = self.net;
+        let us = self.with_rng(|r| {
+            if net.slow_p > 0.0 && r.random_bool(net.slow_p) {
+                r.random_range(net.fast_us..=net.slow_us.max(net.fast_us))
+            } else {
+                r.random_range(0..=net.fast_us)
+            }
+        });
+        lock(&self.counts).messages += 1;
+        Duration::from_micros(us)
+    }
+
+    /// Virtual time since the schedule started.
+    pub fn elapsed(&self) -> Duration {
+        Instant::now() - self.start
+    }
+
+    /// Records an event in the digest (and the trace, when verbose).
+    pub fn note(&self, what: &str, a: u64, b: u64, detail: impl FnOnce() -> String) {
+        let t = self.elapsed().as_nanos() as u64;
+        {
+            let mut d = lock(&self.digest);
+            for x in what
+                .bytes()
+                .map(u64::from)
+                .chain([t, a, b, u64::from(u8::MAX)])
+            {
+                *d = (*d ^ x).wrapping_mul(0x0100_0000_01b3);
+            }
+        }
+        if let Some(trace) = &self.trace {
+            let _ = writeln!(
+                lock(trace),
+                "{:>12.3} ms  {what:<14} {}",
+                t as f64 / 1e6,
+                detail()
+            );
+        }
+    }
+
+    pub fn digest(&self) -> u64 {
+        *lock(&self.digest)
+    }
+
+    pub fn take_trace(&self) -> String {
+        self.trace
+            .as_ref()
+            .map(|t| std::mem::take(&mut *lock(t)))
+            .unwrap_or_default()
+    }
+
+    pub fn counts(&self) -> Counts {
+        *lock(&self.counts)
+    }
+}
+
+/// What one node has done with one token, for the leftover check.
+#[derive(Debug, Default, Clone, Copy)]
+struct Ledger {
+    /// An acquire with this token set the key here.
+    set: bool,
+    /// A release with this token was applied here.
+    released: bool,
+    /// A crash dropped one of this token's operations here, or one was
+    /// refused while the node was down.
+    excused: bool,
+}
+
+#[derive(Debug)]
+struct Entry {
+    token: String,
+    expires: Instant,
+}
+
+#[derive(Debug)]
+struct State {
+    up: bool,
+    frozen: bool,
+    /// Bumped by every crash: requests sent before it are never applied.
+    epoch: u64,
+    keys: BTreeMap<String, Entry>,
+    ledger: BTreeMap<String, Ledger>,
+}
+
+/// One simulated lock node (a Redis master).
+#[derive(Debug)]
+pub struct SimNode {
+    pub index: usize,
+    /// The node clock's rate relative to true time.
+    pub rate: f64,
+    state: Mutex<State>,
+    /// Woken when the node is thawed or killed. (Not a `watch`: its wake-up
+    /// order is random, and a schedule must replay exactly.)
+    thawed: Notify,
+}
+
+/// An operation as it travels on a link.
+#[derive(Debug, Clone)]
+enum Owned {
+    Acquire {
+        key: String,
+        token: String,
+        ttl: u64,
+    },
+    Extend {
+        key: String,
+        token: String,
+        ttl: u64,
+    },
+    Release {
+        key: String,
+        token: String,
+    },
+}
+
+impl Owned {
+    fn from_op(op: Op<'_>) -> Option<Owned> {
+        Some(match op {
+            Op::Acquire { key, token, ttl_ms } => Owned::Acquire {
+                key: key.into(),
+                token: token.into(),
+                ttl: ttl_ms,
+            },
+            Op::Extend { key, token, ttl_ms } => Owned::Extend {
+                key: key.into(),
+                token: token.into(),
+                ttl: ttl_ms,
+            },
+            Op::Release { key, token } => Owned::Release {
+                key: key.into(),
+                token: token.into(),
+            },
+            // New operations (fencing, reentrancy, …) are not simulated.
+            _ => return None,
+        })
+    }
+
+    fn token(&self) -> &str {
+        match self {
+            Owned::Acquire { token, .. }
+            | Owned::Extend { token, .. }
+            | Owned::Release { token, .. } => token,
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Owned::Acquire { .. } => "acquire",
+            Owned::Extend { .. } => "extend",
+            Owned::Release { .. } => "release",
+        }
+    }
+}
+
+impl SimNode {
+    pub fn new(index: usize, rate: f64) -> Arc<SimNode> {
+        Arc::new(SimNode {
+            index,
+            rate,
+            state: Mutex::new(State {
+                up: true,
+                frozen: false,
+                epoch: 0,
+                keys: BTreeMap::new(),
+                ledger: BTreeMap::new(),
+            }),
+            thawed: Notify::new(),
+        })
+    }
+
+    /// When a key set now with `ttl_ms` expires, in true time.
+    fn expiry(&self, now: Instant, ttl_ms: u64) -> Instant {
+        let node_ms = ttl_ms.saturating_sub(1) as f64;
+        let true_ns = (node_ms * 1e6 / self.rate).floor();
+        now + Duration::from_nanos(true_ns.min(1e18) as u64)
+    }
+
+    /// Holds every request until [`thaw`](Self::thaw) (SIGSTOP).
+    pub fn freeze(&self) {
+        lock(&self.state).frozen = true;
+    }
+
+    pub fn thaw(&self) {
+        lock(&self.state).frozen = false;
+        self.thawed.notify_waiters();
+    }
+
+    /// Returns once the node is not frozen.
+    async fn not_frozen(&self) {
+        loop {
+            let thawed = self.thawed.notified();
+            tokio::pin!(thawed);
+            thawed.as_mut().enable();
+            if !lock(&self.state).frozen {
+                return;
+            }
+            thawed.await;
+        }
+    }
+
+    pub fn is_up(&self) -> bool {
+        lock(&self.state).up
+    }
+
+    /// Kills the node: requests not yet applied are dropped, calls are
+    /// refused until [`start`](Self::start). With `wipe`, its keys are gone
+    /// (no persistence); otherwise they survive (AOF, `appendfsync always`).
+    pub fn crash(&self, wipe: bool) {
+        let mut st = lock(&self.state);
+        st.up = false;
+        st.epoch += 1;
+        if wipe {
+            st.keys.clear();
+        }
+        // A killed process is no longer stopped.
+        st.frozen = false;
+        drop(st);
+        self.thawed.notify_waiters();
+    }
+
+    pub fn start(&self) {
+        lock(&self.state).up = true;
+    }
+
+    fn excuse(&self, token: &str) {
+        lock(&self.state)
+            .ledger
+            .entry(token.to_owned())
+            .or_default()
+            .excused = true;
+    }
+
+    /// Applies `op` if the connection it came on (`epoch`) is still alive.
+    fn apply(&self, epoch: u64, op: &Owned) -> Result<Reply, NodeError> {
+        let now = Instant::now();
+        let mut st = lock(&self.state);
+        if !st.up || st.epoch != epoch {
+            st.ledger.entry(op.token().to_owned()).or_default().excused = true;
+            return Err(NodeError::Connection("connection reset by restart".into()));
+        }
+        st.keys.retain(|_, e| e.expires > now);
+        let reply = match op {
+            Owned::Acquire { key, token, ttl } => match st.keys.get(key) {
+                Some(e) => Reply::Held {
+                    pttl_ms: ((e.expires - now).as_nanos() as f64 * self.rate / 1e6) as i64,
+                },
+                None => {
+                    let expires = self.expiry(now, *ttl);
+                    st.keys.insert(
+                        key.clone(),
+                        Entry {
+                            token: token.clone(),
+                            expires,
+                        },
+                    );
+                    st.ledger.entry(token.clone()).or_default().set = true;
+                    Reply::Done
+                }
+            },
+            Owned::Extend { key, token, ttl } => {
+                let expires = self.expiry(now, *ttl);
+                match st.keys.get_mut(key) {
+                    Some(e) if e.token == *token => {
+                        e.expires = e.expires.max(expires);
+                        Reply::Done
+                    }
+                    _ => Reply::NotHeld,
+                }
+            }
+            Owned::Release { key, token } => {
+                st.ledger.entry(token.clone()).or_default().released = true;
+                match st.keys.get(key) {
+                    Some(e) if e.token == *token => {
+                        st.keys.remove(key);
+                        Reply::Done
+                    }
+                    _ => Reply::NotHeld,
+                }
+            }
+        };
+        Ok(reply)
+    }
+
+    /// Keys set by an acquire and never released here, except those a crash
+    /// excuses: the leftovers the coordinator is responsible for.
+    pub fn leftovers(&self) -> usize {
+        lock(&self.state)
+            .ledger
+            .values()
+            .filter(|l| l.set && !l.released && !l.excused)
+            .count()
+    }
+
+    /// Keys still live now (whoever's).
+    pub fn live_keys(&self) -> usize {
+        let now = Instant::now();
+        lock(&self.state)
+            .keys
+            .values()
+            .filter(|e| e.expires > now)
+            .count()
+    }
+}
+
+struct Request {
+    op: Owned,
+    due: Instant,
+    epoch: u64,
+    reply: oneshot::Sender<Result<Reply, NodeError>>,
+}
+
+type Delivery = (
+    Instant,
+    Result<Reply, NodeError>,
+    oneshot::Sender<Result<Reply, NodeError>>,
+);
+
+/// One client's connection to one node; what the coordinator sees as a
+/// [`Node`].
+pub struct SimLink {
+    name: Arc<str>,
+    client: usize,
+    node: Arc<SimNode>,
+    world: Arc<World>,
+    requests: mpsc::UnboundedSender<Request>,
+    /// When the last request sent on this link is delivered.
+    last_due: Mutex<Instant>,
+}
+
+impl std::fmt::Debug for SimLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimLink").field("name", &self.name).finish()
+    }
+}
+
+impl SimLink {
+    /// A link from client `client` to `node`. Spawns its delivery tasks, so
+    /// it needs a tokio runtime.
+    pub fn new(client: usize, node: Arc<SimNode>, world: Arc<World>) -> Arc<SimLink> {
+        let (requests, rx) = mpsc::unbounded_channel();
+        let (replies, replies_rx) = mpsc::unbounded_channel();
+        tokio::spawn(deliver_requests(
+            client,
+            node.clone(),
+            world.clone(),
+            rx,
+            replies,
+        ));
+        tokio::spawn(deliver_replies(replies_rx));
+        Arc::new(SimLink {
+            name: format!("sim://node{}", node.index + 1).into(),
+            client,
+            node,
+            world,
+            requests,
+            last_due: Mutex::new(Instant::now()),
+        })
+    }
+}
+
+/// Applies one link's requests in order, each at its delivery time, and
+/// passes the replies on (or loses them).
+async fn deliver_requests(
+    client: usize,
+    node: Arc<SimNode>,
+    world: Arc<World>,
+    mut rx: mpsc::UnboundedReceiver<Request>,
+    replies: mpsc::UnboundedSender<Delivery>,
+) {
+    let mut last_reply = Instant::now();
+    while let Some(req) = rx.recv().await {
+        tokio::time::sleep_until(req.due).await;
+        // A frozen node holds this request and everything behind it.
+        node.not_frozen().await;
+        let result = node.apply(req.epoch, &req.op);
+        let lost = result.is_ok() && world.chance(world.net.loss_p);
+        world.note(
+            req.op.name(),
+            (client as u64) << 8 | node.index as u64,
+            u64::from(lost),
+            || {
+                format!(
+                    "client {client} node {}: {result:?}{}",
+                    node.index + 1,
+                    if lost { " (reply lost)" } else { "" }
+                )
+            },
+        );
+        if matches!(result, Err(NodeError::Connection(_))) {
+            lock(&world.counts).dropped_by_crash += 1;
+        }
+        if lost {
+            lock(&world.counts).lost_replies += 1;
+            continue; // the sender is dropped: the caller waits forever
+        }
+        let due = last_reply.max(Instant::now() + world.delay());
+        last_reply = due;
+        let _ = replies.send((due, result, req.reply));
+    }
+}
+
+async fn deliver_replies(mut rx: mpsc::UnboundedReceiver<Delivery>) {
+    while let Some((due, result, reply)) = rx.recv().await {
+        tokio::time::sleep_until(due).await;
+        let _ = reply.send(result);
+    }
+}
+
+impl Node for SimLink {
+    fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    fn call<'a>(&'a self, op: Op<'a>) -> BoxFuture<'a, Result<Reply, NodeError>> {
+        let Some(op) = Owned::from_op(op) else {
+            return Box::pin(async { Err(NodeError::Protocol("operation not simulated".into())) });
+        };
+        let epoch = {
+            let st = lock(&self.node.state);
+            if st.up { Some(st.epoch) } else { None }
+        };
+        let Some(epoch) = epoch else {
+            // Like RedisNode: no connection, answered at once.
+            self.node.excuse(op.token());
+            lock(&self.world.counts).refused_while_down += 1;
+            return Box::pin(async { Err(NodeError::NotConnected("node is down".into())) });
+        };
+        let due = {
+            let mut last = lock(&self.last_due);
+            let due = (*last).max(Instant::now() + self.world.delay());
+            *last = due;
+            due
+        };
+        let (reply, rx) = oneshot::channel();
+        let _ = self.requests.send(Request {
+            op,
+            due,
+            epoch,
+            reply,
+        });
+        Box::pin(async move {
+            match rx.await {
+                Ok(result) => result,
+                // A lost reply: it never comes.
+                Err(_) => std::future::pending().await,
+            }
+        })
+    }
+}
