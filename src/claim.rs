@@ -91,6 +91,12 @@ impl Keys {
         }))
     }
 
+    /// Whether this is a reentrant lock: its releases must reach only the
+    /// nodes that counted the hold.
+    pub(crate) fn is_reentrant(&self) -> bool {
+        self.flavor == Flavor::Reentrant
+    }
+
     /// The first lock key (for logs).
     pub(crate) fn first(&self) -> &str {
         &self.lock[0]

@@ -8,9 +8,10 @@ use rand::RngExt;
 
 use crate::error::ConfigError;
 use crate::node::Node;
-use crate::quorum::{DEFAULT_NODE_TIMEOUT, DriftFactor};
+use crate::quorum::{DEFAULT_NODE_TIMEOUT, DriftFactor, quorum};
 use crate::redis_node::{Address, RedisNode};
 use crate::redlock::Redlock;
+use crate::wakeup::Hub;
 
 /// How many rounds [`Redlock::lock`] tries, and how long it pauses between
 /// them.
@@ -185,6 +186,7 @@ pub struct Builder {
     node_timeout: Option<Duration>,
     drift_factor: Option<f64>,
     retry: Retry,
+    quiet: bool,
 }
 
 impl fmt::Debug for Builder {
@@ -200,6 +202,7 @@ impl fmt::Debug for Builder {
             .field("node_timeout", &self.node_timeout)
             .field("drift_factor", &self.drift_factor)
             .field("retry", &self.retry)
+            .field("notify_waiters", &!self.quiet)
             .finish()
     }
 }
@@ -252,6 +255,17 @@ impl Builder {
         self
     }
 
+    /// Whether waiters ([`Redlock::lock_wait`], and waiting
+    /// [`Redlock::lock_with`] / [`Redlock::run_with`]) are woken as soon as
+    /// the holder releases (default: yes). Releases are published on each
+    /// node; one subscriber connection per node, shared by all waiters,
+    /// listens. Off, waiters poll with jittered pauses up to the retry delay.
+    /// Either way no waiter sleeps past the holder's expiry.
+    pub fn notify_waiters(mut self, on: bool) -> Self {
+        self.quiet = !on;
+        self
+    }
+
     /// Checks the settings, then connects to every node concurrently, waiting
     /// at most the node timeout: a node that is down or frozen now is retried
     /// in the background and simply votes no until it is back. Credentials a
@@ -290,6 +304,10 @@ impl Builder {
             return Err(ConfigError::DuplicateNode(w[0].to_owned()));
         }
 
+        let hub = (!self.quiet && !targets.is_empty()).then(|| {
+            let clients = targets.iter().map(|t| t.client().clone()).collect();
+            Hub::new(clients, quorum(targets.len() + self.custom.len()))
+        });
         let wait = self.node_timeout.unwrap_or(DEFAULT_NODE_TIMEOUT);
         let connected =
             futures::future::join_all(targets.into_iter().map(|t| RedisNode::connect(t, wait)))
@@ -306,6 +324,7 @@ impl Builder {
                 drift_factor,
                 retry: self.retry,
             },
+            hub,
         ))
     }
 }

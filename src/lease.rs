@@ -138,6 +138,15 @@ impl Lease {
     }
 }
 
+/// Ends a lease when dropped.
+struct EndOnDrop(Lease);
+
+impl Drop for EndOnDrop {
+    fn drop(&mut self) {
+        self.0.end();
+    }
+}
+
 /// How a lease is kept.
 #[derive(Debug, Clone, Copy)]
 struct Keeping {
@@ -186,9 +195,12 @@ async fn keep(lock: &mut Lock, keeping: Keeping, lease: &Lease) {
                 lease.set_deadline(lock.deadline_at());
                 next = Instant::now() + keeping.every;
             }
-            // A majority no longer holds our token: gone, whatever the clock
-            // says (an operator released it, or a node lost its data).
-            Ok(Err(LockError::Expired { votes })) if votes.not_held() >= quorum => break,
+            // Too few nodes still hold our token to ever make a quorum: gone,
+            // whatever the clock says (an operator released it, or nodes
+            // lost their data).
+            Ok(Err(LockError::Expired { votes })) if votes.not_held() > votes.len() - quorum => {
+                break;
+            }
             Ok(Err(e)) => {
                 tracing::debug!(resource = lock.resource(), error = %e, "lease extension failed; retrying");
                 // Several more tries fit before the deadline.
@@ -272,6 +284,8 @@ impl Redlock {
         let keeping = Keeping::new(self, ttl, options)?;
         let mut lock = self.lock_with(resource, ttl, options).await?;
         let lease = Lease::new(&lock);
+        // Ends the lease for subtasks even if this future is dropped.
+        let _ending = EndOnDrop(lease.clone());
         let work = work(lease.clone());
         let outcome = tokio::select! {
             // The keeper first: once the deadline has passed, the work is not
@@ -312,7 +326,8 @@ impl Lock {
     }
 
     /// [`keep_alive`](Lock::keep_alive) with the extension interval and cap
-    /// from `options` (its other settings do not apply to a held lock).
+    /// from `options` (its other settings do not apply to a held lock). On
+    /// error the lock is dropped, and so released in the background.
     ///
     /// Needs a tokio runtime ([`ConfigError::NoRuntime`] otherwise).
     pub fn keep_alive_with(mut self, options: &LockOptions) -> Result<KeepAlive, LockError> {

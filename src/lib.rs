@@ -53,6 +53,7 @@ mod redis_node;
 mod redlock;
 mod scripts;
 mod token;
+mod wakeup;
 
 pub use config::{Builder, LockOptions, Retry};
 pub use error::{Answer, ConfigError, LockError, NodeError, Votes};

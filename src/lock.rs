@@ -27,6 +27,9 @@ pub struct Lock {
     ttl_ms: u64,
     deadline: Instant,
     fence: Option<u64>,
+    /// For a reentrant lock: the nodes that counted this hold, the only ones
+    /// a release may decrement.
+    members: Option<Vec<bool>>,
     released: bool,
 }
 
@@ -51,6 +54,7 @@ impl Lock {
         ttl_ms: u64,
         deadline: Instant,
         fence: Option<u64>,
+        members: Option<Vec<bool>>,
     ) -> Self {
         Lock {
             redlock,
@@ -58,6 +62,7 @@ impl Lock {
             ttl_ms,
             deadline,
             fence,
+            members,
             released: false,
         }
     }
@@ -186,7 +191,12 @@ impl Lock {
         let tally = self
             .redlock
             .inner()
-            .release(&self.claim, self.ttl_ms, Wait::Decision, None)
+            .release(
+                &self.claim,
+                self.ttl_ms,
+                Wait::Decision,
+                self.members.as_deref(),
+            )
             .await;
         // Only now: if this future is dropped mid-round, `Drop` releases.
         self.released = true;
@@ -200,9 +210,11 @@ impl Lock {
 impl Drop for Lock {
     fn drop(&mut self) {
         if !self.released {
-            self.redlock
-                .inner()
-                .release_detached(&self.claim, self.ttl_ms);
+            self.redlock.inner().release_detached(
+                &self.claim,
+                self.ttl_ms,
+                self.members.as_deref(),
+            );
         }
     }
 }

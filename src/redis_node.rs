@@ -59,6 +59,11 @@ impl Address {
         })
     }
 
+    /// The client for this address (for other connections to the node).
+    pub(crate) fn client(&self) -> &redis::Client {
+        &self.client
+    }
+
     /// The node's display name: scheme, address and database, never a
     /// password. Two addresses with one name are the same node.
     pub(crate) fn name(&self) -> &Arc<str> {

@@ -24,6 +24,7 @@ use crate::error::{Answer, ConfigError, LockError, NodeError, Votes};
 use crate::lock::Lock;
 use crate::node::{Node, Reply};
 use crate::quorum::{self, Decision, MAX_TTL_MS, Round, Vote};
+use crate::wakeup::{Hub, Interest};
 
 /// A Redlock client over N independent Redis masters.
 ///
@@ -53,6 +54,8 @@ pub struct Redlock {
 pub(crate) struct Inner {
     nodes: Box<[Arc<dyn Node>]>,
     pub(crate) settings: Settings,
+    /// Release notifications, for Redis nodes with notifications on.
+    hub: Option<Arc<Hub>>,
 }
 
 impl fmt::Debug for Redlock {
@@ -103,6 +106,9 @@ pub(crate) struct Tally {
     pub(crate) fence: Option<u64>,
 }
 
+/// The spread of woken waiters' retries, doubled after each collision.
+const WAKE_SPREAD: Duration = Duration::from_millis(3);
+
 /// How many rounds an acquisition may take.
 #[derive(Debug, Clone, Copy)]
 enum Attempts {
@@ -130,11 +136,16 @@ impl Redlock {
         Redlock::builder().nodes(urls).build().await
     }
 
-    pub(crate) fn new(nodes: Vec<Arc<dyn Node>>, settings: Settings) -> Self {
+    pub(crate) fn new(
+        nodes: Vec<Arc<dyn Node>>,
+        settings: Settings,
+        hub: Option<Arc<Hub>>,
+    ) -> Self {
         Redlock {
             inner: Arc::new(Inner {
                 nodes: nodes.into(),
                 settings,
+                hub,
             }),
         }
     }
@@ -324,16 +335,32 @@ impl Redlock {
     ) -> Result<Lock, LockError> {
         let retry = self.inner.settings.retry;
         let start = Instant::now();
+        // A waiter listens for releases for as long as it waits.
+        let mut interest = match (attempts, &self.inner.hub) {
+            (Attempts::Until(_), Some(hub)) => Some(hub.register(keys.first())),
+            _ => None,
+        };
         let mut round = 1;
+        let mut collisions = 0;
         loop {
             let claim = match owner {
                 Some(owner) => Claim::owned(keys, owner)?,
                 None => Claim::new(keys), // a fresh token every round
             };
+            if let Some(interest) = &mut interest {
+                interest.mark_seen();
+            }
             let error = match self.acquire(&Arc::new(claim), ttl).await {
                 Ok(lock) => return Ok(lock),
                 Err(e) => e,
             };
+            // A round that won some nodes but lost collided with another
+            // contender: no release will announce the end of that, so retry
+            // after a short random pause, doubled per collision (binary
+            // backoff). One that won none lost to a holder, whose release
+            // will wake us.
+            let collided = error.votes().is_some_and(|v| v.yes() > 0);
+            collisions = if collided { (collisions + 1).min(6) } else { 0 };
             let pause = match attempts {
                 Attempts::Policy if round >= retry.attempts() => return Err(error),
                 Attempts::Policy => retry.jitter(Duration::MAX),
@@ -346,15 +373,37 @@ impl Redlock {
                             last: Box::new(error),
                         });
                     }
-                    let holder_left = error
-                        .votes()
-                        .and_then(Votes::min_pttl)
-                        .unwrap_or(Duration::MAX);
-                    retry.jitter(holder_left).min(left)
+                    let holder_left = error.votes().and_then(Votes::min_pttl);
+                    let woken = interest.as_ref().is_some_and(Interest::listening);
+                    match holder_left {
+                        _ if woken && collided => retry.jitter(WAKE_SPREAD * 2u32.pow(collisions)),
+                        // A release wakes us; otherwise the holder's keys
+                        // expire then (spread a little so waiters do not all
+                        // arrive at once).
+                        Some(holder_left) if woken => {
+                            holder_left + retry.jitter(holder_left / 8 + Duration::from_millis(1))
+                        }
+                        // Polling: never past the holder's expiry.
+                        _ => retry.jitter(holder_left.unwrap_or(Duration::MAX)),
+                    }
+                    .min(left)
                 }
             };
             round += 1;
-            tokio::time::sleep(pause).await;
+            match &mut interest {
+                Some(interest) => {
+                    tokio::select! {
+                        () = tokio::time::sleep(pause) => {}
+                        () = interest.released() => {
+                            // Every waiter hears the same release: stagger
+                            // them so that one wins the nodes instead of all
+                            // splitting the vote.
+                            tokio::time::sleep(retry.jitter(WAKE_SPREAD)).await;
+                        }
+                    }
+                }
+                None => tokio::time::sleep(pause).await,
+            }
         }
     }
 
@@ -367,11 +416,22 @@ impl Redlock {
         let per_node = quorum::node_timeout(inner.settings.node_timeout, ttl.ms, ttl.validity);
         // If this future is dropped from here on, the guard releases whatever
         // the round has set.
+        // (Not for a reentrant lock: a release where the hold was never
+        // counted would give back an outer hold; it expires instead.)
+        let reentrant = claim.keys().is_reentrant();
         let mut guard = Abandoned {
             inner,
             claim,
             ttl_ms: ttl.ms,
-            armed: true,
+            armed: !reentrant,
+        };
+        // A reentrant lock must know every node that counted the hold, so it
+        // hears every node out (within the node timeout).
+        let everyone = vec![true; inner.nodes.len()];
+        let wait = if reentrant {
+            Wait::Nodes(&everyone)
+        } else {
+            Wait::Decision
         };
         let mut pending = inner.fan_out(claim, Step::Acquire, ttl.ms, None);
         let mut tally = inner
@@ -380,7 +440,7 @@ impl Redlock {
                 claim,
                 &mut pending,
                 t0 + per_node,
-                Wait::Decision,
+                wait,
                 None,
             )
             .await;
@@ -415,20 +475,27 @@ impl Redlock {
         }
         if tally.decision == Decision::Granted && Instant::now() < deadline {
             guard.armed = false; // the Lock owns the keys now
+            let members = reentrant.then(|| granted_mask(&phase1));
             return Ok(Lock::new(
                 self.clone(),
                 Arc::clone(claim),
                 ttl.ms,
                 deadline,
                 fence,
+                members,
             ));
         }
         // Release wherever the acquire may have taken effect. Wait for the
         // nodes that granted, so that a retry never meets our own leftovers
         // there; the others (silent, possibly frozen) are released in the
         // background, behind the acquire on the same connection.
+        // A reentrant lock releases only where the hold surely counted.
         let granted = granted_mask(&phase1);
-        let touched: Vec<bool> = phase1.iter().map(|(_, a)| may_have_applied(a)).collect();
+        let touched: Vec<bool> = if reentrant {
+            granted.clone()
+        } else {
+            phase1.iter().map(|(_, a)| may_have_applied(a)).collect()
+        };
         inner
             .release(claim, ttl.ms, Wait::Nodes(&granted), Some(&touched))
             .await;
@@ -446,15 +513,17 @@ fn granted_mask(votes: &Votes) -> Vec<bool> {
     votes.iter().map(|(_, a)| *a == Answer::Yes).collect()
 }
 
-/// Whether an acquire may have changed the node: it granted, or its answer
-/// never came. A node that refused or failed outright changed nothing, and
-/// sending it a release could give back a reentrant hold we still have.
+/// Whether an acquire may have changed the node: it granted, its answer
+/// never came, or the answer was unreadable. A node that refused, or failed
+/// before running the script, changed nothing.
 fn may_have_applied(answer: &Answer) -> bool {
     matches!(
         answer,
         Answer::Yes
             | Answer::Undecided
-            | Answer::Failed(NodeError::TimedOut | NodeError::Connection(_))
+            | Answer::Failed(
+                NodeError::TimedOut | NodeError::Connection(_) | NodeError::Protocol(_)
+            )
     )
 }
 
@@ -616,11 +685,12 @@ impl Inner {
         tally
     }
 
-    /// Releases `claim` everywhere without waiting, for `Drop`. Needs a tokio
-    /// runtime; without one the keys simply expire.
-    pub(crate) fn release_detached(&self, claim: &Arc<Claim>, ttl_ms: u64) {
+    /// Releases `claim` on every node (or those marked in `only`) without
+    /// waiting, for `Drop`. Needs a tokio runtime; without one the keys
+    /// simply expire.
+    pub(crate) fn release_detached(&self, claim: &Arc<Claim>, ttl_ms: u64, only: Option<&[bool]>) {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let pending = self.fan_out(claim, Step::Release, ttl_ms, None);
+            let pending = self.fan_out(claim, Step::Release, ttl_ms, only);
             runtime.spawn(drain(pending, Duration::from_millis(ttl_ms)));
         }
     }
@@ -639,7 +709,7 @@ struct Abandoned<'a> {
 impl Drop for Abandoned<'_> {
     fn drop(&mut self) {
         if self.armed {
-            self.inner.release_detached(self.claim, self.ttl_ms);
+            self.inner.release_detached(self.claim, self.ttl_ms, None);
         }
     }
 }

@@ -276,3 +276,30 @@ async fn keep_alive_signals_loss_and_drop_releases() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn dropping_run_ends_the_lease_for_subtasks() {
+    let redlock = support::redlock().await;
+    let resource = unique("lease-dropped");
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let run = redlock.run(&resource, Duration::from_secs(30), |lease| async move {
+        let _ = tx.send(lease.clone());
+        std::future::pending::<()>().await;
+    });
+    let lease = tokio::select! {
+        _ = run => unreachable!("the work never finishes"),
+        lease = rx => lease.unwrap(),
+    };
+    // The run future is gone: the lease must end, not linger until its TTL.
+    tokio::time::timeout(Duration::from_secs(1), lease.lost())
+        .await
+        .expect("lost() resolves once run is dropped");
+    assert!(!lease.is_valid());
+    eventually_snapshot(
+        &mut raw_all().await,
+        &resource,
+        &vec![Default::default(); 5],
+        Duration::from_secs(2),
+    )
+    .await;
+}

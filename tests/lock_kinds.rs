@@ -108,6 +108,69 @@ async fn reentrant_entry_refreshes_the_ttl_and_plain_locks_exclude_it() {
     ));
 }
 
+/// A re-entry that did not count on one node (down at the time) must not
+/// give back the outer hold there when released.
+#[tokio::test]
+async fn releasing_a_reentry_leaves_nodes_that_did_not_count_it() {
+    let urls = node_urls();
+    let mut proxies = Vec::new();
+    for url in &urls {
+        proxies.push(Proxy::start(url.trim_start_matches("redis://")).await);
+    }
+    let redlock = Redlock::builder()
+        .nodes(proxies.iter().map(Proxy::url))
+        .node_timeout(Duration::from_millis(200))
+        .build()
+        .await
+        .unwrap();
+    let mut conns = raw_all().await;
+    let resource = unique("reentry-members");
+    let key = lock_key(&resource);
+
+    let outer = redlock.lock_reentrant(&resource, TTL, "me").await.unwrap();
+    proxies[4].set_down(true);
+    let inner = redlock.lock_reentrant(&resource, TTL, "me").await.unwrap();
+    proxies[4].set_down(false);
+    // Node 5 back and reachable again before the release.
+    let probe = unique("reentry-members-probe");
+    let start = std::time::Instant::now();
+    loop {
+        for conn in &mut conns[..2] {
+            let _: () = conn
+                .set_ex(lock_key(&probe), "another-holder", 30)
+                .await
+                .unwrap();
+        }
+        if let Ok(lock) = redlock.try_lock(&probe, TTL).await {
+            lock.release().await.unwrap();
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "node 5 never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    inner.release().await.unwrap();
+    // Counts: one hold everywhere; node 5 never counted the re-entry.
+    let mut counts = Vec::new();
+    for conn in conns.iter_mut() {
+        let c: Option<u32> = conn.hget(&key, "me").await.unwrap();
+        counts.push(c);
+    }
+    assert_eq!(
+        counts[4],
+        Some(1),
+        "node 5 gave back the outer hold: {counts:?}"
+    );
+    assert!(
+        counts.iter().filter(|c| **c == Some(1)).count() >= 4,
+        "{counts:?}"
+    );
+    outer.release().await.unwrap();
+}
+
 // ------------------------------------------------------------ many resources
 
 #[tokio::test]
@@ -150,8 +213,13 @@ async fn lock_many_is_all_or_nothing() {
     let mut ab = ab;
     ab.extend(Duration::from_secs(30)).await.unwrap();
     for r in [&a, &b] {
-        let pttl: i64 = conns[0].pttl(lock_key(r)).await.unwrap();
-        assert!(pttl > 20_000, "{r}: {pttl}");
+        // A quorum confirmed; stragglers may still be on their way.
+        let mut extended = 0;
+        for conn in conns.iter_mut() {
+            let pttl: i64 = conn.pttl(lock_key(r)).await.unwrap();
+            extended += usize::from(pttl > 20_000);
+        }
+        assert!(extended >= 3, "{r}: extended on {extended} nodes");
     }
     ab.release().await.unwrap();
     eventually_snapshot(

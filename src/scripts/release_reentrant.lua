@@ -6,5 +6,6 @@ if redis.call('TYPE', KEYS[1]).ok ~= 'hash' or redis.call('HEXISTS', KEYS[1], AR
 end
 if redis.call('HINCRBY', KEYS[1], ARGV[1], -1) <= 0 then
   redis.call('DEL', KEYS[1])
+  redis.pcall('PUBLISH', KEYS[1], ARGV[1])
 end
 return 1

@@ -24,6 +24,8 @@ struct Shared {
     latency_us: AtomicU64,
     /// `true` while the link is cut.
     cut: watch::Sender<bool>,
+    /// `true` while the node is "down": connections are closed and refused.
+    down: watch::Sender<bool>,
 }
 
 /// A running proxy; stops accepting when dropped.
@@ -49,10 +51,12 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("local addr");
         let (cut, _) = watch::channel(false);
+        let (down, _) = watch::channel(false);
         let shared = Arc::new(Shared {
             upstream,
             latency_us: AtomicU64::new(0),
             cut,
+            down,
         });
         let accept = tokio::spawn(accept_loop(listener, shared.clone()));
         Proxy {
@@ -77,10 +81,20 @@ impl Proxy {
     pub fn set_cut(&self, cut: bool) {
         self.shared.cut.send_replace(cut);
     }
+
+    /// Takes the node "down" (`true`: open connections are closed, new ones
+    /// refused, as when the process is gone) or back up.
+    pub fn set_down(&self, down: bool) {
+        self.shared.down.send_replace(down);
+    }
 }
 
 async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     while let Ok((client, _)) = listener.accept().await {
+        if *shared.down.borrow() {
+            drop(client); // refused
+            continue;
+        }
         let shared = shared.clone();
         tokio::spawn(async move {
             let mut cut = shared.cut.subscribe();
@@ -120,8 +134,13 @@ async fn pump(
         let _ = to.shutdown().await;
     });
     let mut buf = vec![0u8; 64 * 1024];
+    let mut down = shared.down.subscribe();
     loop {
-        match from.read(&mut buf).await {
+        let read = tokio::select! {
+            read = from.read(&mut buf) => read,
+            _ = down.wait_for(|d| *d) => break,
+        };
+        match read {
             Ok(0) | Err(_) => break,
             Ok(n) => {
                 let latency = Duration::from_micros(shared.latency_us.load(Ordering::Relaxed));
@@ -135,5 +154,8 @@ async fn pump(
         }
     }
     drop(tx);
+    if *shared.down.borrow() {
+        writer.abort(); // closes the write half at once
+    }
     let _ = writer.await;
 }

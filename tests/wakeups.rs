@@ -1,0 +1,187 @@
+//! Waiters woken on release, on the five real nodes: prompt hand-off with
+//! notifications, a correct fallback without them, and mutual exclusion
+//! either way.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use redquorum::{Redlock, Retry};
+use support::*;
+use tokio::time::Instant;
+
+/// A client whose polling alone would be slow (retry ceiling 5 s), so a
+/// prompt hand-off can only come from a notification.
+async fn slow_poller(urls: &[String], notify: bool) -> Redlock {
+    Redlock::builder()
+        .nodes(urls)
+        .retry(Retry::new(3, Duration::from_secs(5)))
+        .notify_waiters(notify)
+        .build()
+        .await
+        .unwrap()
+}
+
+/// Waits until `waiter` is blocked on `resource`: its first round has been
+/// refused (the holder's key is there), then gives its subscription a moment.
+async fn hand_off(notify: bool, urls: &[String]) -> Duration {
+    let holder = support::redlock().await;
+    let waiter = slow_poller(urls, notify).await;
+    let resource = unique("wake");
+    let lock = holder
+        .lock(&resource, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let waiting = tokio::spawn(async move {
+        let _ = tx.send(());
+        let lock = waiter
+            .lock_wait(&resource, Duration::from_secs(5), Duration::from_secs(20))
+            .await
+            .unwrap();
+        let got = Instant::now();
+        lock.release().await.unwrap();
+        got
+    });
+    rx.await.unwrap();
+    // The waiter's first round must have run (and failed) before we release;
+    // there is no event for that from outside, so give it ample time.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    lock.release().await.unwrap();
+    waiting.await.unwrap() - released
+}
+
+#[tokio::test]
+async fn a_release_wakes_the_waiter_at_once() {
+    let urls = node_urls();
+    let after = hand_off(true, &urls).await;
+    // Polling alone would take up to the 5 s retry ceiling.
+    assert!(
+        after < Duration::from_millis(500),
+        "woken {after:?} after the release"
+    );
+}
+
+/// A client that may not subscribe (ACL) gets no notifications and must fall
+/// back to polling: still granted, and never later than its retry ceiling
+/// allows (here 300 ms, far below the holder's 30 s TTL).
+#[tokio::test]
+async fn without_notifications_a_waiter_falls_back_to_polling() {
+    let user = format!("rq-nosub-{:08x}", rand::random::<u32>());
+    let mut urls = Vec::new();
+    let mut conns = raw_all().await;
+    for (i, c) in conns.iter_mut().enumerate() {
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(&user)
+            .arg("on")
+            .arg(">pw")
+            .arg("~*")
+            .arg("&*")
+            .arg("+@all")
+            .arg("-subscribe")
+            .arg("-psubscribe")
+            .query_async(c)
+            .await
+            .unwrap();
+        let port = node_urls()[i].rsplit(':').next().unwrap().to_owned();
+        urls.push(format!("redis://{user}:pw@127.0.0.1:{port}"));
+    }
+    let holder = support::redlock().await;
+    let waiter = Redlock::builder()
+        .nodes(&urls)
+        .retry(Retry::new(3, Duration::from_millis(300)))
+        .build()
+        .await
+        .unwrap();
+    let resource = unique("nosub");
+    let lock = holder
+        .lock(&resource, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let release_at = Instant::now() + Duration::from_millis(400);
+    let releaser = tokio::spawn(async move {
+        tokio::time::sleep_until(release_at).await;
+        lock.release().await.unwrap();
+    });
+    let got = waiter
+        .lock_wait(&resource, Duration::from_secs(5), Duration::from_secs(20))
+        .await
+        .unwrap();
+    let after = Instant::now() - release_at;
+    releaser.await.unwrap();
+    got.release().await.unwrap();
+    for c in conns.iter_mut() {
+        let _: () = redis::cmd("ACL")
+            .arg("DELUSER")
+            .arg(&user)
+            .query_async(c)
+            .await
+            .unwrap();
+    }
+    assert!(
+        after < Duration::from_secs(2),
+        "granted {after:?} after the release"
+    );
+}
+
+async fn contend(notify: bool) {
+    let urls = node_urls();
+    let resource = Arc::new(unique(if notify {
+        "contend-notify"
+    } else {
+        "contend-poll"
+    }));
+    let busy = Arc::new(AtomicBool::new(false));
+    let grants = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..6 {
+        let redlock = Redlock::builder()
+            .nodes(&urls)
+            .notify_waiters(notify)
+            .retry(Retry::new(3, Duration::from_millis(20)))
+            .build()
+            .await
+            .unwrap();
+        let (resource, busy, grants) = (resource.clone(), busy.clone(), grants.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..15 {
+                let lock = redlock
+                    .lock_wait(&resource, Duration::from_secs(5), Duration::from_secs(30))
+                    .await
+                    .unwrap();
+                assert!(!busy.swap(true, Ordering::SeqCst), "two holders at once");
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                assert!(lock.is_valid());
+                busy.store(false, Ordering::SeqCst);
+                grants.fetch_add(1, Ordering::SeqCst);
+                lock.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(grants.load(Ordering::SeqCst), 90);
+    let mut conns = raw_all().await;
+    eventually_snapshot(
+        &mut conns,
+        &resource,
+        &vec![Default::default(); 5],
+        Duration::from_secs(2),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_overlaps_with_notifications() {
+    contend(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_overlaps_without_notifications() {
+    contend(false).await;
+}
