@@ -22,6 +22,8 @@ enum Owned {
     Acquire(String, String, u64),
     Extend(String, String, u64),
     Release(String, String),
+    AcquireFenced(String, String, String, u64),
+    WriteBack(String, String, String, u64),
 }
 
 #[derive(Debug)]
@@ -30,6 +32,8 @@ pub struct MemoryNode {
     queue: mpsc::UnboundedSender<(Owned, oneshot::Sender<Reply>)>,
     gate: watch::Sender<bool>,
     keys: Arc<Mutex<Keys>>,
+    /// Fencing counters (no TTL).
+    counters: Arc<Mutex<HashMap<String, u64>>>,
     /// Bumped after every applied operation, so tests can wait for state.
     applied: watch::Sender<u64>,
 }
@@ -41,11 +45,13 @@ impl MemoryNode {
         let (gate, _) = watch::channel(true);
         let (applied, _) = watch::channel(0u64);
         let keys: Arc<Mutex<Keys>> = Arc::default();
+        let counters: Arc<Mutex<HashMap<String, u64>>> = Arc::default();
         let node = Arc::new(MemoryNode {
             name: format!("memory://{i}").into(),
             queue,
             gate: gate.clone(),
             keys: keys.clone(),
+            counters: counters.clone(),
             applied: applied.clone(),
         });
         let mut gate_rx = gate.subscribe();
@@ -54,7 +60,7 @@ impl MemoryNode {
                 if gate_rx.wait_for(|open| *open).await.is_err() {
                     return;
                 }
-                let answer = apply(&mut keys.lock().unwrap(), op);
+                let answer = apply(&mut keys.lock().unwrap(), &mut counters.lock().unwrap(), op);
                 applied.send_modify(|n| *n += 1);
                 let _ = reply.send(answer);
             }
@@ -79,6 +85,14 @@ impl MemoryNode {
             .map(|(token, _)| token.clone())
     }
 
+    /// Sets a fencing counter, as `SET {R}:fence n` would.
+    pub fn set_counter(&self, fence_key: &str, n: u64) {
+        self.counters
+            .lock()
+            .unwrap()
+            .insert(fence_key.to_owned(), n);
+    }
+
     /// Waits (at most `bound`) until `f` holds of this node.
     pub async fn until(&self, bound: Duration, what: &str, f: impl Fn(&Self) -> bool) {
         let mut rx = self.applied.subscribe();
@@ -93,7 +107,7 @@ impl MemoryNode {
     }
 }
 
-fn apply(keys: &mut Keys, op: Owned) -> Reply {
+fn apply(keys: &mut Keys, counters: &mut HashMap<String, u64>, op: Owned) -> Reply {
     let now = Instant::now();
     keys.retain(|_, (_, exp)| *exp > now);
     match op {
@@ -109,6 +123,25 @@ fn apply(keys: &mut Keys, op: Owned) -> Reply {
         Owned::Extend(key, token, ttl) => match keys.get_mut(&key) {
             Some((t, exp)) if *t == token => {
                 *exp = (*exp).max(now + Duration::from_millis(ttl));
+                Reply::Done
+            }
+            _ => Reply::NotHeld,
+        },
+        Owned::AcquireFenced(key, fence_key, token, ttl) => match keys.get(&key) {
+            Some((_, exp)) => Reply::Held {
+                pttl_ms: (*exp - now).as_millis() as i64,
+            },
+            None => {
+                let counter = counters.entry(fence_key).or_insert(0);
+                *counter += 1;
+                keys.insert(key, (token, now + Duration::from_millis(ttl)));
+                Reply::Fence(*counter)
+            }
+        },
+        Owned::WriteBack(key, fence_key, token, fence) => match keys.get(&key) {
+            Some((t, _)) if *t == token => {
+                let counter = counters.entry(fence_key).or_insert(0);
+                *counter = (*counter).max(fence);
                 Reply::Done
             }
             _ => Reply::NotHeld,
@@ -133,6 +166,18 @@ impl Node for MemoryNode {
             Op::Acquire { key, token, ttl_ms } => Owned::Acquire(key.into(), token.into(), ttl_ms),
             Op::Extend { key, token, ttl_ms } => Owned::Extend(key.into(), token.into(), ttl_ms),
             Op::Release { key, token } => Owned::Release(key.into(), token.into()),
+            Op::AcquireFenced {
+                key,
+                fence_key,
+                token,
+                ttl_ms,
+            } => Owned::AcquireFenced(key.into(), fence_key.into(), token.into(), ttl_ms),
+            Op::FenceWriteBack {
+                key,
+                fence_key,
+                token,
+                fence,
+            } => Owned::WriteBack(key.into(), fence_key.into(), token.into(), fence),
             _ => return Box::pin(async { Err(NodeError::Protocol("unknown op".into())) }),
         };
         // Queued at call time, as a multiplexed connection writes at once.
