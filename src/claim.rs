@@ -160,6 +160,20 @@ impl Claim {
         })
     }
 
+    /// A claim on a plain or fenced lock by a token the caller already knows
+    /// (an operator releasing another process's lock): stored as given, not
+    /// checked against the random-token format.
+    pub(crate) fn with_token(keys: &Arc<Keys>, token: &str) -> Result<Self, ConfigError> {
+        if token.is_empty() {
+            return Err(ConfigError::EmptyToken);
+        }
+        Ok(Claim {
+            keys: Arc::clone(keys),
+            token: Token::random(),
+            owner: Some(token.into()),
+        })
+    }
+
     pub(crate) fn keys(&self) -> &Keys {
         &self.keys
     }
@@ -243,6 +257,23 @@ mod tests {
         assert_eq!(
             Keys::single("", false).unwrap_err(),
             ConfigError::EmptyResource
+        );
+    }
+
+    #[test]
+    fn an_explicit_token_is_released_as_given() {
+        let keys = Keys::single("r", false).unwrap();
+        let claim = Claim::with_token(&keys, "owner-7").unwrap();
+        assert_eq!(
+            claim.op(Step::Release, 0),
+            Op::Release {
+                key: "{r}:lock",
+                token: "owner-7"
+            }
+        );
+        assert_eq!(
+            Claim::with_token(&keys, "").unwrap_err(),
+            ConfigError::EmptyToken
         );
     }
 

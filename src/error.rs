@@ -144,6 +144,10 @@ pub enum ConfigError {
     /// A retry policy with zero attempts.
     #[error("retry policy must allow at least one attempt")]
     InvalidRetry,
+    /// An explicit token (for [`Redlock::release_token`](crate::Redlock::release_token))
+    /// that is empty.
+    #[error("token is empty")]
+    EmptyToken,
 }
 
 /// Why one node did not do what was asked.

@@ -42,6 +42,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod admin;
 mod claim;
 mod config;
 mod error;

@@ -1,0 +1,157 @@
+//! The command line: commands, flags and their help.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{ArgAction, Args, Parser, Subcommand};
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0-255    exec: the command's own exit code when it ran to the end
+  64       bad usage or configuration (EX_USAGE)
+  69       too few nodes answered to decide (EX_UNAVAILABLE)
+  70       internal error (EX_SOFTWARE)
+  71       cannot start the runtime or signal handling (EX_OSERR)
+  75       exec: the lock was not had in time: held elsewhere (EX_TEMPFAIL)
+  77       a node rejected the credentials (EX_NOPERM)
+  79       exec: the lease was lost (or about to be) and the command was stopped
+  126/127  exec: the command could not be run / was not found
+  128+N    exec: the command died of signal N, or redquorum got signal N
+           (SIGINT, SIGTERM, SIGHUP, SIGQUIT), passed it on and stopped the
+           command
+
+Durations are written like 500ms, 30s, 2m or 1h30m.
+Details, and what happens on loss: docs/cli.md";
+
+/// Run a command on exactly one host of many, under a Redlock quorum lock.
+#[derive(Debug, Parser)]
+#[command(name = "redquorum", version, after_help = EXIT_CODES)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options of every command.
+#[derive(Debug, Args)]
+pub struct Global {
+    /// The Redis masters, comma-separated redis:// URLs (passwords allowed;
+    /// they are never printed).
+    #[arg(
+        long,
+        env = "REDQUORUM_NODES",
+        value_delimiter = ',',
+        global = true,
+        hide_env_values = true,
+        value_name = "URLS"
+    )]
+    pub nodes: Vec<String>,
+
+    /// The longest one node may take to answer [default: min(50ms, TTL/20);
+    /// status: 1s]. Raise it for distant nodes.
+    #[arg(long, global = true, value_parser = humantime::parse_duration, value_name = "D")]
+    pub node_timeout: Option<Duration>,
+
+    /// Print nothing of redquorum's own but usage errors (the exit code says
+    /// what happened).
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+
+    /// More detail on stderr: -v what happens, -vv every node's answer, -vvv
+    /// everything. RUST_LOG (an env filter) overrides it.
+    #[arg(short, long, global = true, action = ArgAction::Count)]
+    pub verbose: u8,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    Exec(ExecArgs),
+    Status(StatusArgs),
+    Release(ReleaseArgs),
+}
+
+/// Acquire RESOURCE, run CMD while keeping the lease alive, release.
+///
+/// The command runs in its own process group with REDQUORUM_RESOURCE,
+/// REDQUORUM_TOKEN (and with --fence REDQUORUM_FENCE) set and stdio
+/// inherited. If the lease cannot be kept, its process group gets SIGTERM
+/// once less than --grace of the lock's validity is left (at once if the lock
+/// is known to be gone), and SIGKILL when the validity ends or --grace has
+/// passed, whichever comes first: the command never outlives the lock.
+/// SIGINT, SIGTERM, SIGHUP and SIGQUIT are passed on to the command's process
+/// group (a second one kills it); SIGTSTP is ignored.
+#[derive(Debug, Args)]
+#[command(after_help = EXIT_CODES)]
+pub struct ExecArgs {
+    /// The lease's time to live (at least 100ms); it is extended every TTL/3
+    /// while the command runs.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, value_name = "D")]
+    pub ttl: Duration,
+
+    /// Wait up to D for the lock [default: one try]. 0s also means one try.
+    #[arg(long, value_parser = humantime::parse_duration, value_name = "D")]
+    pub wait: Option<Duration>,
+
+    /// How long the command has between SIGTERM and SIGKILL when the lease is
+    /// lost or redquorum is signalled. At most TTL/3 [default: 5s, or TTL/4
+    /// if shorter].
+    #[arg(long, value_parser = humantime::parse_duration, value_name = "D")]
+    pub grace: Option<Duration>,
+
+    /// Take a fencing token (REDQUORUM_FENCE): larger than every earlier
+    /// holder's; pass it to the storage you write to.
+    #[arg(long)]
+    pub fence: bool,
+
+    /// The name of the lock.
+    pub resource: String,
+
+    /// The command and its arguments (after `--`).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub command: Vec<OsString>,
+}
+
+/// Show who holds RESOURCE on each node, and the quorum verdict.
+///
+/// Verdicts: HELD (one token on a quorum of nodes), FREE (a quorum of nodes
+/// hold nothing), NOT_HELD (no token on a quorum, but fewer than a quorum
+/// free: leftovers that expire at their PTTL), UNKNOWN (the unreachable nodes
+/// could decide it). Exit 0, or 69 for UNKNOWN.
+#[derive(Debug, Args)]
+#[command(after_help = EXIT_CODES)]
+pub struct StatusArgs {
+    /// The name of the lock.
+    pub resource: String,
+
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Print whole tokens instead of their first 8 characters (a token is
+    /// what `release --token` needs).
+    #[arg(long)]
+    pub show_token: bool,
+}
+
+/// Release RESOURCE where it is held under TOKEN (compare-and-delete on every
+/// node), for a holder that is gone or stuck.
+///
+/// Nodes where TOKEN does not hold the lock are left alone. Exit 0 once a
+/// quorum confirmed RESOURCE is not held by TOKEN, 69 otherwise.
+#[derive(Debug, Args)]
+#[command(after_help = EXIT_CODES)]
+pub struct ReleaseArgs {
+    /// The name of the lock.
+    pub resource: String,
+
+    /// The holder's whole token (REDQUORUM_TOKEN of its command, or
+    /// `status --show-token`).
+    #[arg(long, value_name = "T")]
+    pub token: String,
+}

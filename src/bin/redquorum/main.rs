@@ -1,0 +1,123 @@
+//! `redquorum`: run a command under a Redlock quorum lock, inspect a lock,
+//! release one by token. See `docs/cli.md`.
+
+mod cli;
+mod exec;
+mod exit;
+mod process;
+mod release;
+mod status;
+mod ui;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use redquorum::{ConfigError, Redlock, Retry};
+
+use crate::cli::{Cli, Command, Global};
+use crate::exit::Code;
+use crate::ui::Ui;
+
+/// Far beyond any useful node timeout, and far from instant overflow.
+const MAX_NODE_TIMEOUT: Duration = Duration::from_secs(3600);
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Help and version go to stdout with 0; anything else is a usage
+            // error (EX_USAGE), not clap's default 2.
+            let code = if e.use_stderr() { exit::USAGE } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    ui::init_logging(cli.global.verbose, cli.global.quiet);
+    let ui = Ui::new(cli.global.quiet);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            ui.error(format_args!("cannot start the async runtime: {e}"));
+            return ExitCode::from(exit::OSERR);
+        }
+    };
+    let code = runtime.block_on(run(cli, &ui));
+    // Background tasks (reconnects, release tails) are not waited for: every
+    // command has finished what it needs before returning.
+    runtime.shutdown_background();
+    ExitCode::from(code)
+}
+
+async fn run(cli: Cli, ui: &Ui) -> Code {
+    let nodes = match node_urls(&cli.global) {
+        Ok(nodes) => nodes,
+        Err(message) => {
+            ui.usage(&message);
+            return exit::USAGE;
+        }
+    };
+    if cli
+        .global
+        .node_timeout
+        .is_some_and(|t| t > MAX_NODE_TIMEOUT)
+    {
+        ui.usage("--node-timeout must be at most 1h");
+        return exit::USAGE;
+    }
+    match cli.command {
+        Command::Exec(args) => exec::exec(&cli.global, &nodes, args, ui).await,
+        Command::Status(args) => status::status(&cli.global, &nodes, &args, ui).await,
+        Command::Release(args) => release::release(&cli.global, &nodes, &args, ui).await,
+    }
+}
+
+/// The node URLs from `--nodes` / `REDQUORUM_NODES`, trimmed, empty entries
+/// (a trailing comma) dropped.
+fn node_urls(global: &Global) -> Result<Vec<String>, String> {
+    let urls: Vec<String> = global
+        .nodes
+        .iter()
+        .map(|u| u.trim())
+        .filter(|u| !u.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if urls.is_empty() {
+        return Err(
+            "no nodes: pass --nodes URL,URL,… or set REDQUORUM_NODES (comma-separated redis:// URLs)"
+                .to_owned(),
+        );
+    }
+    Ok(urls)
+}
+
+/// A client over `nodes` with the global settings and `retry`.
+pub(crate) async fn connect(
+    global: &Global,
+    nodes: &[String],
+    retry: Retry,
+) -> Result<Redlock, ConfigError> {
+    let mut builder = Redlock::builder().nodes(nodes).retry(retry);
+    if let Some(timeout) = global.node_timeout {
+        builder = builder.node_timeout(timeout);
+    }
+    builder.build().await
+}
+
+/// The exit code and message for a client that could not be built.
+pub(crate) fn config_failure(ui: &Ui, error: &ConfigError) -> Code {
+    match error {
+        ConfigError::Auth { .. } => {
+            ui.error(format_args!("{error}"));
+            exit::NOPERM
+        }
+        _ => {
+            ui.usage(&error.to_string());
+            exit::USAGE
+        }
+    }
+}

@@ -1,0 +1,544 @@
+//! The `redquorum` binary on the five real nodes: exclusion between two
+//! execs, exit codes, a lease lost mid-run, signals, status and release.
+//!
+//! A majority is "frozen" by cutting the binary's links to three nodes
+//! through test proxies, so these tests never disturb the shared cluster.
+//! Every wait is bounded; timing bounds are generous liveness bounds.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use redquorum::Redlock;
+use support::proxy::Proxy;
+use support::*;
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+const BIN: &str = env!("CARGO_BIN_EXE_redquorum");
+/// No single CLI run in these tests may take longer.
+const BOUND: Duration = Duration::from_secs(30);
+
+/// `redquorum ARGS…` on the real nodes (via `--nodes`), stdout and stderr
+/// captured; killed if the test ends first.
+fn redquorum(nodes: &[String], args: &[&str]) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .arg("--nodes")
+        .arg(nodes.join(","))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    command
+}
+
+async fn finish(child: Child) -> Output {
+    tokio::time::timeout(BOUND, child.wait_with_output())
+        .await
+        .expect("redquorum did not finish in time")
+        .expect("wait for redquorum")
+}
+
+async fn run(nodes: &[String], args: &[&str]) -> Output {
+    finish(redquorum(nodes, args).spawn().expect("spawn redquorum")).await
+}
+
+fn code(output: &Output) -> i32 {
+    output.status.code().unwrap_or_else(|| {
+        panic!(
+            "redquorum died of a signal: {:?}\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// A fresh scratch directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "redquorum-cli-{name}-{}-{:08x}",
+        std::process::id(),
+        rand::random::<u32>()
+    ));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+async fn wait_for_file(path: &Path, bound: Duration) {
+    let start = Instant::now();
+    while !path.exists() {
+        assert!(
+            start.elapsed() < bound,
+            "{} did not appear within {bound:?}",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// `redquorum status --json RESOURCE` parsed.
+async fn status(nodes: &[String], resource: &str) -> serde_json::Value {
+    let out = run(nodes, &["status", "--json", "--show-token", resource]).await;
+    assert_eq!(code(&out), 0, "status failed: {}", stderr(&out));
+    serde_json::from_slice(&out.stdout).expect("status --json prints JSON")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_execs_on_one_resource_run_one_after_the_other() {
+    let nodes = node_urls();
+    let resource = unique("cli-serial");
+    let dir = scratch("serial");
+    let log = dir.join("log");
+    // Each run logs its start and end; under the lock they never interleave.
+    let script = "echo start $$ >> \"$LOG\"; sleep 1; echo end $$ >> \"$LOG\"";
+    let start = Instant::now();
+    let spawn = || {
+        redquorum(
+            &nodes,
+            &[
+                "exec", "--wait", "10s", "--ttl", "5s", &resource, "--", "sh", "-c", script,
+            ],
+        )
+        .env("LOG", &log)
+        .spawn()
+        .expect("spawn")
+    };
+    let (a, b) = (spawn(), spawn());
+    let (a, b) = tokio::join!(finish(a), finish(b));
+    let elapsed = start.elapsed();
+    assert_eq!(code(&a), 0, "first exec: {}", stderr(&a));
+    assert_eq!(code(&b), 0, "second exec: {}", stderr(&b));
+    let lines: Vec<String> = std::fs::read_to_string(&log)
+        .expect("log")
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    let kinds: Vec<&str> = lines.iter().map(|l| &l[..l.find(' ').unwrap()]).collect();
+    assert_eq!(
+        kinds,
+        ["start", "end", "start", "end"],
+        "overlap: {lines:?}"
+    );
+    assert_eq!(lines[0][6..], lines[1][4..], "{lines:?}");
+    assert_eq!(lines[2][6..], lines[3][4..], "{lines:?}");
+    assert!(elapsed >= Duration::from_secs(2), "{elapsed:?}");
+    // The second started soon after the first released (woken, not polling
+    // until a TTL), and both released: the resource is free.
+    assert!(elapsed < Duration::from_secs(5), "{elapsed:?}");
+    assert_eq!(status(&nodes, &resource).await["verdict"], "FREE");
+    println!("two execs of `sleep 1` took {elapsed:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_commands_exit_code_passes_through() {
+    let nodes = node_urls();
+    let resource = unique("cli-code");
+    let out = run(&nodes, &["exec", &resource, "--", "sh", "-c", "exit 7"]).await;
+    assert_eq!(code(&out), 7, "{}", stderr(&out));
+    // Death by signal is reported as a shell would: 128 + 9.
+    let out = run(&nodes, &["exec", &resource, "--", "sh", "-c", "kill -9 $$"]).await;
+    assert_eq!(code(&out), 137, "{}", stderr(&out));
+    // A command that does not exist: 127, and the lock is released.
+    let out = run(&nodes, &["exec", &resource, "--", "/nonexistent/command"]).await;
+    assert_eq!(code(&out), 127, "{}", stderr(&out));
+    assert_eq!(status(&nodes, &resource).await["verdict"], "FREE");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_command_sees_resource_token_and_fence() {
+    let nodes = node_urls();
+    let resource = unique("cli-env");
+    let script = "printf '%s\\n%s\\n%s\\n' \"$REDQUORUM_RESOURCE\" \"$REDQUORUM_TOKEN\" \"$REDQUORUM_FENCE\"";
+    // The nodes from REDQUORUM_NODES this time, not --nodes.
+    let out = Command::new(BIN)
+        .args(["exec", "--fence", &resource, "--", "sh", "-c", script])
+        .env("REDQUORUM_NODES", nodes.join(","))
+        .env("REDQUORUM_FENCE", "stale")
+        .output()
+        .await
+        .expect("run");
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[0], resource);
+    assert_eq!(lines[1].len(), 32, "{lines:?}");
+    assert!(lines[1].bytes().all(|b| b.is_ascii_hexdigit()), "{lines:?}");
+    let first: u64 = lines[2].parse().expect("a numeric fence");
+    // A second holder's fence is larger; without --fence there is none.
+    let out = run(
+        &nodes,
+        &["exec", "--fence", &resource, "--", "sh", "-c", script],
+    )
+    .await;
+    let second: u64 = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .nth(2)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(second > first, "{second} after {first}");
+    let out = Command::new(BIN)
+        .args([
+            "--nodes",
+            &nodes.join(","),
+            "exec",
+            &resource,
+            "--",
+            "sh",
+            "-c",
+            script,
+        ])
+        .env("REDQUORUM_FENCE", "stale")
+        .output()
+        .await
+        .expect("run");
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap().lines().nth(2),
+        Some("")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_held_resource_with_zero_wait_exits_75_within_a_second() {
+    let nodes = node_urls();
+    let resource = unique("cli-held");
+    let redlock = Redlock::connect(&nodes).await.unwrap();
+    let lock = redlock
+        .lock(&resource, Duration::from_secs(20))
+        .await
+        .unwrap();
+    let dir = scratch("held");
+    let marker = dir.join("ran");
+    for args in [
+        &["exec", "--wait", "0s", &resource, "--", "touch"][..],
+        // Without --wait: one try.
+        &["exec", &resource, "--", "touch"][..],
+    ] {
+        let start = Instant::now();
+        let mut command = redquorum(&nodes, args);
+        command.arg(&marker);
+        let out = finish(command.spawn().unwrap()).await;
+        let elapsed = start.elapsed();
+        assert_eq!(code(&out), 75, "{}", stderr(&out));
+        assert!(elapsed < Duration::from_secs(1), "took {elapsed:?}");
+        assert!(stderr(&out).contains("held elsewhere"), "{}", stderr(&out));
+        println!("{args:?}: exit 75 after {elapsed:?}");
+    }
+    assert!(!marker.exists(), "the command ran without the lock");
+    // The holder is untouched.
+    let s = status(&nodes, &resource).await;
+    assert_eq!(s["verdict"], "HELD");
+    assert_eq!(s["holder"]["token"], lock.token());
+    lock.release().await.unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lease_lost_mid_run_stops_the_command_before_it_finishes() {
+    let mut proxies = Vec::new();
+    for url in node_urls() {
+        proxies.push(Proxy::start(url.trim_start_matches("redis://")).await);
+    }
+    let via: Vec<String> = proxies.iter().map(Proxy::url).collect();
+    let resource = unique("cli-lost");
+    let dir = scratch("lost");
+    let (started, finished) = (dir.join("started"), dir.join("finished"));
+    let (ttl, grace) = (Duration::from_secs(3), Duration::from_secs(1));
+    let child = redquorum(
+        &via,
+        &[
+            "exec",
+            "--ttl",
+            "3s",
+            "--grace",
+            "1s",
+            &resource,
+            "--",
+            "sh",
+            "-c",
+            "touch \"$STARTED\"; sleep 6; touch \"$FINISHED\"",
+        ],
+    )
+    .env("STARTED", &started)
+    .env("FINISHED", &finished)
+    .spawn()
+    .unwrap();
+    wait_for_file(&started, Duration::from_secs(5)).await;
+    let run_start = Instant::now();
+    // Let one extension happen, then freeze a majority for this process.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    for proxy in &proxies[..3] {
+        proxy.set_cut(true);
+    }
+    let cut = Instant::now();
+    let out = finish(child).await;
+    let stopped_after = cut.elapsed();
+    assert_eq!(code(&out), 79, "{}", stderr(&out));
+    assert!(
+        stopped_after <= ttl + grace + Duration::from_secs(1),
+        "stopped {stopped_after:?} after the cut"
+    );
+    assert!(stderr(&out).contains("lease on"), "{}", stderr(&out));
+    // The command would have finished 6 s after it started: it never does.
+    tokio::time::sleep_until(run_start + Duration::from_secs(7)).await;
+    assert!(
+        !finished.exists(),
+        "the command ran on after the lease was lost"
+    );
+    println!(
+        "lease lost: command stopped {stopped_after:?} after the cut (TTL {ttl:?}, grace {grace:?})"
+    );
+    drop(proxies);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_is_passed_on_and_the_lock_released() {
+    let nodes = node_urls();
+    let resource = unique("cli-signal");
+    let dir = scratch("signal");
+    let (started, got) = (dir.join("started"), dir.join("got-term"));
+    let child = redquorum(
+        &nodes,
+        &[
+            "exec",
+            "--ttl",
+            "20s",
+            &resource,
+            "--",
+            "sh",
+            "-c",
+            "trap 'touch \"$GOT\"; exit 0' TERM; touch \"$STARTED\"; sleep 10 & wait",
+        ],
+    )
+    .env("STARTED", &started)
+    .env("GOT", &got)
+    .spawn()
+    .unwrap();
+    let pid = child.id().unwrap().to_string();
+    wait_for_file(&started, Duration::from_secs(5)).await;
+    let sent = Instant::now();
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let out = finish(child).await;
+    // 128 + SIGTERM, whatever the command exited with.
+    assert_eq!(code(&out), 143, "{}", stderr(&out));
+    assert!(got.exists(), "the command did not get SIGTERM");
+    assert!(
+        sent.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        sent.elapsed()
+    );
+    // Released at once, not left to its 20 s TTL.
+    assert_eq!(status(&nodes, &resource).await["verdict"], "FREE");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn status_shows_the_holder_and_release_by_token_frees_it() {
+    let nodes = node_urls();
+    let resource = unique("cli-status");
+    let redlock = Redlock::connect(&nodes).await.unwrap();
+    let lock = redlock
+        .lock(&resource, Duration::from_secs(20))
+        .await
+        .unwrap();
+    let token = lock.token().to_owned();
+
+    let s = status(&nodes, &resource).await;
+    assert_eq!(s["verdict"], "HELD", "{s}");
+    assert_eq!(s["quorum"], 3);
+    assert_eq!(s["holder"]["nodes"], 5);
+    assert_eq!(s["holder"]["token_prefix"], format!("{}…", &token[..8]));
+    for node in s["nodes"].as_array().unwrap() {
+        assert_eq!(node["reachable"], true, "{node}");
+        assert_eq!(node["held"], true, "{node}");
+        let pttl = node["pttl_ms"].as_u64().unwrap();
+        assert!(pttl > 15_000 && pttl <= 20_000, "{node}");
+    }
+    // The table says the same, with the token shortened.
+    let out = run(&nodes, &["status", &resource]).await;
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(table.contains(&format!("{}…", &token[..8])), "{table}");
+    assert!(!table.contains(&token), "{table}");
+    assert!(table.trim_end().ends_with(": HELD"), "{table}");
+
+    // A wrong token releases nothing.
+    let out = run(&nodes, &["release", &resource, "--token", "not-the-token"]).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("nothing released"));
+    assert_eq!(status(&nodes, &resource).await["verdict"], "HELD");
+
+    let out = run(&nodes, &["release", &resource, "--token", &token]).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("on 5 of 5 nodes"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let s = status(&nodes, &resource).await;
+    assert_eq!(s["verdict"], "FREE", "{s}");
+    assert!(s["holder"].is_null());
+    // The holder finds its lock gone.
+    let mut lock = lock;
+    assert!(lock.extend(Duration::from_secs(20)).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn status_with_a_majority_unreachable_is_unknown() {
+    let mut nodes = node_urls();
+    let resource = unique("cli-unknown");
+    // Three of five addresses where nothing listens.
+    let closed: Vec<String> = (0..3)
+        .map(|_| {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            format!("redis://{}", l.local_addr().unwrap())
+        })
+        .collect();
+    nodes.splice(..3, closed);
+    let out = run(&nodes, &["status", "--json", &resource]).await;
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(s["verdict"], "UNKNOWN");
+    assert_eq!(s["reachable"], 2);
+    assert_eq!(s["nodes"][0]["reachable"], false);
+    assert!(s["nodes"][0]["error"].is_string());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_usage_exits_64_without_running_anything() {
+    let nodes = node_urls();
+    let dir = scratch("usage");
+    let marker = dir.join("ran");
+    let touch = marker.to_str().unwrap();
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["exec", "--ttl", "soon", "r", "--", "touch", touch],
+        vec!["exec", "--ttl", "0s", "r", "--", "touch", touch],
+        vec![
+            "exec", "--ttl", "3s", "--grace", "2s", "r", "--", "touch", touch,
+        ],
+        vec!["exec", "", "--", "touch", touch],
+        vec!["exec", "r"],
+        vec!["release", "r", "--token", ""],
+        vec!["status", ""],
+        vec!["--node-timeout", "0s", "exec", "r", "--", "touch", touch],
+        vec!["no-such-command"],
+    ];
+    for args in &cases {
+        let out = run(&nodes, args).await;
+        assert_eq!(code(&out), 64, "{args:?}: {}", stderr(&out));
+        assert!(!stderr(&out).contains("panicked"), "{args:?}");
+    }
+    for nodes in [vec![String::new()], vec!["http://x".to_owned()]] {
+        let out = run(&nodes, &["exec", "r", "--", "touch", touch]).await;
+        assert_eq!(code(&out), 64, "{nodes:?}: {}", stderr(&out));
+    }
+    assert!(!marker.exists());
+    let out = run(&nodes, &["--help"]).await;
+    assert_eq!(code(&out), 0);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("79"));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Whether `pid` is gone or a zombie (dead, not yet reaped).
+fn dead(pid: &str) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        // The state follows the parenthesised command name.
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
+    }
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_redquorum_takes_the_command_with_it() {
+    let nodes = node_urls();
+    let resource = unique("cli-pdeath");
+    let dir = scratch("pdeath");
+    let pidfile = dir.join("pid");
+    let mut child = redquorum(
+        &nodes,
+        &[
+            "exec",
+            "--ttl",
+            "5s",
+            &resource,
+            "--",
+            "sh",
+            "-c",
+            "echo $$ > \"$PIDFILE.tmp\"; mv \"$PIDFILE.tmp\" \"$PIDFILE\"; exec sleep 20",
+        ],
+    )
+    .env("PIDFILE", &pidfile)
+    .spawn()
+    .unwrap();
+    wait_for_file(&pidfile, Duration::from_secs(5)).await;
+    let pid = std::fs::read_to_string(&pidfile).unwrap().trim().to_owned();
+    assert!(!dead(&pid));
+    // SIGKILL: redquorum gets no chance to stop the command itself.
+    child.start_kill().unwrap();
+    let _ = child.wait().await;
+    let start = Instant::now();
+    while !dead(&pid) {
+        if start.elapsed() > Duration::from_secs(2) {
+            let _ = std::process::Command::new("kill")
+                .args(["-9", &pid])
+                .status();
+            panic!("the command outlived a SIGKILLed redquorum");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn processes_left_in_the_group_are_stopped_before_the_release() {
+    let nodes = node_urls();
+    let resource = unique("cli-leftover");
+    let dir = scratch("leftover");
+    let late = dir.join("late");
+    let start = Instant::now();
+    // The command exits at once, leaving a background job that would write
+    // `late` after the lock is released.
+    let out = run(
+        &nodes,
+        &[
+            "exec",
+            "--grace",
+            "1s",
+            &resource,
+            "--",
+            "sh",
+            "-c",
+            &format!("(sleep 3; touch '{}') & exit 0", late.display()),
+        ],
+    )
+    .await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(status(&nodes, &resource).await["verdict"], "FREE");
+    tokio::time::sleep_until(start + Duration::from_secs(4)).await;
+    assert!(!late.exists(), "a process of the command outlived the lock");
+    let _ = std::fs::remove_dir_all(dir);
+}
