@@ -8,7 +8,7 @@ use rand::RngExt;
 
 use crate::error::ConfigError;
 use crate::node::Node;
-use crate::quorum::{DEFAULT_NODE_TIMEOUT, DriftFactor, quorum};
+use crate::quorum::{DEFAULT_NODE_TIMEOUT, DriftFactor, MAX_TTL_MS, quorum};
 use crate::redis_node::{Address, RedisNode};
 use crate::redlock::Redlock;
 use crate::wakeup::Hub;
@@ -231,7 +231,7 @@ impl Builder {
         self
     }
 
-    /// The longest one node may take to answer in a round (at least 1 ms).
+    /// The longest one node may take to answer in a round (1 ms to 2^40 ms).
     /// Default: `min(50 ms, ttl / 20)` for each lock's TTL. Always capped by
     /// the lock's validity. `connect`/`build` wait at most this long (50 ms by
     /// default) for the first connections.
@@ -277,11 +277,15 @@ impl Builder {
             None => DriftFactor::default(),
             Some(f) => DriftFactor::new(f).ok_or(ConfigError::InvalidDriftFactor(f))?,
         };
+        let longest = Duration::from_millis(MAX_TTL_MS);
         if self
             .node_timeout
-            .is_some_and(|t| t < Duration::from_millis(1))
+            .is_some_and(|t| t < Duration::from_millis(1) || t > longest)
         {
             return Err(ConfigError::InvalidNodeTimeout);
+        }
+        if self.retry.max_delay() > longest {
+            return Err(ConfigError::InvalidRetry);
         }
         if self.retry.attempts == 0 {
             return Err(ConfigError::InvalidRetry);

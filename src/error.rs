@@ -138,11 +138,11 @@ pub enum ConfigError {
     /// The drift factor is not a finite number in `[0, 1)`.
     #[error("drift factor {0} is not a finite number in [0, 1)")]
     InvalidDriftFactor(f64),
-    /// The node timeout is zero.
-    #[error("node timeout must be at least 1 ms")]
+    /// The node timeout is below 1 ms or above 2^40 ms.
+    #[error("node timeout must be between 1 ms and 2^40 ms")]
     InvalidNodeTimeout,
-    /// A retry policy with zero attempts.
-    #[error("retry policy must allow at least one attempt")]
+    /// A retry policy with zero attempts, or a delay above 2^40 ms.
+    #[error("retry policy must allow at least one attempt, at most 2^40 ms apart")]
     InvalidRetry,
     /// An explicit token (for [`Redlock::release_token`](crate::Redlock::release_token))
     /// that is empty.

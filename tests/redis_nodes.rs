@@ -440,6 +440,14 @@ async fn bad_input_gives_typed_errors() {
         ConfigError::InvalidNodeTimeout
     );
     assert_eq!(
+        err(builder().node_timeout(Duration::MAX).build().await),
+        ConfigError::InvalidNodeTimeout
+    );
+    assert_eq!(
+        err(builder().retry(Retry::new(3, Duration::MAX)).build().await),
+        ConfigError::InvalidRetry
+    );
+    assert_eq!(
         err(builder().retry(Retry::new(0, Duration::ZERO)).build().await),
         ConfigError::InvalidRetry
     );
