@@ -81,10 +81,14 @@ pub async fn snapshot(
                 .query_async(conn)
                 .await
                 .expect("TYPE");
-            let value = if kind == "string" {
-                conn.get(&key).await.expect("GET")
-            } else {
-                format!("<{kind}>")
+            // A key may expire or be deleted between KEYS and here.
+            let value = match kind.as_str() {
+                "none" => continue,
+                "string" => match conn.get::<_, Option<String>>(&key).await.expect("GET") {
+                    Some(v) => v,
+                    None => continue,
+                },
+                _ => format!("<{kind}>"),
             };
             map.insert(key, value);
         }
@@ -132,11 +136,18 @@ fn glob_escape(s: &str) -> String {
 pub fn nodes_script(args: &[&str]) {
     let script = std::env::var("REDQUORUM_SCRIPTS_NODES")
         .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/nodes").to_owned());
-    let status = Command::new(&script)
+    // Its log goes to stderr: kept quiet unless the command fails.
+    let out = Command::new(&script)
         .args(args)
-        .status()
+        .output()
         .unwrap_or_else(|e| panic!("running {script}: {e}"));
-    assert!(status.success(), "{script} {args:?} failed: {status}");
+    assert!(
+        out.status.success(),
+        "{script} {args:?} failed: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Node numbers (1-based) frozen for as long as this lives; thawed on drop,
@@ -174,6 +185,29 @@ impl Killed {
 impl Drop for Killed {
     fn drop(&mut self) {
         nodes_script(&["start", &self.0.to_string()]);
+    }
+}
+
+/// Restarts node `node` (1-based) with its data wiped: what a node without
+/// persistence looks like after a crash. Only for tests that show what that
+/// breaks.
+pub fn wipe_restart(node: usize) {
+    nodes_script(&["wipe-restart", &node.to_string()]);
+}
+
+/// How long a soak run lasts: `REDQUORUM_SOAK_SECS=n`, or 300 s for
+/// `REDQUORUM_SOAK=1`; `None` (the short CI mode) otherwise.
+pub fn soak_duration() -> Option<Duration> {
+    if let Ok(secs) = std::env::var("REDQUORUM_SOAK_SECS") {
+        let secs: u64 = secs
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("REDQUORUM_SOAK_SECS must be a number, got {secs:?}"));
+        return Some(Duration::from_secs(secs));
+    }
+    match std::env::var("REDQUORUM_SOAK").as_deref() {
+        Ok("" | "0") | Err(_) => None,
+        Ok(_) => Some(Duration::from_secs(300)),
     }
 }
 
