@@ -476,16 +476,6 @@ fn run_many(base: u64, count: u64, until: Option<std::time::Instant>) -> Totals 
     t
 }
 
-fn soak() -> Option<Duration> {
-    if let Some(secs) = env_u64("REDQUORUM_SOAK_SECS") {
-        return Some(Duration::from_secs(secs));
-    }
-    match std::env::var("REDQUORUM_SOAK").as_deref() {
-        Ok("" | "0") | Err(_) => None,
-        Ok(_) => Some(Duration::from_secs(300)),
-    }
-}
-
 /// The main run: thousands of seeded schedules, none with an overlap or a
 /// leftover.
 #[test]
@@ -502,7 +492,7 @@ fn simulated_schedules_never_overlap() {
     }
     let count = env_u64("REDQUORUM_SIM_SCHEDULES").unwrap_or(10_000);
     let base = env_u64("REDQUORUM_SIM_BASE_SEED").unwrap_or(0);
-    let until = soak().map(|d| std::time::Instant::now() + d);
+    let until = support::soak_duration().map(|d| std::time::Instant::now() + d);
     let started = std::time::Instant::now();
     let t = run_many(base, count, until);
     println!(
