@@ -869,3 +869,115 @@ async fn negative_zero_drift_factor_is_accepted() {
         .await;
     assert!(built.is_ok(), "{built:?}");
 }
+
+/// The least-privilege ACL user that `docs/operations.md` recommends can use
+/// every kind of lock, and nothing else: only redquorum's keys and channels,
+/// only the commands its scripts and connections need.
+#[tokio::test]
+async fn least_privilege_acl_user_can_lock() {
+    let _turn = CLUSTER.lock().await;
+    let user = AclUser(format!("rq-least-{:08x}", rand::random::<u32>()));
+    let name = user.0.as_str();
+    acl_all(&[
+        "SETUSER",
+        name,
+        "on",
+        ">s3cret",
+        "resetkeys",
+        "~{*}:lock",
+        "~{*}:fence",
+        "resetchannels",
+        "&{*}:lock",
+        "-@all",
+        "+ping",
+        "+evalsha",
+        "+eval",
+        "+subscribe",
+        "+unsubscribe",
+        "+set",
+        "+get",
+        "+del",
+        "+exists",
+        "+type",
+        "+pttl",
+        "+pexpire",
+        "+incr",
+        "+hset",
+        "+hexists",
+        "+hincrby",
+        "+publish",
+    ])
+    .await;
+    let urls: Vec<String> = node_urls()
+        .iter()
+        .map(|u| u.replacen("redis://", &format!("redis://{name}:s3cret@"), 1))
+        .collect();
+    let redlock = Redlock::builder()
+        .nodes(&urls)
+        .build()
+        .await
+        .expect("the user may connect");
+    let r = unique("acl");
+    let ttl = Duration::from_secs(5);
+    let mut lock = redlock.try_lock(&r, ttl).await.expect("plain");
+    lock.extend(ttl).await.expect("extend");
+    lock.release().await.expect("release");
+    let lock = redlock.lock_fenced(&r, ttl).await.expect("fenced");
+    assert!(lock.fence().is_some());
+    lock.release().await.expect("release fenced");
+    let lock = redlock
+        .lock_reentrant(&r, ttl, "owner")
+        .await
+        .expect("reentrant");
+    lock.release().await.expect("release reentrant");
+    let (a, b) = (format!("{r}:a"), format!("{r}:b"));
+    let lock = redlock.lock_many(&[&a, &b], ttl).await.expect("many");
+    lock.release().await.expect("release many");
+    // A waiter woken by a release (SUBSCRIBE / PUBLISH on the lock channel).
+    let held = redlock.try_lock(&r, ttl).await.expect("plain again");
+    let waiter = {
+        let redlock = redlock.clone();
+        let r = r.clone();
+        tokio::spawn(async move { redlock.lock_wait(&r, ttl, Duration::from_secs(10)).await })
+    };
+    // The waiter's SUBSCRIBE went through: node 1 counts a subscriber.
+    let mut admin = raw(0).await;
+    let start = std::time::Instant::now();
+    loop {
+        let (_, subscribers): (String, u64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(lock_key(&r))
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        if subscribers > 0 {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "no subscriber");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    held.release().await.unwrap();
+    waiter
+        .await
+        .unwrap()
+        .expect("woken")
+        .release()
+        .await
+        .unwrap();
+    // Nothing was denied along the way…
+    for i in 0..5 {
+        let mut conn = raw(i).await;
+        let log: Vec<redis::Value> = redis::cmd("ACL")
+            .arg("LOG")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let denied = format!("{log:?}");
+        assert!(!denied.contains(name), "node {}: {denied}", i + 1);
+    }
+    // …and nothing beyond is allowed: other keys are off limits.
+    let client = redis::Client::open(urls[0].as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let denied: redis::RedisResult<()> = conn.set("not-a-lock-key", "x").await;
+    assert!(denied.is_err(), "the user may write other keys");
+}
