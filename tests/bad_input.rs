@@ -644,12 +644,21 @@ async fn read_only_replicas_give_typed_server_errors() {
             other => panic!("expected Unavailable, got {other:?}"),
         }
     }
-    // Masters again: the lock is granted.
-    let lock = redlock
-        .try_lock(&resource, Duration::from_secs(5))
-        .await
-        .expect("masters again");
-    lock.release().await.unwrap();
+    // Masters again: the lock is granted (once any sync in progress ends).
+    let start = std::time::Instant::now();
+    loop {
+        match redlock.try_lock(&resource, Duration::from_secs(5)).await {
+            Ok(lock) => {
+                lock.release().await.unwrap();
+                break;
+            }
+            Err(e) => assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "not writable again: {e}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Runs `ACL args…` on every node.

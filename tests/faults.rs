@@ -369,11 +369,22 @@ async fn empty_restart_within_the_ttl_lets_a_second_holder_in() {
 
     wipe_restart(3);
 
-    let second = client()
-        .await
-        .try_lock(&resource, Duration::from_secs(30))
-        .await
-        .expect("an empty node 3 plus free nodes 4 and 5 make a quorum");
+    // The new client may need a moment to connect to the restarted node.
+    let second_client = client().await;
+    let start = Instant::now();
+    let second = loop {
+        match second_client
+            .try_lock(&resource, Duration::from_secs(30))
+            .await
+        {
+            Ok(lock) => break lock,
+            Err(e) => assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "an empty node 3 plus free nodes 4 and 5 make a quorum: {e}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert!(
         first.is_valid() && second.is_valid(),
         "expected two valid holders at once"
