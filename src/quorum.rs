@@ -73,6 +73,9 @@ impl DriftFactor {
         if !(value.is_finite() && (0.0..1.0).contains(&value)) {
             return None;
         }
+        if value == 0.0 {
+            return Some(DriftFactor::ZERO); // also -0.0, which prints a sign
+        }
         // `{:e}` prints the shortest decimal that reads back as `value`
         // (at most 17 significant digits): "1e-2", "7.161e-1", "0e0".
         let text = format!("{value:e}");

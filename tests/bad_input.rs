@@ -862,13 +862,10 @@ async fn huge_node_timeout_never_panics() {
     lock.release().await.expect("release");
 }
 
-/// Found by `any_input_on_memory_nodes_is_a_typed_error_or_a_lock` (src
-/// deviation, reported): `-0.0` is a finite number in `[0, 1)` (it equals
-/// `0.0`), yet `DriftFactor::new(-0.0)` is `None` — its `{:e}` form "-0e0"
-/// does not parse as digits — so the builder answers `InvalidDriftFactor`.
-/// A typed error, not a panic, but not what the contract says.
+/// Regression, found by `any_input_on_memory_nodes_is_a_typed_error_or_a_lock`:
+/// `-0.0` is a finite number in `[0, 1)` (it equals `0.0`), but its `{:e}`
+/// form "-0e0" once failed to parse as digits and the builder refused it.
 #[tokio::test]
-#[ignore = "src deviation: drift_factor(-0.0) is rejected though -0.0 is in [0, 1) (reported)"]
 async fn negative_zero_drift_factor_is_accepted() {
     let node = MemoryNode::new(0);
     let built = Redlock::builder()
