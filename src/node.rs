@@ -145,6 +145,21 @@ pub enum Reply {
     Fence(u64),
 }
 
+/// The name redquorum gives the Redis node at `url` in logs, errors and
+/// [`Votes`](crate::Votes): scheme, address and database, never a password.
+/// Two URLs with one name are the same node.
+///
+/// ```
+/// assert_eq!(
+///     redquorum::node::node_name("redis://:secret@127.0.0.1:7001/2").unwrap(),
+///     "redis://127.0.0.1:7001/2"
+/// );
+/// assert!(redquorum::node::node_name("http://nope").is_err());
+/// ```
+pub fn node_name(url: &str) -> Result<String, crate::ConfigError> {
+    crate::redis_node::Address::parse(url).map(|a| a.name().to_string())
+}
+
 /// One independent lock node (a Redis master, or a simulated one in tests).
 ///
 /// Implementations must make each [`Op`] atomic on the node, must apply the

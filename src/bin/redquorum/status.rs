@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{Client, ConnectionAddr, Value};
+use redis::{Client, Value};
 use serde_json::json;
 
 use crate::cli::{Global, StatusArgs};
@@ -162,9 +162,16 @@ pub async fn status(global: &Global, nodes: &[String], args: &StatusArgs, ui: &U
     }
     let mut clients = Vec::with_capacity(nodes.len());
     for url in nodes {
-        match Client::open(url.as_str()) {
-            Ok(client) => {
-                let name = display_name(&client);
+        match redquorum::node::node_name(url).and_then(|name| {
+            // node_name has parsed the URL already: opening cannot fail.
+            Client::open(url.as_str())
+                .map(|client| (name, client))
+                .map_err(|e| redquorum::ConfigError::InvalidUrl {
+                    url: String::new(),
+                    reason: e.to_string(),
+                })
+        }) {
+            Ok((name, client)) => {
                 if clients.iter().any(|(n, _)| *n == name) {
                     ui.usage(&format!("node {name} is listed more than once"));
                     return exit::USAGE;
@@ -172,7 +179,7 @@ pub async fn status(global: &Global, nodes: &[String], args: &StatusArgs, ui: &U
                 clients.push((name, client));
             }
             Err(e) => {
-                ui.usage(&format!("invalid node URL {:?}: {e}", mask_password(url)));
+                ui.usage(&e.to_string()); // the URL in it has its password masked
                 return exit::USAGE;
             }
         }
@@ -412,34 +419,6 @@ fn to_json(resource: &str, states: &[NodeState], summary: &Summary, whole: bool)
     .to_string()
 }
 
-/// `redis://host:port[/db]`, never a password (as the library names nodes).
-fn display_name(client: &Client) -> String {
-    let info = client.get_connection_info();
-    let scheme = match info.addr() {
-        ConnectionAddr::Tcp(..) => "redis://",
-        ConnectionAddr::TcpTls { .. } => "rediss://",
-        _ => "unix:",
-    };
-    match info.redis_settings().db() {
-        0 => format!("{scheme}{}", info.addr()),
-        db => format!("{scheme}{}/{db}", info.addr()),
-    }
-}
-
-/// The URL with any password replaced by `***`.
-fn mask_password(url: &str) -> String {
-    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
-        return url.to_owned();
-    };
-    let rest = &url[scheme_end..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let Some(at) = rest[..authority_end].rfind('@') else {
-        return url.to_owned();
-    };
-    let user = rest[..at].split_once(':').map_or("", |(user, _)| user);
-    format!("{}{user}:***{}", &url[..scheme_end], &rest[at..])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -479,11 +458,9 @@ mod tests {
     }
 
     #[test]
-    fn prefixes_and_masks() {
+    fn prefixes() {
         assert_eq!(prefix("0123456789abcdef", false), "01234567…");
         assert_eq!(prefix("0123456789abcdef", true), "0123456789abcdef");
         assert_eq!(prefix("short", false), "short");
-        assert_eq!(mask_password("redis://u:pw@h:1/0"), "redis://u:***@h:1/0");
-        assert_eq!(mask_password("redis://h:1"), "redis://h:1");
     }
 }
