@@ -209,7 +209,8 @@ impl fmt::Debug for Builder {
 
 impl Builder {
     /// Adds Redis masters by URL: `redis://[[user]:password@]host[:port][/db]`
-    /// (`rediss://` with the `tls` feature). Each must be an independent
+    /// (`rediss://` is refused as `InvalidUrl` for now: this build carries no
+    /// TLS support; see `docs/operations.md`). Each must be an independent
     /// master: no replicas, no cluster.
     pub fn nodes<I, S>(mut self, urls: I) -> Self
     where
