@@ -3,10 +3,16 @@
 //! Each script is hashed once per process; calls go by SHA (`EVALSHA`) and
 //! fall back to `EVAL` — which also re-caches the script — when the node
 //! answers `NOSCRIPT` (after `SCRIPT FLUSH` or a restart).
+//!
+//! Commands are built in reused buffers: a fresh `redis::Cmd` grows its two
+//! vectors six times while an `EVALSHA` is written into it, on every call to
+//! every node. A cleared one keeps its capacity, so once a few spares exist,
+//! building a command allocates nothing.
 
-use std::sync::LazyLock;
+use std::ops::Deref;
+use std::sync::{LazyLock, Mutex, PoisonError};
 
-use redis::Script;
+use redis::{Cmd, Script};
 
 use crate::node::Op;
 
@@ -44,8 +50,45 @@ pub(crate) enum Call {
     Source,
 }
 
+/// At most this many spare command buffers are kept (about 200 bytes each).
+/// One process-wide stock rather than one per thread: a call often starts on
+/// one worker thread and ends on another, which would drain one thread's
+/// stock into the other's. The lock is held for a push or a pop only.
+const SPARES: usize = 64;
+
+static SPARE: Mutex<Vec<Cmd>> = Mutex::new(Vec::new());
+
+/// A command in a reused buffer, which goes back to the spares when dropped.
+pub(crate) struct Command(Cmd);
+
+impl Command {
+    fn new() -> Self {
+        let spare = SPARE.lock().unwrap_or_else(PoisonError::into_inner).pop();
+        Command(spare.unwrap_or_default())
+    }
+}
+
+impl Deref for Command {
+    type Target = Cmd;
+
+    fn deref(&self) -> &Cmd {
+        &self.0
+    }
+}
+
+impl Drop for Command {
+    fn drop(&mut self) {
+        let mut cmd = std::mem::take(&mut self.0);
+        cmd.clear(); // keeps the capacity
+        let mut spare = SPARE.lock().unwrap_or_else(PoisonError::into_inner);
+        if spare.len() < SPARES {
+            spare.push(cmd);
+        }
+    }
+}
+
 /// The `EVALSHA`/`EVAL` command for `op`.
-pub(crate) fn command(op: &Op<'_>, call: Call) -> redis::Cmd {
+pub(crate) fn command(op: &Op<'_>, call: Call) -> Command {
     let lua = match op {
         Op::Acquire { .. } => &ACQUIRE,
         Op::Extend { .. } => &EXTEND,
@@ -59,13 +102,11 @@ pub(crate) fn command(op: &Op<'_>, call: Call) -> redis::Cmd {
         Op::AcquireFenced { .. } => &ACQUIRE_FENCED,
         Op::FenceWriteBack { .. } => &FENCE_WRITEBACK,
     };
-    let mut cmd = match call {
-        Call::Sha => redis::cmd("EVALSHA"),
-        Call::Source => redis::cmd("EVAL"),
-    };
+    let mut command = Command::new();
+    let cmd = &mut command.0;
     match call {
-        Call::Sha => cmd.arg(lua.script.get_hash()),
-        Call::Source => cmd.arg(lua.source),
+        Call::Sha => cmd.arg("EVALSHA").arg(lua.script.get_hash()),
+        Call::Source => cmd.arg("EVAL").arg(lua.source),
     };
     match *op {
         Op::Acquire { key, token, ttl_ms } | Op::Extend { key, token, ttl_ms } => {
@@ -113,5 +154,5 @@ pub(crate) fn command(op: &Op<'_>, call: Call) -> redis::Cmd {
             cmd.arg(2).arg(key).arg(fence_key).arg(token).arg(fence);
         }
     }
-    cmd
+    command
 }
