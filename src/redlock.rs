@@ -9,12 +9,13 @@
 //! acquire that is still in flight removes whatever that acquire sets.
 
 use std::fmt;
+use std::future::poll_fn;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures::StreamExt;
 use futures::future::BoxFuture;
-use futures::stream::FuturesUnordered;
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -95,8 +96,77 @@ pub(crate) enum Wait<'a> {
     Nodes(&'a [bool]),
 }
 
-/// Replies still in flight when a round decided.
-pub(crate) type Pending = FuturesUnordered<BoxFuture<'static, (usize, Result<Reply, NodeError>)>>;
+/// How many node calls a round keeps inside itself; a round over more nodes
+/// keeps the rest in one vector.
+const INLINE: usize = 8;
+
+type Call<'a> = BoxFuture<'a, Result<Reply, NodeError>>;
+
+/// One round's node calls still in flight, by node index.
+///
+/// The calls borrow the nodes and the claim, so a round costs one allocation
+/// per node (the `Box` that [`Node::call`] returns) and nothing else: no
+/// wrapper owning `Arc`s, no task per call. Every wake-up polls the calls
+/// still in flight, which for a handful of nodes is cheaper than keeping a
+/// ready queue. A round whose stragglers must outlive the caller runs in a
+/// task of its own ([`Inner::release`]).
+pub(crate) struct Calls<'a> {
+    inline: [Option<Call<'a>>; INLINE],
+    spill: Vec<Option<Call<'a>>>,
+    left: usize,
+}
+
+impl<'a> Calls<'a> {
+    fn new(nodes: usize) -> Self {
+        Calls {
+            inline: [const { None }; INLINE],
+            spill: Vec::with_capacity(nodes.saturating_sub(INLINE)),
+            left: 0,
+        }
+    }
+
+    fn push(&mut self, i: usize, call: Call<'a>) {
+        if i < INLINE {
+            self.inline[i] = Some(call);
+        } else {
+            let j = i - INLINE;
+            if self.spill.len() <= j {
+                self.spill.resize_with(j + 1, || None);
+            }
+            self.spill[j] = Some(call);
+        }
+        self.left += 1;
+    }
+
+    fn is_empty(&self) -> bool {
+        self.left == 0
+    }
+
+    /// The next reply, `None` once every call has answered.
+    fn poll_next(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<(usize, Result<Reply, NodeError>)>> {
+        if self.left == 0 {
+            return Poll::Ready(None);
+        }
+        let slots = self.inline.iter_mut().chain(self.spill.iter_mut());
+        for (i, slot) in slots.enumerate() {
+            if let Some(call) = slot
+                && let Poll::Ready(reply) = call.as_mut().poll(cx)
+            {
+                *slot = None;
+                self.left -= 1;
+                return Poll::Ready(Some((i, reply)));
+            }
+        }
+        Poll::Pending
+    }
+
+    async fn next(&mut self) -> Option<(usize, Result<Reply, NodeError>)> {
+        poll_fn(|cx| self.poll_next(cx)).await
+    }
+}
 
 /// The outcome of one round.
 pub(crate) struct Tally {
@@ -427,7 +497,11 @@ impl Redlock {
         };
         // A reentrant lock must know every node that counted the hold, so it
         // hears every node out (within the node timeout).
-        let everyone = vec![true; inner.nodes.len()];
+        let everyone = if reentrant {
+            vec![true; inner.nodes.len()]
+        } else {
+            Vec::new() // no allocation
+        };
         let wait = if reentrant {
             Wait::Nodes(&everyone)
         } else {
@@ -447,7 +521,8 @@ impl Redlock {
         // Stragglers are dropped: whatever they set is removed by the release
         // below, which each node applies after the acquire.
         drop(pending);
-        let phase1 = tally.votes.clone();
+        // The first round's votes, once a second round has replaced them.
+        let mut phase1 = None;
         let mut fence = None;
         if let (Decision::Granted, Some(t)) = (tally.decision, tally.fence) {
             // Fenced phase 2: write the largest counter back where we hold
@@ -461,7 +536,7 @@ impl Redlock {
             );
             let step = Step::WriteBack(t);
             let mut pending = inner.fan_out(claim, step, ttl.ms, Some(&granted));
-            tally = inner
+            let phase2 = inner
                 .collect(
                     step,
                     claim,
@@ -471,11 +546,13 @@ impl Redlock {
                     Some(&granted),
                 )
                 .await;
+            phase1 = Some(std::mem::replace(&mut tally, phase2).votes);
             fence = Some(t);
         }
+        let phase1 = phase1.as_ref().unwrap_or(&tally.votes);
         if tally.decision == Decision::Granted && Instant::now() < deadline {
             guard.armed = false; // the Lock owns the keys now
-            let members = reentrant.then(|| granted_mask(&phase1));
+            let members = reentrant.then(|| granted_mask(phase1));
             return Ok(Lock::new(
                 self.clone(),
                 Arc::clone(claim),
@@ -490,7 +567,7 @@ impl Redlock {
         // there; the others (silent, possibly frozen) are released in the
         // background, behind the acquire on the same connection.
         // A reentrant lock releases only where the hold surely counted.
-        let granted = granted_mask(&phase1);
+        let granted = granted_mask(phase1);
         let touched: Vec<bool> = if reentrant {
             granted.clone()
         } else {
@@ -544,27 +621,21 @@ impl Inner {
     }
 
     /// Sends one operation to every node at once (or to those marked in
-    /// `only`).
-    pub(crate) fn fan_out(
-        &self,
-        claim: &Arc<Claim>,
+    /// `only`). Nothing leaves before the calls are first polled.
+    pub(crate) fn fan_out<'a>(
+        &'a self,
+        claim: &'a Claim,
         step: Step,
         ttl_ms: u64,
         only: Option<&[bool]>,
-    ) -> Pending {
-        self.nodes
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| only.is_none_or(|only| only[*i]))
-            .map(|(i, node)| {
-                let node = Arc::clone(node);
-                let claim = Arc::clone(claim);
-                Box::pin(async move {
-                    let reply = node.call(claim.op(step, ttl_ms)).await;
-                    (i, reply)
-                }) as BoxFuture<'static, _>
-            })
-            .collect()
+    ) -> Calls<'a> {
+        let mut calls = Calls::new(self.nodes.len());
+        for (i, node) in self.nodes.iter().enumerate() {
+            if only.is_none_or(|only| only[i]) {
+                calls.push(i, node.call(claim.op(step, ttl_ms)));
+            }
+        }
+        calls
     }
 
     /// Counts replies from `pending` until `wait` is satisfied or `until`
@@ -574,7 +645,7 @@ impl Inner {
         &self,
         step: Step,
         claim: &Claim,
-        pending: &mut Pending,
+        pending: &mut Calls<'_>,
         until: Instant,
         wait: Wait<'_>,
         asked: Option<&[bool]>,
@@ -589,11 +660,19 @@ impl Inner {
         async move {
             let started = Instant::now();
             let mut round = Round::new(n);
-            let mut answers = vec![Answer::Undecided; n];
-            let mut waiting = vec![false; n];
-            for (i, w) in waiting.iter_mut().enumerate() {
-                *w = asked.is_none_or(|asked| asked[i]);
-                if !*w {
+            // Becomes the round's `Votes`: its one allocation.
+            let mut answers: Vec<(Arc<str>, Answer)> = self
+                .nodes
+                .iter()
+                .map(|node| (Arc::clone(node.name()), Answer::Undecided))
+                .collect();
+            let was_asked = |i: usize| asked.is_none_or(|asked| asked[i]);
+            // A node asked and not yet answered (no reply is `Undecided`).
+            let waiting = |answers: &[(Arc<str>, Answer)], i: usize| {
+                was_asked(i) && matches!(answers[i].1, Answer::Undecided)
+            };
+            for i in 0..n {
+                if !was_asked(i) {
                     round.record(Vote::No);
                 }
             }
@@ -603,10 +682,7 @@ impl Inner {
             loop {
                 let done = match wait {
                     Wait::Decision => round.decision() != Decision::Pending,
-                    Wait::Nodes(nodes) => nodes
-                        .iter()
-                        .zip(&waiting)
-                        .all(|(&wanted, &waiting)| !wanted || !waiting),
+                    Wait::Nodes(nodes) => (0..n).all(|i| !nodes[i] || !waiting(&answers, i)),
                 };
                 if done || pending.is_empty() {
                     break;
@@ -614,23 +690,21 @@ impl Inner {
                 tokio::select! {
                     biased;
                     Some((i, reply)) = pending.next() => {
-                        waiting[i] = false;
                         round.record(vote(step, &reply));
                         if let Ok(Reply::Fence(c)) = reply {
                             fence = fence.max(Some(c));
                         }
-                        answers[i] = answer(reply);
+                        answers[i].1 = answer(reply);
                         tracing::debug!(
                             node = %self.nodes[i].name(),
-                            answer = ?answers[i],
+                            answer = ?answers[i].1,
                             latency_us = started.elapsed().as_micros() as u64,
                         );
                     }
                     _ = &mut timer => {
-                        for (i, a) in answers.iter_mut().enumerate() {
-                            if waiting[i] {
-                                waiting[i] = false;
-                                *a = Answer::Failed(NodeError::TimedOut);
+                        for i in 0..n {
+                            if waiting(&answers, i) {
+                                answers[i].1 = Answer::Failed(NodeError::TimedOut);
                                 round.record(Vote::No);
                             }
                         }
@@ -638,13 +712,7 @@ impl Inner {
                     }
                 }
             }
-            let votes = Votes::new(
-                self.nodes
-                    .iter()
-                    .map(|node| Arc::clone(node.name()))
-                    .zip(answers)
-                    .collect(),
-            );
+            let votes = Votes::new(answers.into_boxed_slice());
             tracing::debug!(decision = ?round.decision(), yes = round.yes(), no = round.no());
             Tally {
                 decision: round.decision(),
@@ -660,38 +728,74 @@ impl Inner {
     /// once `wait` is satisfied or the node timeout passed; replies still in
     /// flight then are awaited in the background for up to the TTL, after
     /// which the keys have expired anyway.
+    ///
+    /// The round runs in a task of its own, which hands back the tally at
+    /// the decision and then drives the remaining calls to their end (a
+    /// `NOSCRIPT` retry, a send queued behind a busy connection). If the
+    /// caller stops waiting, the release still completes.
     pub(crate) async fn release(
-        &self,
+        self: &Arc<Self>,
         claim: &Arc<Claim>,
         ttl_ms: u64,
         wait: Wait<'_>,
         only: Option<&[bool]>,
     ) -> Tally {
         let per_node = quorum::node_timeout(self.settings.node_timeout, ttl_ms, Duration::MAX);
-        let mut pending = self.fan_out(claim, Step::Release, ttl_ms, only);
-        let tally = self
-            .collect(
-                Step::Release,
-                claim,
-                &mut pending,
-                Instant::now() + per_node,
-                wait,
-                only,
-            )
-            .await;
-        if !pending.is_empty() {
-            tokio::spawn(drain(pending, Duration::from_millis(ttl_ms)));
+        // Owned copies for the task; only a failed acquisition passes these.
+        let wanted: Option<Box<[bool]>> = match wait {
+            Wait::Decision => None,
+            Wait::Nodes(nodes) => Some(nodes.into()),
+        };
+        let only: Option<Box<[bool]>> = only.map(Into::into);
+        let (tell, told) = oneshot::channel();
+        let inner = Arc::clone(self);
+        let claim = Arc::clone(claim);
+        tokio::spawn(async move {
+            let only = only.as_deref();
+            let wait = wanted.as_deref().map_or(Wait::Decision, Wait::Nodes);
+            // The node timeout runs from when the calls leave, not from when
+            // the task was spawned.
+            let until = Instant::now() + per_node;
+            let mut pending = inner.fan_out(&claim, Step::Release, ttl_ms, only);
+            let tally = inner
+                .collect(Step::Release, &claim, &mut pending, until, wait, only)
+                .await;
+            let _ = tell.send(tally);
+            drain(&mut pending, Duration::from_millis(ttl_ms)).await;
+        });
+        match told.await {
+            Ok(tally) => tally,
+            // Only if the runtime is shutting down: nothing is known.
+            Err(_) => Tally {
+                decision: Decision::Pending,
+                votes: Votes::new(
+                    self.nodes
+                        .iter()
+                        .map(|node| (Arc::clone(node.name()), Answer::Undecided))
+                        .collect(),
+                ),
+                fence: None,
+            },
         }
-        tally
     }
 
     /// Releases `claim` on every node (or those marked in `only`) without
     /// waiting, for `Drop`. Needs a tokio runtime; without one the keys
     /// simply expire.
-    pub(crate) fn release_detached(&self, claim: &Arc<Claim>, ttl_ms: u64, only: Option<&[bool]>) {
+    pub(crate) fn release_detached(
+        self: &Arc<Self>,
+        claim: &Arc<Claim>,
+        ttl_ms: u64,
+        only: Option<&[bool]>,
+    ) {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let pending = self.fan_out(claim, Step::Release, ttl_ms, only);
-            runtime.spawn(drain(pending, Duration::from_millis(ttl_ms)));
+            let inner = Arc::clone(self);
+            let claim = Arc::clone(claim);
+            let only: Option<Box<[bool]>> = only.map(Into::into);
+            runtime.spawn(async move {
+                let mut pending = inner.fan_out(&claim, Step::Release, ttl_ms, only.as_deref());
+                drain(&mut pending, Duration::from_millis(ttl_ms)).await;
+            });
         }
     }
 }
@@ -714,7 +818,7 @@ impl Drop for Abandoned<'_> {
     }
 }
 
-async fn drain(mut pending: Pending, bound: Duration) {
+async fn drain(pending: &mut Calls<'_>, bound: Duration) {
     let _ = tokio::time::timeout(bound, async { while pending.next().await.is_some() {} }).await;
 }
 
