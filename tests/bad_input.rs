@@ -709,7 +709,12 @@ async fn credentials_revoked_at_round_time_are_typed() {
         .iter()
         .map(|u| u.replacen("redis://", &format!("redis://{name}:first-password@"), 1))
         .collect();
-    let redlock = Redlock::builder().nodes(&urls).build().await.unwrap();
+    let redlock = Redlock::builder()
+        .nodes(&urls)
+        .node_timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap();
     let resource = unique("revoked");
     redlock
         .try_lock(&resource, Duration::from_secs(5))
