@@ -130,12 +130,21 @@ impl Step {
 }
 
 /// One holder's claim on some keys: a fresh random token per acquisition
-/// round, or the caller's owner name for a reentrant lock.
+/// round, or a string the caller gives (a reentrant owner name, or an
+/// operator's token for another holder's lock).
 #[derive(Debug)]
 pub(crate) struct Claim {
     keys: Arc<Keys>,
-    token: Token,
-    owner: Option<Box<str>>,
+    mark: Mark,
+}
+
+/// What the keys hold for a claim.
+#[derive(Debug)]
+enum Mark {
+    /// Drawn here, inline (no allocation).
+    Random(Token),
+    /// Given by the caller.
+    Given(Box<str>),
 }
 
 impl Claim {
@@ -143,34 +152,29 @@ impl Claim {
     pub(crate) fn new(keys: &Arc<Keys>) -> Self {
         Claim {
             keys: Arc::clone(keys),
-            token: Token::random(),
-            owner: None,
+            mark: Mark::Random(Token::random()),
         }
     }
 
     /// A reentrant claim: the owner name is the token.
     pub(crate) fn owned(keys: &Arc<Keys>, owner: &str) -> Result<Self, ConfigError> {
-        if owner.is_empty() {
-            return Err(ConfigError::EmptyOwner);
-        }
-        Ok(Claim {
-            keys: Arc::clone(keys),
-            token: Token::random(),
-            owner: Some(owner.into()),
-        })
+        Self::given(keys, owner, ConfigError::EmptyOwner)
     }
 
     /// A claim on a plain or fenced lock by a token the caller already knows
     /// (an operator releasing another process's lock): stored as given, not
     /// checked against the random-token format.
     pub(crate) fn with_token(keys: &Arc<Keys>, token: &str) -> Result<Self, ConfigError> {
-        if token.is_empty() {
-            return Err(ConfigError::EmptyToken);
+        Self::given(keys, token, ConfigError::EmptyToken)
+    }
+
+    fn given(keys: &Arc<Keys>, mark: &str, empty: ConfigError) -> Result<Self, ConfigError> {
+        if mark.is_empty() {
+            return Err(empty);
         }
         Ok(Claim {
             keys: Arc::clone(keys),
-            token: Token::random(),
-            owner: Some(token.into()),
+            mark: Mark::Given(mark.into()),
         })
     }
 
@@ -178,9 +182,12 @@ impl Claim {
         &self.keys
     }
 
-    /// What the keys hold: the owner for a reentrant lock, else the token.
+    /// What the keys hold: the given string, else the random token.
     pub(crate) fn token(&self) -> &str {
-        self.owner.as_deref().unwrap_or(self.token.as_str())
+        match &self.mark {
+            Mark::Random(token) => token.as_str(),
+            Mark::Given(given) => given,
+        }
     }
 
     /// The node operation for `step` on this claim.

@@ -173,7 +173,7 @@ impl Keeping {
 /// Extends `lock` every `keeping.every` until the lease cannot be kept; then
 /// marks `lease` lost and returns. Never returns while the lease holds.
 async fn keep(lock: &mut Lock, keeping: Keeping, lease: &Lease) {
-    let quorum = lock.quorum();
+    let quorum = lock.redlock().quorum();
     let mut extensions = 0u32;
     let mut next = Instant::now() + keeping.every;
     loop {

@@ -79,10 +79,6 @@ impl Lock {
         &self.redlock
     }
 
-    pub(crate) fn quorum(&self) -> usize {
-        self.redlock.quorum()
-    }
-
     /// The resource this lock holds (the first one, for
     /// [`Redlock::lock_many`]).
     pub fn resource(&self) -> &str {
