@@ -24,19 +24,19 @@ async fn slow_poller(urls: &[String], notify: bool) -> Redlock {
         .unwrap()
 }
 
-/// Waits until `waiter` is blocked on `resource`: its first round has been
-/// refused (the holder's key is there), then gives its subscription a moment.
-async fn hand_off(notify: bool, urls: &[String]) -> Duration {
+/// How long after the holder's release a waiting client gets the lock.
+/// The release comes once the waiter's subscription is live on every node,
+/// so a notification can reach it.
+async fn hand_off(urls: &[String]) -> Duration {
     let holder = support::redlock().await;
-    let waiter = slow_poller(urls, notify).await;
+    let waiter = slow_poller(urls, true).await;
     let resource = unique("wake");
     let lock = holder
         .lock(&resource, Duration::from_secs(30))
         .await
         .unwrap();
-    let (tx, rx) = tokio::sync::oneshot::channel();
+    let key = lock_key(&resource);
     let waiting = tokio::spawn(async move {
-        let _ = tx.send(());
         let lock = waiter
             .lock_wait(&resource, Duration::from_secs(5), Duration::from_secs(20))
             .await
@@ -45,10 +45,26 @@ async fn hand_off(notify: bool, urls: &[String]) -> Duration {
         lock.release().await.unwrap();
         got
     });
-    rx.await.unwrap();
-    // The waiter's first round must have run (and failed) before we release;
-    // there is no event for that from outside, so give it ample time.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut conns = raw_all().await;
+    let start = Instant::now();
+    for conn in conns.iter_mut() {
+        loop {
+            let counts: Vec<(String, u64)> = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(&key)
+                .query_async(conn)
+                .await
+                .unwrap();
+            if counts.first().is_some_and(|(_, n)| *n > 0) {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "the waiter never subscribed"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
     let released = Instant::now();
     lock.release().await.unwrap();
     waiting.await.unwrap() - released
@@ -57,7 +73,7 @@ async fn hand_off(notify: bool, urls: &[String]) -> Duration {
 #[tokio::test]
 async fn a_release_wakes_the_waiter_at_once() {
     let urls = node_urls();
-    let after = hand_off(true, &urls).await;
+    let after = hand_off(&urls).await;
     // Polling alone would take up to the 5 s retry ceiling.
     assert!(
         after < Duration::from_millis(500),
