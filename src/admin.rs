@@ -47,7 +47,7 @@ impl Redlock {
     /// not deleted until its TTL).
     pub async fn release_token(&self, resource: &str, token: &str) -> Result<Votes, LockError> {
         let keys = Keys::single(resource, false)?;
-        let claim = Arc::new(Claim::with_token(&keys, token)?);
+        let claim = Arc::new(Claim::with_token(keys, token)?);
         let inner = self.inner();
         // The TTL is unknown: take one whose default node timeout is the
         // client's default, and which bounds the background tail of a frozen
@@ -58,8 +58,10 @@ impl Redlock {
             .release(&claim, ttl_ms, Wait::Nodes(&everyone), None)
             .await;
         match tally.decision {
-            quorum::Decision::Granted => Ok(tally.votes),
-            _ => Err(LockError::Unavailable { votes: tally.votes }),
+            quorum::Decision::Granted => Ok(inner.votes(tally.answers)),
+            _ => Err(LockError::Unavailable {
+                votes: inner.votes(tally.answers),
+            }),
         }
     }
 }

@@ -2,7 +2,6 @@
 //! owner) that marks them as ours.
 
 use std::collections::HashSet;
-use std::sync::Arc;
 
 use crate::error::ConfigError;
 use crate::node::Op;
@@ -21,14 +20,30 @@ pub(crate) enum Flavor {
     Many,
 }
 
-/// The keys of one lock call, computed once and shared by its rounds.
-#[derive(Debug)]
+/// The keys of one lock call, computed once; a retry round takes a copy.
+#[derive(Debug, Clone)]
 pub(crate) struct Keys {
     flavor: Flavor,
     /// One lock key per resource, in the order given.
-    lock: Box<[String]>,
+    lock: LockKeys,
     /// The fencing counter, for [`Flavor::Fenced`].
     fence: Option<String>,
+}
+
+/// The lock keys: one resource's in one allocation, or several.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum LockKeys {
+    One(String),
+    Many(Box<[String]>),
+}
+
+impl LockKeys {
+    fn as_slice(&self) -> &[String] {
+        match self {
+            LockKeys::One(key) => std::slice::from_ref(key),
+            LockKeys::Many(keys) => keys,
+        }
+    }
 }
 
 /// The lock key of a resource: `{resource}:lock`. The hash tag keeps every
@@ -48,31 +63,31 @@ fn resource_of(key: &str) -> &str {
 
 impl Keys {
     /// A plain or fenced lock on one resource.
-    pub(crate) fn single(resource: &str, fenced: bool) -> Result<Arc<Self>, ConfigError> {
-        let lock = lock_key(resource)?;
+    pub(crate) fn single(resource: &str, fenced: bool) -> Result<Self, ConfigError> {
+        let lock = LockKeys::One(lock_key(resource)?);
         let (flavor, fence) = if fenced {
             (Flavor::Fenced, Some(format!("{{{resource}}}:fence")))
         } else {
             (Flavor::Plain, None)
         };
-        Ok(Arc::new(Keys {
+        Ok(Keys {
             flavor,
-            lock: Box::new([lock]),
+            lock,
             fence,
-        }))
+        })
     }
 
     /// A reentrant lock on one resource.
-    pub(crate) fn reentrant(resource: &str) -> Result<Arc<Self>, ConfigError> {
-        Ok(Arc::new(Keys {
+    pub(crate) fn reentrant(resource: &str) -> Result<Self, ConfigError> {
+        Ok(Keys {
             flavor: Flavor::Reentrant,
-            lock: Box::new([lock_key(resource)?]),
+            lock: LockKeys::One(lock_key(resource)?),
             fence: None,
-        }))
+        })
     }
 
     /// One lock over several distinct resources.
-    pub(crate) fn many(resources: &[&str]) -> Result<Arc<Self>, ConfigError> {
+    pub(crate) fn many(resources: &[&str]) -> Result<Self, ConfigError> {
         if resources.is_empty() {
             return Err(ConfigError::NoResources);
         }
@@ -84,11 +99,11 @@ impl Keys {
             .iter()
             .map(|r| lock_key(r))
             .collect::<Result<Box<[String]>, _>>()?;
-        Ok(Arc::new(Keys {
+        Ok(Keys {
             flavor: Flavor::Many,
-            lock,
+            lock: LockKeys::Many(lock),
             fence: None,
-        }))
+        })
     }
 
     /// Whether this is a reentrant lock: its releases must reach only the
@@ -99,19 +114,23 @@ impl Keys {
 
     /// The first lock key (for logs).
     pub(crate) fn first(&self) -> &str {
-        &self.lock[0]
+        &self.lock.as_slice()[0]
     }
 
     /// The resources, in the order given.
     pub(crate) fn resources(&self) -> impl ExactSizeIterator<Item = &str> {
-        self.lock.iter().map(|k| resource_of(k))
+        self.lock.as_slice().iter().map(|k| resource_of(k))
     }
 }
 
 /// What one node operation does to a claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Step {
-    Acquire,
+    /// `holder_ttl`: a refusal must say how long the holder's key lives (for
+    /// a waiter, which sleeps on it).
+    Acquire {
+        holder_ttl: bool,
+    },
     Extend,
     Release,
     /// Fenced phase 2, carrying the fencing token to write back.
@@ -121,7 +140,7 @@ pub(crate) enum Step {
 impl Step {
     pub(crate) fn name(self) -> &'static str {
         match self {
-            Step::Acquire => "acquire",
+            Step::Acquire { .. } => "acquire",
             Step::Extend => "extend",
             Step::Release => "release",
             Step::WriteBack(_) => "fence-write-back",
@@ -134,7 +153,7 @@ impl Step {
 /// operator's token for another holder's lock).
 #[derive(Debug)]
 pub(crate) struct Claim {
-    keys: Arc<Keys>,
+    keys: Keys,
     mark: Mark,
 }
 
@@ -149,31 +168,31 @@ enum Mark {
 
 impl Claim {
     /// A claim with a fresh random token.
-    pub(crate) fn new(keys: &Arc<Keys>) -> Self {
+    pub(crate) fn new(keys: Keys) -> Self {
         Claim {
-            keys: Arc::clone(keys),
+            keys,
             mark: Mark::Random(Token::random()),
         }
     }
 
     /// A reentrant claim: the owner name is the token.
-    pub(crate) fn owned(keys: &Arc<Keys>, owner: &str) -> Result<Self, ConfigError> {
+    pub(crate) fn owned(keys: Keys, owner: &str) -> Result<Self, ConfigError> {
         Self::given(keys, owner, ConfigError::EmptyOwner)
     }
 
     /// A claim on a plain or fenced lock by a token the caller already knows
     /// (an operator releasing another process's lock): stored as given, not
     /// checked against the random-token format.
-    pub(crate) fn with_token(keys: &Arc<Keys>, token: &str) -> Result<Self, ConfigError> {
+    pub(crate) fn with_token(keys: Keys, token: &str) -> Result<Self, ConfigError> {
         Self::given(keys, token, ConfigError::EmptyToken)
     }
 
-    fn given(keys: &Arc<Keys>, mark: &str, empty: ConfigError) -> Result<Self, ConfigError> {
+    fn given(keys: Keys, mark: &str, empty: ConfigError) -> Result<Self, ConfigError> {
         if mark.is_empty() {
             return Err(empty);
         }
         Ok(Claim {
-            keys: Arc::clone(keys),
+            keys,
             mark: Mark::Given(mark.into()),
         })
     }
@@ -192,13 +211,18 @@ impl Claim {
 
     /// The node operation for `step` on this claim.
     pub(crate) fn op(&self, step: Step, ttl_ms: u64) -> Op<'_> {
-        let key = self.keys.lock[0].as_str();
-        let keys = &self.keys.lock[..];
+        let keys = self.keys.lock.as_slice();
+        let key = keys[0].as_str();
         let token = self.token();
         let fence_key = self.keys.fence.as_deref().unwrap_or_default();
         match (self.keys.flavor, step) {
-            (Flavor::Plain, Step::Acquire) => Op::Acquire { key, token, ttl_ms },
-            (Flavor::Fenced, Step::Acquire) => Op::AcquireFenced {
+            (Flavor::Plain, Step::Acquire { holder_ttl }) => Op::Acquire {
+                key,
+                token,
+                ttl_ms,
+                holder_ttl,
+            },
+            (Flavor::Fenced, Step::Acquire { .. }) => Op::AcquireFenced {
                 key,
                 fence_key,
                 token,
@@ -212,7 +236,7 @@ impl Claim {
                 token,
                 fence,
             },
-            (Flavor::Reentrant, Step::Acquire) => Op::AcquireReentrant {
+            (Flavor::Reentrant, Step::Acquire { .. }) => Op::AcquireReentrant {
                 key,
                 owner: token,
                 ttl_ms,
@@ -223,7 +247,7 @@ impl Claim {
                 ttl_ms,
             },
             (Flavor::Reentrant, Step::Release) => Op::ReleaseReentrant { key, owner: token },
-            (Flavor::Many, Step::Acquire) => Op::AcquireMany {
+            (Flavor::Many, Step::Acquire { .. }) => Op::AcquireMany {
                 keys,
                 token,
                 ttl_ms,
@@ -270,7 +294,7 @@ mod tests {
     #[test]
     fn an_explicit_token_is_released_as_given() {
         let keys = Keys::single("r", false).unwrap();
-        let claim = Claim::with_token(&keys, "owner-7").unwrap();
+        let claim = Claim::with_token(keys.clone(), "owner-7").unwrap();
         assert_eq!(
             claim.op(Step::Release, 0),
             Op::Release {
@@ -279,7 +303,7 @@ mod tests {
             }
         );
         assert_eq!(
-            Claim::with_token(&keys, "").unwrap_err(),
+            Claim::with_token(keys, "").unwrap_err(),
             ConfigError::EmptyToken
         );
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use rand::RngExt;
 
 use crate::error::ConfigError;
-use crate::node::Node;
+use crate::node::{Member, Node};
 use crate::quorum::{DEFAULT_NODE_TIMEOUT, DriftFactor, MAX_TTL_MS, quorum};
 use crate::redis_node::{Address, RedisNode};
 use crate::redlock::Redlock;
@@ -317,11 +317,11 @@ impl Builder {
         let connected =
             futures::future::join_all(targets.into_iter().map(|t| RedisNode::connect(t, wait)))
                 .await;
-        let mut nodes: Vec<Arc<dyn Node>> = Vec::with_capacity(connected.len());
+        let mut nodes = Vec::with_capacity(connected.len() + self.custom.len());
         for node in connected {
-            nodes.push(Arc::new(node?));
+            nodes.push(Member::Redis(node?));
         }
-        nodes.extend(self.custom);
+        nodes.extend(self.custom.into_iter().map(Member::Custom));
         Ok(Redlock::new(
             nodes,
             Settings {

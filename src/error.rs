@@ -182,9 +182,14 @@ pub enum Answer {
     /// The node did what was asked.
     Yes,
     /// The node holds the resource for someone else; `pttl` is the holder's
-    /// remaining time to live, if it has one.
+    /// remaining time to live, if it has one and the round asked.
     Held {
-        /// The other holder's remaining TTL (`None`: the key has no expiry).
+        /// The other holder's remaining TTL. `None`: the key has no expiry,
+        /// or the round did not ask. Only waiting acquisitions
+        /// ([`Redlock::lock_wait`](crate::Redlock::lock_wait), and
+        /// [`LockOptions::wait`](crate::LockOptions::wait)) and the
+        /// reentrant, multi-resource and fenced scripts report it; a plain
+        /// single try is one native `SET NX PX`, which does not.
         pttl: Option<Duration>,
     },
     /// The node does not hold our token (for extend: the lease is gone there).
@@ -273,7 +278,7 @@ impl fmt::Display for Votes {
             match answer {
                 Answer::Yes => f.write_str("yes")?,
                 Answer::Held { pttl: Some(t) } => write!(f, "held ({} ms left)", t.as_millis())?,
-                Answer::Held { pttl: None } => f.write_str("held (no expiry)")?,
+                Answer::Held { pttl: None } => f.write_str("held (TTL unknown or none)")?,
                 Answer::NotHeld => f.write_str("not held")?,
                 Answer::Failed(e) => write!(f, "{e}")?,
                 Answer::Undecided => f.write_str("no answer before the decision")?,

@@ -169,7 +169,7 @@ impl Lock {
             self.deadline = self.deadline.max(new_deadline);
             Ok(())
         } else {
-            Err(refusal(tally.decision, tally.votes))
+            Err(refusal(tally.decision, inner.votes(tally.answers)))
         }
     }
 
@@ -198,7 +198,9 @@ impl Lock {
         self.released = true;
         match tally.decision {
             Decision::Granted => Ok(()),
-            _ => Err(LockError::Unavailable { votes: tally.votes }),
+            _ => Err(LockError::Unavailable {
+                votes: self.redlock.inner().votes(tally.answers),
+            }),
         }
     }
 }

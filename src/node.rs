@@ -9,9 +9,10 @@
 use std::fmt;
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
+use futures::future::{BoxFuture, Either};
 
 use crate::error::NodeError;
+use crate::redis_node::RedisNode;
 
 /// An atomic operation on one node.
 ///
@@ -28,6 +29,11 @@ pub enum Op<'a> {
         token: &'a str,
         /// Time to live in milliseconds.
         ttl_ms: u64,
+        /// Whether a refusal must say how long the holder's key lives
+        /// ([`Reply::Held`] with `Some` TTL): waiters sleep on it. Redis
+        /// answers a plain acquire with one native `SET NX PX` and needs a
+        /// script for this.
+        holder_ttl: bool,
     },
     /// If `key` holds `token`, make it live at least `ttl_ms` from now
     /// (never shorter than it already does). Never re-creates `key`.
@@ -132,11 +138,12 @@ pub enum Op<'a> {
 pub enum Reply {
     /// The operation took effect (set, extended, deleted).
     Done,
-    /// [`Op::Acquire`] found the key held; `pttl_ms` is its remaining TTL in
-    /// milliseconds as Redis' `PTTL` reports it (`-1`: no expiry).
+    /// An acquire found the key held; `pttl_ms` is its remaining TTL in
+    /// milliseconds.
     Held {
-        /// The remaining TTL, or -1.
-        pttl_ms: i64,
+        /// The remaining TTL; `None` when the key has no expiry, or when the
+        /// operation did not ask ([`Op::Acquire`] without `holder_ttl`).
+        pttl_ms: Option<u64>,
     },
     /// An extend, release or write-back found the key absent or held by
     /// another token (or owner).
@@ -174,4 +181,43 @@ pub trait Node: Send + Sync + fmt::Debug + 'static {
 
     /// Performs `op` on the node.
     fn call<'a>(&'a self, op: Op<'a>) -> BoxFuture<'a, Result<Reply, NodeError>>;
+}
+
+/// A configured node as the coordinator holds it: a Redis master, called
+/// directly, or one of the caller's own behind the [`Node`] trait.
+///
+/// Calling a Redis master directly lets a round keep all its calls in one
+/// block instead of boxing each one ([`Node::call`] returns a `BoxFuture`).
+pub(crate) enum Member {
+    Redis(RedisNode),
+    Custom(Arc<dyn Node>),
+}
+
+impl Member {
+    pub(crate) fn name(&self) -> &Arc<str> {
+        match self {
+            Member::Redis(node) => node.name(),
+            Member::Custom(node) => node.name(),
+        }
+    }
+
+    /// Performs `op` on the node; see [`Node::call`].
+    pub(crate) fn call<'a>(
+        &'a self,
+        op: Op<'a>,
+    ) -> impl Future<Output = Result<Reply, NodeError>> + Send + 'a {
+        match self {
+            Member::Redis(node) => Either::Left(node.run(op)),
+            Member::Custom(node) => Either::Right(node.call(op)),
+        }
+    }
+}
+
+impl fmt::Debug for Member {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Member::Redis(node) => node.fmt(f),
+            Member::Custom(node) => node.fmt(f),
+        }
+    }
 }

@@ -9,7 +9,6 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use rand::RngExt;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ErrorKind, RedisError, ServerErrorKind, Value};
@@ -17,7 +16,7 @@ use tokio::sync::{Notify, oneshot};
 use tokio::task::AbortHandle;
 
 use crate::error::{ConfigError, NodeError};
-use crate::node::{Node, Op, Reply};
+use crate::node::{Op, Reply};
 use crate::scripts::{self, Call};
 
 /// How long one background connection attempt may take (TCP, TLS, AUTH,
@@ -162,11 +161,18 @@ impl RedisNode {
         Ok(node)
     }
 
-    async fn run(&self, op: Op<'_>) -> Result<Reply, NodeError> {
+    /// The node's display name (passwords masked).
+    pub(crate) fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    /// Performs `op` on the node: its script by SHA (by source after
+    /// `NOSCRIPT`), or a native command where one is atomic enough.
+    pub(crate) async fn run(&self, op: Op<'_>) -> Result<Reply, NodeError> {
         let (generation, mut conn) = self.slot.get()?;
-        let sha = scripts::command(&op, Call::Sha);
+        let first = scripts::command(&op, Call::Sha);
         let mut result = conn
-            .send_packed_command(&sha)
+            .send_packed_command(&first)
             .await
             .and_then(Value::extract_error);
         if matches!(&result, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
@@ -185,16 +191,6 @@ impl RedisNode {
             error
         })?;
         parse_reply(&op, value)
-    }
-}
-
-impl Node for RedisNode {
-    fn name(&self) -> &Arc<str> {
-        &self.name
-    }
-
-    fn call<'a>(&'a self, op: Op<'a>) -> BoxFuture<'a, Result<Reply, NodeError>> {
-        Box::pin(self.run(op))
     }
 }
 
@@ -279,10 +275,12 @@ fn parse_reply(op: &Op<'_>, value: Value) -> Result<Reply, NodeError> {
     let reply = match (&value, op) {
         (Value::Okay, _) if acquire => Some(Reply::Done),
         (Value::SimpleString(s), _) if acquire && s == "OK" => Some(Reply::Done),
-        (Value::Int(pttl_ms), _) if acquire => Some(Reply::Held { pttl_ms: *pttl_ms }),
+        // A script's PTTL (-1: no expiry), or a native `SET NX` refused.
+        (Value::Int(pttl_ms), _) if acquire => Some(held(*pttl_ms)),
+        (Value::Nil, Op::Acquire { .. }) => Some(Reply::Held { pttl_ms: None }),
         (Value::Array(pair), Op::AcquireFenced { .. }) => match pair.as_slice() {
             [Value::Int(1), Value::Int(fence)] => u64::try_from(*fence).ok().map(Reply::Fence),
-            [Value::Int(0), Value::Int(pttl_ms)] => Some(Reply::Held { pttl_ms: *pttl_ms }),
+            [Value::Int(0), Value::Int(pttl_ms)] => Some(held(*pttl_ms)),
             _ => None,
         },
         (Value::Int(1), _) if !acquire => Some(Reply::Done),
@@ -290,6 +288,13 @@ fn parse_reply(op: &Op<'_>, value: Value) -> Result<Reply, NodeError> {
         _ => None,
     };
     reply.ok_or_else(|| NodeError::Protocol(format!("{value:?}").into()))
+}
+
+/// A refusal with the holder's PTTL as Redis reports it (negative: no expiry).
+fn held(pttl_ms: i64) -> Reply {
+    Reply::Held {
+        pttl_ms: u64::try_from(pttl_ms).ok(),
+    }
 }
 
 /// `url` with the password part of its user info replaced by `***`.

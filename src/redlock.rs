@@ -9,13 +9,14 @@
 //! acquire that is still in flight removes whatever that acquire sets.
 
 use std::fmt;
-use std::future::poll_fn;
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use futures::future::BoxFuture;
-use tokio::sync::oneshot;
+use pin_project_lite::pin_project;
+use smallvec::{SmallVec, smallvec};
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -23,7 +24,7 @@ use crate::claim::{Claim, Keys, Step};
 use crate::config::{Builder, LockOptions, Settings};
 use crate::error::{Answer, ConfigError, LockError, NodeError, Votes};
 use crate::lock::Lock;
-use crate::node::{Node, Reply};
+use crate::node::{Member, Reply};
 use crate::quorum::{self, Decision, MAX_TTL_MS, Round, Vote};
 use crate::wakeup::{Hub, Interest};
 
@@ -53,7 +54,7 @@ pub struct Redlock {
 }
 
 pub(crate) struct Inner {
-    nodes: Box<[Arc<dyn Node>]>,
+    nodes: Box<[Member]>,
     pub(crate) settings: Settings,
     /// Release notifications, for Redis nodes with notifications on.
     hub: Option<Arc<Hub>>,
@@ -96,45 +97,92 @@ pub(crate) enum Wait<'a> {
     Nodes(&'a [bool]),
 }
 
-/// How many node calls a round keeps inside itself; a round over more nodes
-/// keeps the rest in one vector.
-const INLINE: usize = 8;
+/// How many node calls a round keeps in its one block (enough for 3 or 5
+/// nodes); a round over more nodes boxes the rest one by one.
+const INLINE: usize = 5;
 
-type Call<'a> = BoxFuture<'a, Result<Reply, NodeError>>;
+pin_project! {
+    /// The calls of one round, side by side in one heap block.
+    struct Slots<F> {
+        #[pin] c0: Option<F>,
+        #[pin] c1: Option<F>,
+        #[pin] c2: Option<F>,
+        #[pin] c3: Option<F>,
+        #[pin] c4: Option<F>,
+    }
+}
+
+impl<F> Slots<F> {
+    /// Call `i` (< [`INLINE`]).
+    fn at(self: Pin<&mut Self>, i: usize) -> Pin<&mut Option<F>> {
+        let this = self.project();
+        match i {
+            0 => this.c0,
+            1 => this.c1,
+            2 => this.c2,
+            3 => this.c3,
+            _ => this.c4,
+        }
+    }
+}
 
 /// One round's node calls still in flight, by node index.
 ///
-/// The calls borrow the nodes and the claim, so a round costs one allocation
-/// per node (the `Box` that [`Node::call`] returns) and nothing else: no
-/// wrapper owning `Arc`s, no task per call. Every wake-up polls the calls
-/// still in flight, which for a handful of nodes is cheaper than keeping a
-/// ready queue. A round whose stragglers must outlive the caller runs in a
-/// task of its own ([`Inner::release`]).
-pub(crate) struct Calls<'a> {
-    inline: [Option<Call<'a>>; INLINE],
-    spill: Vec<Option<Call<'a>>>,
+/// The calls borrow the nodes and the claim, and sit in one heap block per
+/// round: a round over five Redis masters allocates once for its calls (not
+/// once per call, nor a wrapper owning `Arc`s, nor a task per call), and
+/// moving the round moves a pointer. Every wake-up polls the calls still in
+/// flight, which for a handful of nodes is cheaper than keeping a ready
+/// queue. A release's calls own what they need instead
+/// ([`Inner::fan_out_owned`]), so that its stragglers can move to a
+/// background task ([`Detached`]).
+pub(crate) struct Calls<F> {
+    inline: Option<Pin<Box<Slots<F>>>>,
+    spill: Vec<Option<Pin<Box<F>>>>,
+    /// Node indices in use: `0..len`.
+    len: usize,
+    /// Calls not yet answered.
     left: usize,
 }
 
-impl<'a> Calls<'a> {
-    fn new(nodes: usize) -> Self {
+impl<F: Future> Calls<F> {
+    fn new() -> Self {
         Calls {
-            inline: [const { None }; INLINE],
-            spill: Vec::with_capacity(nodes.saturating_sub(INLINE)),
+            inline: None,
+            spill: Vec::new(),
+            len: 0,
             left: 0,
         }
     }
 
-    fn push(&mut self, i: usize, call: Call<'a>) {
-        if i < INLINE {
-            self.inline[i] = Some(call);
-        } else {
-            let j = i - INLINE;
-            if self.spill.len() <= j {
-                self.spill.resize_with(j + 1, || None);
-            }
-            self.spill[j] = Some(call);
+    /// `make(i)` for every node `i` of `nodes` asked: all, or those marked
+    /// in `only`.
+    fn of(nodes: usize, only: Option<&[bool]>, mut make: impl FnMut(usize) -> F) -> Self {
+        let mut calls = Calls::new();
+        for i in (0..nodes).filter(|&i| only.is_none_or(|only| only[i])) {
+            calls.push(i, make(i));
         }
+        calls
+    }
+
+    /// Adds node `i`'s call; nodes are added in increasing order.
+    fn push(&mut self, i: usize, call: F) {
+        if i < INLINE {
+            let slots = self.inline.get_or_insert_with(|| {
+                Box::pin(Slots {
+                    c0: None,
+                    c1: None,
+                    c2: None,
+                    c3: None,
+                    c4: None,
+                })
+            });
+            slots.as_mut().at(i).set(Some(call));
+        } else {
+            self.spill.resize_with(i + 1 - INLINE, || None);
+            self.spill[i - INLINE] = Some(Box::pin(call));
+        }
+        self.len = i + 1;
         self.left += 1;
     }
 
@@ -143,35 +191,57 @@ impl<'a> Calls<'a> {
     }
 
     /// The next reply, `None` once every call has answered.
-    fn poll_next(
-        &mut self,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<(usize, Result<Reply, NodeError>)>> {
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<(usize, F::Output)>> {
         if self.left == 0 {
             return Poll::Ready(None);
         }
-        let slots = self.inline.iter_mut().chain(self.spill.iter_mut());
-        for (i, slot) in slots.enumerate() {
-            if let Some(call) = slot
-                && let Poll::Ready(reply) = call.as_mut().poll(cx)
-            {
-                *slot = None;
-                self.left -= 1;
-                return Poll::Ready(Some((i, reply)));
-            }
+        for i in 0..self.len {
+            let reply = if i < INLINE {
+                // No block: every call of this round is past it.
+                let Some(slots) = &mut self.inline else {
+                    continue;
+                };
+                let mut slot = slots.as_mut().at(i);
+                match slot.as_mut().as_pin_mut().map(|call| call.poll(cx)) {
+                    Some(Poll::Ready(reply)) => {
+                        slot.set(None);
+                        reply
+                    }
+                    _ => continue,
+                }
+            } else {
+                let slot = &mut self.spill[i - INLINE];
+                match slot.as_mut().map(|call| call.as_mut().poll(cx)) {
+                    Some(Poll::Ready(reply)) => {
+                        *slot = None;
+                        reply
+                    }
+                    _ => continue,
+                }
+            };
+            self.left -= 1;
+            return Poll::Ready(Some((i, reply)));
         }
         Poll::Pending
     }
 
-    async fn next(&mut self) -> Option<(usize, Result<Reply, NodeError>)> {
+    async fn next(&mut self) -> Option<(usize, F::Output)> {
         poll_fn(|cx| self.poll_next(cx)).await
     }
 }
 
+/// A node call's outcome.
+type Outcome = Result<Reply, NodeError>;
+
+/// Every node's answer in one round, by node index: inline for up to
+/// [`INLINE`] nodes, so a round that succeeds allocates nothing for them.
+pub(crate) type Answers = SmallVec<[Answer; INLINE]>;
+
 /// The outcome of one round.
 pub(crate) struct Tally {
     pub(crate) decision: Decision,
-    pub(crate) votes: Votes,
+    /// Named as [`Votes`] only when someone reads them ([`Inner::votes`]).
+    pub(crate) answers: Answers,
     /// The largest fencing counter among the grants, for fenced acquires.
     pub(crate) fence: Option<u64>,
 }
@@ -206,11 +276,7 @@ impl Redlock {
         Redlock::builder().nodes(urls).build().await
     }
 
-    pub(crate) fn new(
-        nodes: Vec<Arc<dyn Node>>,
-        settings: Settings,
-        hub: Option<Arc<Hub>>,
-    ) -> Self {
+    pub(crate) fn new(nodes: Vec<Member>, settings: Settings, hub: Option<Arc<Hub>>) -> Self {
         Redlock {
             inner: Arc::new(Inner {
                 nodes: nodes.into(),
@@ -251,7 +317,7 @@ impl Redlock {
     pub async fn try_lock(&self, resource: &str, ttl: Duration) -> Result<Lock, LockError> {
         let keys = Keys::single(resource, false)?;
         let ttl = self.inner.check_ttl(ttl)?;
-        self.acquire(&Arc::new(Claim::new(&keys)), ttl).await
+        self.acquire(&Arc::new(Claim::new(keys)), ttl, false).await
     }
 
     /// Up to [`Retry::attempts`](crate::Retry::attempts) rounds, pausing a
@@ -341,7 +407,7 @@ impl Redlock {
             None => Attempts::Policy,
             Some(max_wait) => Attempts::Until(Instant::now().checked_add(max_wait)),
         };
-        self.acquire_repeatedly(&keys, None, ttl, attempts).await
+        self.acquire_repeatedly(keys, None, ttl, attempts).await
     }
 
     /// One lock over several resources, retrying per policy: on each node
@@ -360,7 +426,7 @@ impl Redlock {
     pub async fn lock_many(&self, resources: &[&str], ttl: Duration) -> Result<Lock, LockError> {
         let keys = Keys::many(resources)?;
         let ttl = self.inner.check_ttl(ttl)?;
-        self.acquire_repeatedly(&keys, None, ttl, Attempts::Policy)
+        self.acquire_repeatedly(keys, None, ttl, Attempts::Policy)
             .await
     }
 
@@ -391,14 +457,14 @@ impl Redlock {
     ) -> Result<Lock, LockError> {
         let keys = Keys::reentrant(resource)?;
         let ttl = self.inner.check_ttl(ttl)?;
-        self.acquire_repeatedly(&keys, Some(owner), ttl, Attempts::Policy)
+        self.acquire_repeatedly(keys, Some(owner), ttl, Attempts::Policy)
             .await
     }
 
     /// Rounds until one grants or `attempts` runs out.
     async fn acquire_repeatedly(
         &self,
-        keys: &Arc<Keys>,
+        mut keys: Keys,
         owner: Option<&str>,
         ttl: Ttl,
         attempts: Attempts,
@@ -410,20 +476,25 @@ impl Redlock {
             (Attempts::Until(_), Some(hub)) => Some(hub.register(keys.first())),
             _ => None,
         };
+        // A waiter sleeps until the holder's keys expire, so it asks how
+        // long they live.
+        let holder_ttl = matches!(attempts, Attempts::Until(_));
         let mut round = 1;
         let mut collisions = 0;
         loop {
-            let claim = match owner {
+            let claim = Arc::new(match owner {
                 Some(owner) => Claim::owned(keys, owner)?,
                 None => Claim::new(keys), // a fresh token every round
-            };
+            });
             if let Some(interest) = &mut interest {
                 interest.mark_seen();
             }
-            let error = match self.acquire(&Arc::new(claim), ttl).await {
+            let error = match self.acquire(&claim, ttl, holder_ttl).await {
                 Ok(lock) => return Ok(lock),
                 Err(e) => e,
             };
+            // Only a retry pays for a copy of the keys.
+            keys = claim.keys().clone();
             // A round that won some nodes but lost collided with another
             // contender: no release will announce the end of that, so retry
             // after a short random pause, doubled per collision (binary
@@ -477,8 +548,14 @@ impl Redlock {
         }
     }
 
-    /// One acquisition: one round, or two for a fenced lock.
-    async fn acquire(&self, claim: &Arc<Claim>, ttl: Ttl) -> Result<Lock, LockError> {
+    /// One acquisition: one round, or two for a fenced lock. `holder_ttl`:
+    /// a refusal must say how long the holder's keys live.
+    async fn acquire(
+        &self,
+        claim: &Arc<Claim>,
+        ttl: Ttl,
+        holder_ttl: bool,
+    ) -> Result<Lock, LockError> {
         let inner = &self.inner;
         // The clock is read before the first request leaves.
         let t0 = Instant::now();
@@ -507,27 +584,22 @@ impl Redlock {
         } else {
             Wait::Decision
         };
-        let mut pending = inner.fan_out(claim, Step::Acquire, ttl.ms, None);
-        let mut tally = inner
-            .collect(
-                Step::Acquire,
-                claim,
-                &mut pending,
-                t0 + per_node,
-                wait,
-                None,
-            )
-            .await;
-        // Stragglers are dropped: whatever they set is removed by the release
-        // below, which each node applies after the acquire.
-        drop(pending);
+        let step = Step::Acquire { holder_ttl };
+        let mut tally = {
+            let mut pending = inner.fan_out(claim, step, ttl.ms, None);
+            inner
+                .collect(step, claim, &mut pending, t0 + per_node, wait, None)
+                .await
+            // Stragglers are dropped here: whatever they set is removed by
+            // the release below, which each node applies after the acquire.
+        };
         // The first round's votes, once a second round has replaced them.
         let mut phase1 = None;
         let mut fence = None;
         if let (Decision::Granted, Some(t)) = (tally.decision, tally.fence) {
             // Fenced phase 2: write the largest counter back where we hold
             // the lease; the token stands only if a quorum confirms in time.
-            let granted = granted_mask(&tally.votes);
+            let granted = granted_mask(&tally.answers);
             let now = Instant::now();
             let per_node = quorum::node_timeout(
                 inner.settings.node_timeout,
@@ -546,10 +618,10 @@ impl Redlock {
                     Some(&granted),
                 )
                 .await;
-            phase1 = Some(std::mem::replace(&mut tally, phase2).votes);
+            phase1 = Some(std::mem::replace(&mut tally, phase2).answers);
             fence = Some(t);
         }
-        let phase1 = phase1.as_ref().unwrap_or(&tally.votes);
+        let phase1 = phase1.as_ref().unwrap_or(&tally.answers);
         if tally.decision == Decision::Granted && Instant::now() < deadline {
             guard.armed = false; // the Lock owns the keys now
             let members = reentrant.then(|| granted_mask(phase1));
@@ -571,13 +643,13 @@ impl Redlock {
         let touched: Vec<bool> = if reentrant {
             granted.clone()
         } else {
-            phase1.iter().map(|(_, a)| may_have_applied(a)).collect()
+            phase1.iter().map(may_have_applied).collect()
         };
         inner
             .release(claim, ttl.ms, Wait::Nodes(&granted), Some(&touched))
             .await;
         guard.armed = false;
-        Err(refusal(tally.decision, tally.votes))
+        Err(refusal(tally.decision, inner.votes(tally.answers)))
     }
 
     pub(crate) fn inner(&self) -> &Arc<Inner> {
@@ -586,8 +658,8 @@ impl Redlock {
 }
 
 /// Nodes that answered yes.
-fn granted_mask(votes: &Votes) -> Vec<bool> {
-    votes.iter().map(|(_, a)| *a == Answer::Yes).collect()
+fn granted_mask(answers: &[Answer]) -> Vec<bool> {
+    answers.iter().map(|a| *a == Answer::Yes).collect()
 }
 
 /// Whether an acquire may have changed the node: it granted, its answer
@@ -628,24 +700,20 @@ impl Inner {
         step: Step,
         ttl_ms: u64,
         only: Option<&[bool]>,
-    ) -> Calls<'a> {
-        let mut calls = Calls::new(self.nodes.len());
-        for (i, node) in self.nodes.iter().enumerate() {
-            if only.is_none_or(|only| only[i]) {
-                calls.push(i, node.call(claim.op(step, ttl_ms)));
-            }
-        }
-        calls
+    ) -> Calls<impl Future<Output = Outcome> + Send + 'a> {
+        Calls::of(self.nodes.len(), only, |i| {
+            self.nodes[i].call(claim.op(step, ttl_ms))
+        })
     }
 
     /// Counts replies from `pending` until `wait` is satisfied or `until`
     /// passes; nodes silent by then count as timed out. Nodes not marked in
     /// `asked` were not sent the operation and count as no.
-    pub(crate) async fn collect(
+    pub(crate) async fn collect<F: Future<Output = Outcome>>(
         &self,
         step: Step,
         claim: &Claim,
-        pending: &mut Calls<'_>,
+        pending: &mut Calls<F>,
         until: Instant,
         wait: Wait<'_>,
         asked: Option<&[bool]>,
@@ -660,16 +728,11 @@ impl Inner {
         async move {
             let started = Instant::now();
             let mut round = Round::new(n);
-            // Becomes the round's `Votes`: its one allocation.
-            let mut answers: Vec<(Arc<str>, Answer)> = self
-                .nodes
-                .iter()
-                .map(|node| (Arc::clone(node.name()), Answer::Undecided))
-                .collect();
+            let mut answers: Answers = smallvec![Answer::Undecided; n];
             let was_asked = |i: usize| asked.is_none_or(|asked| asked[i]);
             // A node asked and not yet answered (no reply is `Undecided`).
-            let waiting = |answers: &[(Arc<str>, Answer)], i: usize| {
-                was_asked(i) && matches!(answers[i].1, Answer::Undecided)
+            let waiting = |answers: &[Answer], i: usize| {
+                was_asked(i) && matches!(answers[i], Answer::Undecided)
             };
             for i in 0..n {
                 if !was_asked(i) {
@@ -694,17 +757,17 @@ impl Inner {
                         if let Ok(Reply::Fence(c)) = reply {
                             fence = fence.max(Some(c));
                         }
-                        answers[i].1 = answer(reply);
+                        answers[i] = answer(reply);
                         tracing::debug!(
                             node = %self.nodes[i].name(),
-                            answer = ?answers[i].1,
+                            answer = ?answers[i],
                             latency_us = started.elapsed().as_micros() as u64,
                         );
                     }
                     _ = &mut timer => {
                         for i in 0..n {
                             if waiting(&answers, i) {
-                                answers[i].1 = Answer::Failed(NodeError::TimedOut);
+                                answers[i] = Answer::Failed(NodeError::TimedOut);
                                 round.record(Vote::No);
                             }
                         }
@@ -712,11 +775,10 @@ impl Inner {
                     }
                 }
             }
-            let votes = Votes::new(answers.into_boxed_slice());
             tracing::debug!(decision = ?round.decision(), yes = round.yes(), no = round.no());
             Tally {
                 decision: round.decision(),
-                votes,
+                answers,
                 fence,
             }
         }
@@ -724,15 +786,37 @@ impl Inner {
         .await
     }
 
+    /// A round's answers with the nodes' names, as errors report them.
+    pub(crate) fn votes(&self, answers: Answers) -> Votes {
+        let names = self.nodes.iter().map(|node| Arc::clone(node.name()));
+        Votes::new(names.zip(answers).collect())
+    }
+
+    /// Like [`fan_out`](Self::fan_out), but each call owns what it needs
+    /// (an `Arc` of the nodes and of the claim), so that calls still in
+    /// flight can move to a background task ([`Detached`]).
+    fn fan_out_owned(
+        self: &Arc<Self>,
+        claim: &Arc<Claim>,
+        step: Step,
+        ttl_ms: u64,
+        only: Option<&[bool]>,
+    ) -> Calls<impl Future<Output = Outcome> + Send + 'static> {
+        Calls::of(self.nodes.len(), only, |i| {
+            let (inner, claim) = (Arc::clone(self), Arc::clone(claim));
+            async move { inner.nodes[i].call(claim.op(step, ttl_ms)).await }
+        })
+    }
+
     /// Releases `claim` on every node (or those marked in `only`). Returns
     /// once `wait` is satisfied or the node timeout passed; replies still in
     /// flight then are awaited in the background for up to the TTL, after
     /// which the keys have expired anyway.
     ///
-    /// The round runs in a task of its own, which hands back the tally at
-    /// the decision and then drives the remaining calls to their end (a
-    /// `NOSCRIPT` retry, a send queued behind a busy connection). If the
-    /// caller stops waiting, the release still completes.
+    /// The caller drives the round itself (no task to hop to and back);
+    /// whatever is still in flight at the decision, or when the caller stops
+    /// waiting, goes on in a background task (a `NOSCRIPT` retry, a send
+    /// queued behind a busy connection), so the release still completes.
     pub(crate) async fn release(
         self: &Arc<Self>,
         claim: &Arc<Claim>,
@@ -741,42 +825,13 @@ impl Inner {
         only: Option<&[bool]>,
     ) -> Tally {
         let per_node = quorum::node_timeout(self.settings.node_timeout, ttl_ms, Duration::MAX);
-        // Owned copies for the task; only a failed acquisition passes these.
-        let wanted: Option<Box<[bool]>> = match wait {
-            Wait::Decision => None,
-            Wait::Nodes(nodes) => Some(nodes.into()),
+        let until = Instant::now() + per_node;
+        let mut pending = Detached {
+            calls: self.fan_out_owned(claim, Step::Release, ttl_ms, only),
+            bound: Duration::from_millis(ttl_ms),
         };
-        let only: Option<Box<[bool]>> = only.map(Into::into);
-        let (tell, told) = oneshot::channel();
-        let inner = Arc::clone(self);
-        let claim = Arc::clone(claim);
-        tokio::spawn(async move {
-            let only = only.as_deref();
-            let wait = wanted.as_deref().map_or(Wait::Decision, Wait::Nodes);
-            // The node timeout runs from when the calls leave, not from when
-            // the task was spawned.
-            let until = Instant::now() + per_node;
-            let mut pending = inner.fan_out(&claim, Step::Release, ttl_ms, only);
-            let tally = inner
-                .collect(Step::Release, &claim, &mut pending, until, wait, only)
-                .await;
-            let _ = tell.send(tally);
-            drain(&mut pending, Duration::from_millis(ttl_ms)).await;
-        });
-        match told.await {
-            Ok(tally) => tally,
-            // Only if the runtime is shutting down: nothing is known.
-            Err(_) => Tally {
-                decision: Decision::Pending,
-                votes: Votes::new(
-                    self.nodes
-                        .iter()
-                        .map(|node| (Arc::clone(node.name()), Answer::Undecided))
-                        .collect(),
-                ),
-                fence: None,
-            },
-        }
+        self.collect(Step::Release, claim, &mut pending.calls, until, wait, only)
+            .await
     }
 
     /// Releases `claim` on every node (or those marked in `only`) without
@@ -788,14 +843,34 @@ impl Inner {
         ttl_ms: u64,
         only: Option<&[bool]>,
     ) {
+        drop(Detached {
+            calls: self.fan_out_owned(claim, Step::Release, ttl_ms, only),
+            bound: Duration::from_millis(ttl_ms),
+        });
+    }
+}
+
+/// Calls that must run to the end: whatever is still in flight (or not yet
+/// sent) when this is dropped goes on in a background task for up to
+/// `bound`. Needs a tokio runtime; without one the calls are dropped.
+struct Detached<F: Future<Output = Outcome> + Send + 'static> {
+    calls: Calls<F>,
+    bound: Duration,
+}
+
+impl<F: Future<Output = Outcome> + Send + 'static> Drop for Detached<F> {
+    fn drop(&mut self) {
+        // One pass first: a round that decided before polling every call
+        // sends the rest now, and calls already answered need no task.
+        let mut cx = Context::from_waker(Waker::noop());
+        while let Poll::Ready(Some(_)) = self.calls.poll_next(&mut cx) {}
+        if self.calls.is_empty() {
+            return;
+        }
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let inner = Arc::clone(self);
-            let claim = Arc::clone(claim);
-            let only: Option<Box<[bool]>> = only.map(Into::into);
-            runtime.spawn(async move {
-                let mut pending = inner.fan_out(&claim, Step::Release, ttl_ms, only.as_deref());
-                drain(&mut pending, Duration::from_millis(ttl_ms)).await;
-            });
+            let mut calls = std::mem::replace(&mut self.calls, Calls::new());
+            let bound = self.bound;
+            runtime.spawn(async move { drain(&mut calls, bound).await });
         }
     }
 }
@@ -818,15 +893,16 @@ impl Drop for Abandoned<'_> {
     }
 }
 
-async fn drain(pending: &mut Calls<'_>, bound: Duration) {
-    let _ = tokio::time::timeout(bound, async { while pending.next().await.is_some() {} }).await;
+async fn drain<F: Future>(pending: &mut Calls<F>, bound: Duration) {
+    let drained = async { while pending.next().await.is_some() {} };
+    let _ = tokio::time::timeout(bound, drained).await;
 }
 
 fn answer(reply: Result<Reply, NodeError>) -> Answer {
     match reply {
         Ok(Reply::Done | Reply::Fence(_)) => Answer::Yes,
         Ok(Reply::Held { pttl_ms }) => Answer::Held {
-            pttl: u64::try_from(pttl_ms).ok().map(Duration::from_millis),
+            pttl: pttl_ms.map(Duration::from_millis),
         },
         Ok(Reply::NotHeld) => Answer::NotHeld,
         Err(e) => Answer::Failed(e),
@@ -844,5 +920,32 @@ pub(crate) fn refusal(decision: Decision, votes: Votes) -> LockError {
         LockError::Expired { votes }
     } else {
         LockError::Unavailable { votes }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::ready;
+
+    use super::*;
+
+    /// Every call is polled to its answer, whichever nodes a round asks:
+    /// those in the block, those past it, or only those past it.
+    #[test]
+    fn calls_answer_inside_and_past_the_block() {
+        for asked in [vec![0, 2, 4, 6], vec![5, 6], vec![0, 1, 2, 3, 4, 5, 6, 7]] {
+            let mut calls = Calls::new();
+            for &i in &asked {
+                calls.push(i, ready(i));
+            }
+            let mut cx = Context::from_waker(Waker::noop());
+            let mut answered = Vec::new();
+            while let Poll::Ready(Some((i, out))) = calls.poll_next(&mut cx) {
+                assert_eq!(i, out);
+                answered.push(i);
+            }
+            assert_eq!(answered, asked);
+            assert!(calls.is_empty());
+        }
     }
 }

@@ -1,4 +1,6 @@
-//! The Lua scripts that make each node operation atomic.
+//! The commands for each node operation: Lua scripts that make them atomic,
+//! and a native `SET NX PX` for a plain acquire that needs nothing more
+//! (Redis runs it in about half the time of the script).
 //!
 //! Each script is hashed once per process; calls go by SHA (`EVALSHA`) and
 //! fall back to `EVAL` — which also re-caches the script — when the node
@@ -87,8 +89,26 @@ impl Drop for Command {
     }
 }
 
-/// The `EVALSHA`/`EVAL` command for `op`.
+/// The command for `op`: `EVALSHA`/`EVAL` of its script, or a native `SET`
+/// (which never answers `NOSCRIPT`) for a plain acquire.
 pub(crate) fn command(op: &Op<'_>, call: Call) -> Command {
+    let mut command = Command::new();
+    if let Op::Acquire {
+        key,
+        token,
+        ttl_ms,
+        holder_ttl: false,
+    } = *op
+    {
+        let cmd = &mut command.0;
+        cmd.arg("SET")
+            .arg(key)
+            .arg(token)
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl_ms);
+        return command;
+    }
     let lua = match op {
         Op::Acquire { .. } => &ACQUIRE,
         Op::Extend { .. } => &EXTEND,
@@ -102,14 +122,16 @@ pub(crate) fn command(op: &Op<'_>, call: Call) -> Command {
         Op::AcquireFenced { .. } => &ACQUIRE_FENCED,
         Op::FenceWriteBack { .. } => &FENCE_WRITEBACK,
     };
-    let mut command = Command::new();
     let cmd = &mut command.0;
     match call {
         Call::Sha => cmd.arg("EVALSHA").arg(lua.script.get_hash()),
         Call::Source => cmd.arg("EVAL").arg(lua.source),
     };
     match *op {
-        Op::Acquire { key, token, ttl_ms } | Op::Extend { key, token, ttl_ms } => {
+        Op::Acquire {
+            key, token, ttl_ms, ..
+        }
+        | Op::Extend { key, token, ttl_ms } => {
             cmd.arg(1).arg(key).arg(token).arg(ttl_ms);
         }
         Op::Release { key, token } => {

@@ -268,6 +268,49 @@ async fn scripts_survive_script_flush() {
     }
 }
 
+/// A single try is refused by a native `SET NX` and learns nothing of the
+/// holder's TTL; a waiter asks for it (it sleeps on it) and hears it from
+/// every node that answered.
+#[tokio::test]
+async fn only_a_waiter_asks_for_the_holders_ttl() {
+    let redlock = redlock().await;
+    let resource = unique("holderttl");
+    let holder = redlock
+        .try_lock(&resource, Duration::from_secs(20))
+        .await
+        .unwrap();
+
+    match redlock.try_lock(&resource, Duration::from_secs(5)).await {
+        Err(LockError::Taken { votes }) => {
+            assert!(votes.held() >= 3, "{votes}");
+            assert_eq!(votes.min_pttl(), None, "{votes}");
+        }
+        other => panic!("expected Taken, got {other:?}"),
+    }
+
+    let waited = redlock
+        .lock_wait(&resource, Duration::from_secs(5), Duration::ZERO)
+        .await;
+    let Err(LockError::Timeout { last, .. }) = waited else {
+        panic!("expected Timeout, got {waited:?}");
+    };
+    let LockError::Taken { votes } = *last else {
+        panic!("expected Taken, got {last:?}");
+    };
+    // The reported TTL bounds a waiter's sleep, so every refusal carries it,
+    // no longer than the holder's 20 s.
+    assert!(votes.held() >= 3, "{votes}");
+    for (node, answer) in votes.iter() {
+        if let Answer::Held { pttl } = answer {
+            assert!(
+                pttl.is_some_and(|t| t > Duration::from_secs(10) && t <= Duration::from_secs(20)),
+                "{node}: {answer:?}"
+            );
+        }
+    }
+    holder.release().await.unwrap();
+}
+
 /// A key of another type under our lock key is someone else's: refused, and
 /// untouched by our clean-up.
 #[tokio::test]

@@ -113,7 +113,7 @@ fn apply(keys: &mut Keys, counters: &mut HashMap<String, u64>, op: Owned) -> Rep
     match op {
         Owned::Acquire(key, token, ttl) => match keys.get(&key) {
             Some((_, exp)) => Reply::Held {
-                pttl_ms: (*exp - now).as_millis() as i64,
+                pttl_ms: Some((*exp - now).as_millis() as u64),
             },
             None => {
                 keys.insert(key, (token, now + Duration::from_millis(ttl)));
@@ -129,7 +129,7 @@ fn apply(keys: &mut Keys, counters: &mut HashMap<String, u64>, op: Owned) -> Rep
         },
         Owned::AcquireFenced(key, fence_key, token, ttl) => match keys.get(&key) {
             Some((_, exp)) => Reply::Held {
-                pttl_ms: (*exp - now).as_millis() as i64,
+                pttl_ms: Some((*exp - now).as_millis() as u64),
             },
             None => {
                 let counter = counters.entry(fence_key).or_insert(0);
@@ -163,7 +163,9 @@ impl Node for MemoryNode {
 
     fn call<'a>(&'a self, op: Op<'a>) -> BoxFuture<'a, Result<Reply, NodeError>> {
         let owned = match op {
-            Op::Acquire { key, token, ttl_ms } => Owned::Acquire(key.into(), token.into(), ttl_ms),
+            Op::Acquire {
+                key, token, ttl_ms, ..
+            } => Owned::Acquire(key.into(), token.into(), ttl_ms),
             Op::Extend { key, token, ttl_ms } => Owned::Extend(key.into(), token.into(), ttl_ms),
             Op::Release { key, token } => Owned::Release(key.into(), token.into()),
             Op::AcquireFenced {

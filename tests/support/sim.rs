@@ -231,7 +231,9 @@ enum Owned {
 impl Owned {
     fn from_op(op: Op<'_>) -> Option<Owned> {
         Some(match op {
-            Op::Acquire { key, token, ttl_ms } => Owned::Acquire {
+            Op::Acquire {
+                key, token, ttl_ms, ..
+            } => Owned::Acquire {
                 key: key.into(),
                 token: token.into(),
                 ttl: ttl_ms,
@@ -357,7 +359,7 @@ impl SimNode {
         let reply = match op {
             Owned::Acquire { key, token, ttl } => match st.keys.get(key) {
                 Some(e) => Reply::Held {
-                    pttl_ms: ((e.expires - now).as_nanos() as f64 * self.rate / 1e6) as i64,
+                    pttl_ms: Some(((e.expires - now).as_nanos() as f64 * self.rate / 1e6) as u64),
                 },
                 None => {
                     let expires = self.expiry(now, *ttl);
