@@ -923,6 +923,7 @@ async fn least_privilege_acl_user_can_lock() {
         .collect();
     let redlock = Redlock::builder()
         .nodes(&urls)
+        .node_timeout(Duration::from_secs(1))
         .build()
         .await
         .expect("the user may connect");

@@ -4,6 +4,7 @@
 
 mod support;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -106,14 +107,9 @@ async fn release_removes_only_our_keys() {
     }
 
     let lock = redlock.lock(&ours, Duration::from_secs(10)).await.unwrap();
-    assert_eq!(
-        snapshot(&mut conns, &ours)
-            .await
-            .iter()
-            .map(|m| m.len())
-            .sum::<usize>(),
-        5
-    );
+    // Set on a quorum before `lock` returned, and on the others right after.
+    let set = BTreeMap::from([(lock_key(&ours), lock.token().to_owned())]);
+    eventually_snapshot(&mut conns, &ours, &vec![set; 5], Duration::from_secs(2)).await;
     lock.release().await.unwrap();
     eventually_snapshot(
         &mut conns,
@@ -189,6 +185,9 @@ async fn expired_lease_is_neither_extended_nor_recreated() {
         .lock(&resource, Duration::from_secs(10))
         .await
         .unwrap();
+    // Every node's SET has landed (no straggler can undo the DEL below).
+    let set = BTreeMap::from([(key.clone(), lock.token().to_owned())]);
+    eventually_snapshot(&mut conns, &resource, &vec![set; 5], Duration::from_secs(2)).await;
     for conn in conns.iter_mut() {
         let _: () = conn.del(&key).await.unwrap();
     }
@@ -411,6 +410,7 @@ async fn lock_wait_outlasts_an_abandoned_holder() {
 async fn contending_tasks_never_overlap() {
     let redlock = Redlock::builder()
         .nodes(node_urls())
+        .node_timeout(Duration::from_secs(1))
         .retry(Retry::new(3, Duration::from_millis(5)))
         .build()
         .await

@@ -17,6 +17,7 @@ use tokio::time::Instant;
 async fn slow_poller(urls: &[String], notify: bool) -> Redlock {
     Redlock::builder()
         .nodes(urls)
+        .node_timeout(Duration::from_secs(1))
         .retry(Retry::new(3, Duration::from_secs(5)))
         .notify_waiters(notify)
         .build()

@@ -114,15 +114,28 @@ pub async fn eventually_snapshot(
     expected: &[BTreeMap<String, String>],
     bound: Duration,
 ) {
+    let want = format!("{expected:?}");
+    eventually_keys(conns, resource, bound, &want, |now| now == expected).await;
+}
+
+/// Polls `snapshot` until `settled` holds, for at most `bound`; panics with
+/// the last snapshot and `want` (what `settled` looks for) otherwise.
+pub async fn eventually_keys(
+    conns: &mut [MultiplexedConnection],
+    resource: &str,
+    bound: Duration,
+    want: &str,
+    settled: impl Fn(&[BTreeMap<String, String>]) -> bool,
+) {
     let start = std::time::Instant::now();
     loop {
         let now = snapshot(conns, resource).await;
-        if now == expected {
+        if settled(&now) {
             return;
         }
         if start.elapsed() > bound {
             panic!(
-                "keys of {resource} did not settle within {bound:?}:\n now {now:?}\n want {expected:?}"
+                "keys of {resource} did not settle within {bound:?}:\n now {now:?}\n want {want}"
             );
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
