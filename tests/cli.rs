@@ -22,12 +22,17 @@ const BIN: &str = env!("CARGO_BIN_EXE_redquorum");
 const BOUND: Duration = Duration::from_secs(30);
 
 /// `redquorum ARGS…` on the real nodes (via `--nodes`), stdout and stderr
-/// captured; killed if the test ends first.
+/// captured; killed if the test ends first. Unless ARGS set one, the node
+/// timeout is a patient 1 s (capped by the TTL's validity as always): a
+/// freshly started debug binary on a loaded machine may not hear any node
+/// within the 50 ms default, and these tests are not about that.
 fn redquorum(nodes: &[String], args: &[&str]) -> Command {
     let mut command = Command::new(BIN);
+    command.arg("--nodes").arg(nodes.join(","));
+    if !args.contains(&"--node-timeout") {
+        command.args(["--node-timeout", "1s"]);
+    }
     command
-        .arg("--nodes")
-        .arg(nodes.join(","))
         .args(args)
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())
