@@ -50,8 +50,7 @@ impl Redlock {
         let claim = Arc::new(Claim::with_token(keys, token)?);
         let inner = self.inner();
         // The TTL is unknown: take one whose default node timeout is the
-        // client's default, and which bounds the background tail of a frozen
-        // node to a second.
+        // client's default.
         let ttl_ms = u64::try_from(DEFAULT_NODE_TIMEOUT.as_millis() * 20).unwrap_or(1000);
         let everyone = vec![true; self.nodes().count()];
         let tally = inner

@@ -106,12 +106,6 @@ impl Keys {
         })
     }
 
-    /// Whether this is a reentrant lock: its releases must reach only the
-    /// nodes that counted the hold.
-    pub(crate) fn is_reentrant(&self) -> bool {
-        self.flavor == Flavor::Reentrant
-    }
-
     /// The first lock key (for logs).
     pub(crate) fn first(&self) -> &str {
         &self.lock.as_slice()[0]
@@ -149,8 +143,8 @@ impl Step {
 }
 
 /// One holder's claim on some keys: a fresh random token per acquisition
-/// round, or a string the caller gives (a reentrant owner name, or an
-/// operator's token for another holder's lock).
+/// round, a reentrant owner's name with a fresh random token for this hold,
+/// or an operator's token for another holder's lock.
 #[derive(Debug)]
 pub(crate) struct Claim {
     keys: Keys,
@@ -162,6 +156,10 @@ pub(crate) struct Claim {
 enum Mark {
     /// Drawn here, inline (no allocation).
     Random(Token),
+    /// A reentrant owner, and this hold's own token: the owner name is
+    /// shared by every hold, the hold token makes each hold's acquire and
+    /// release happen at most once per node.
+    Owner { owner: Box<str>, hold: Token },
     /// Given by the caller.
     Given(Box<str>),
 }
@@ -175,9 +173,19 @@ impl Claim {
         }
     }
 
-    /// A reentrant claim: the owner name is the token.
+    /// A reentrant claim: the owner name is the token, and each claim is a
+    /// hold of its own.
     pub(crate) fn owned(keys: Keys, owner: &str) -> Result<Self, ConfigError> {
-        Self::given(keys, owner, ConfigError::EmptyOwner)
+        if owner.is_empty() {
+            return Err(ConfigError::EmptyOwner);
+        }
+        Ok(Claim {
+            keys,
+            mark: Mark::Owner {
+                owner: owner.into(),
+                hold: Token::random(),
+            },
+        })
     }
 
     /// A claim on a plain or fenced lock by a token the caller already knows
@@ -197,6 +205,14 @@ impl Claim {
         })
     }
 
+    /// The token of this hold (a reentrant claim's own; otherwise the token).
+    fn hold(&self) -> &str {
+        match &self.mark {
+            Mark::Owner { hold, .. } => hold.as_str(),
+            _ => self.token(),
+        }
+    }
+
     pub(crate) fn keys(&self) -> &Keys {
         &self.keys
     }
@@ -205,6 +221,7 @@ impl Claim {
     pub(crate) fn token(&self) -> &str {
         match &self.mark {
             Mark::Random(token) => token.as_str(),
+            Mark::Owner { owner, .. } => owner,
             Mark::Given(given) => given,
         }
     }
@@ -214,6 +231,7 @@ impl Claim {
         let keys = self.keys.lock.as_slice();
         let key = keys[0].as_str();
         let token = self.token();
+        let hold = self.hold();
         let fence_key = self.keys.fence.as_deref().unwrap_or_default();
         match (self.keys.flavor, step) {
             (Flavor::Plain, Step::Acquire { holder_ttl }) => Op::Acquire {
@@ -239,6 +257,7 @@ impl Claim {
             (Flavor::Reentrant, Step::Acquire { .. }) => Op::AcquireReentrant {
                 key,
                 owner: token,
+                hold,
                 ttl_ms,
             },
             (Flavor::Reentrant, Step::Extend) => Op::ExtendReentrant {
@@ -246,7 +265,11 @@ impl Claim {
                 owner: token,
                 ttl_ms,
             },
-            (Flavor::Reentrant, Step::Release) => Op::ReleaseReentrant { key, owner: token },
+            (Flavor::Reentrant, Step::Release) => Op::ReleaseReentrant {
+                key,
+                owner: token,
+                hold,
+            },
             (Flavor::Many, Step::Acquire { .. }) => Op::AcquireMany {
                 keys,
                 token,

@@ -6,10 +6,12 @@ use std::time::Duration;
 
 use rand::RngExt;
 
+use crate::address::{Address, redact};
+use crate::dispatch::{DEFAULT_MAX_IN_FLIGHT, Dispatcher, Limits, Member};
 use crate::error::ConfigError;
-use crate::node::{Member, Node};
+use crate::node::Node;
 use crate::quorum::{DEFAULT_NODE_TIMEOUT, DriftFactor, MAX_TTL_MS, quorum};
-use crate::redis_node::{Address, RedisNode};
+use crate::redis_node::{RedisNode, Servers};
 use crate::redlock::Redlock;
 use crate::wakeup::Hub;
 
@@ -187,15 +189,12 @@ pub struct Builder {
     drift_factor: Option<f64>,
     retry: Retry,
     quiet: bool,
+    max_in_flight: Option<usize>,
 }
 
 impl fmt::Debug for Builder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let urls: Vec<String> = self
-            .urls
-            .iter()
-            .map(|u| crate::redis_node::mask_password(u))
-            .collect();
+        let urls: Vec<String> = self.urls.iter().map(|u| redact(u)).collect();
         f.debug_struct("Builder")
             .field("urls", &urls)
             .field("custom", &self.custom)
@@ -203,15 +202,19 @@ impl fmt::Debug for Builder {
             .field("drift_factor", &self.drift_factor)
             .field("retry", &self.retry)
             .field("notify_waiters", &!self.quiet)
+            .field("max_in_flight", &self.max_in_flight)
             .finish()
     }
 }
 
 impl Builder {
-    /// Adds Redis masters by URL: `redis://[[user]:password@]host[:port][/db]`
+    /// Adds Redis masters by URL: `redis://[[user]:password@]host[:port][/db]`,
+    /// or a Unix socket: `redis+unix:///path?db=N&user=U&pass=P`
     /// (`rediss://` is refused as `InvalidUrl` for now: this build carries no
     /// TLS support; see `docs/operations.md`). Each must be an independent
-    /// master: no replicas, no cluster.
+    /// master: no replicas, no cluster, and no server twice under two names
+    /// ([`ConfigError::SameServer`]). Passwords never appear in errors,
+    /// `Debug` or logs.
     pub fn nodes<I, S>(mut self, urls: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -267,10 +270,24 @@ impl Builder {
         self
     }
 
+    /// The most calls one node may have queued or awaiting an answer
+    /// (default 1024). Past it a call to that node fails at once with
+    /// [`NodeError::Overloaded`](crate::NodeError::Overloaded) — a vote
+    /// against — instead of queueing: a frozen node costs a bounded amount of
+    /// memory whatever the lock rate. A call waits at most four node
+    /// timeouts (at least 200 ms) for its answer; a node that takes longer
+    /// has its connection dropped and re-established in the background.
+    pub fn max_in_flight(mut self, calls: usize) -> Self {
+        self.max_in_flight = Some(calls);
+        self
+    }
+
     /// Checks the settings, then connects to every node concurrently, waiting
     /// at most the node timeout: a node that is down or frozen now is retried
     /// in the background and simply votes no until it is back. Credentials a
-    /// node rejects are an error here.
+    /// node rejects are an error here, and so are two URLs that reach one
+    /// server (compared by `run_id`; a node that is down now is checked when
+    /// it connects, and refused a vote if it is a duplicate).
     ///
     /// Must be called inside a tokio runtime.
     pub async fn build(self) -> Result<Redlock, ConfigError> {
@@ -290,6 +307,10 @@ impl Builder {
         }
         if self.retry.attempts == 0 {
             return Err(ConfigError::InvalidRetry);
+        }
+        let max_in_flight = self.max_in_flight.unwrap_or(DEFAULT_MAX_IN_FLIGHT);
+        if max_in_flight == 0 {
+            return Err(ConfigError::InvalidMaxInFlight);
         }
         let targets = self
             .urls
@@ -314,14 +335,24 @@ impl Builder {
             Hub::new(clients, quorum(targets.len() + self.custom.len()))
         });
         let wait = self.node_timeout.unwrap_or(DEFAULT_NODE_TIMEOUT);
-        let connected =
-            futures::future::join_all(targets.into_iter().map(|t| RedisNode::connect(t, wait)))
-                .await;
+        let servers = Servers::new(targets.iter().map(|t| Arc::clone(t.name())).collect());
+        let connected = futures::future::join_all(
+            targets
+                .into_iter()
+                .enumerate()
+                .map(|(i, t)| RedisNode::connect(t, i, Arc::clone(&servers), wait)),
+        )
+        .await;
+        let limits = Limits::new(max_in_flight, wait);
         let mut nodes = Vec::with_capacity(connected.len() + self.custom.len());
         for node in connected {
-            nodes.push(Member::Redis(node?));
+            nodes.push(Dispatcher::start(Member::Redis(Arc::new(node?)), limits));
         }
-        nodes.extend(self.custom.into_iter().map(Member::Custom));
+        nodes.extend(
+            self.custom
+                .into_iter()
+                .map(|node| Dispatcher::start(Member::Custom(node), limits)),
+        );
         Ok(Redlock::new(
             nodes,
             Settings {

@@ -80,10 +80,12 @@ pub enum ConfigError {
     /// The same node appears twice: it would vote twice.
     #[error("node {0} is listed more than once")]
     DuplicateNode(String),
-    /// A node URL that does not parse or is not `redis://` / `rediss://`.
+    /// A node URL that does not parse, or is not `redis://`, `unix://`,
+    /// `redis+unix://` (or `valkey://`, `valkey+unix://`).
     #[error("invalid node URL {url:?}: {reason}")]
     InvalidUrl {
-        /// The URL as given, with any password masked.
+        /// The URL with its user info, query values and fragment masked
+        /// (only the scheme, for one that does not parse at all).
         url: String,
         /// What is wrong with it.
         reason: String,
@@ -144,6 +146,18 @@ pub enum ConfigError {
     /// A retry policy with zero attempts, or a delay above 2^40 ms.
     #[error("retry policy must allow at least one attempt, at most 2^40 ms apart")]
     InvalidRetry,
+    /// Two members are the same server (the same `run_id`), so it would
+    /// vote twice: `redis://localhost:7001` and `redis://127.0.0.1:7001`.
+    #[error("nodes {first} and {second} are the same server")]
+    SameServer {
+        /// The member that connected first.
+        first: String,
+        /// The member that turned out to be the same server.
+        second: String,
+    },
+    /// A per-node bound on calls in flight of zero.
+    #[error("max_in_flight must be at least 1")]
+    InvalidMaxInFlight,
     /// An explicit token (for [`Redlock::release_token`](crate::Redlock::release_token))
     /// that is empty.
     #[error("token is empty")]
@@ -173,6 +187,11 @@ pub enum NodeError {
     /// The node answered something this library did not expect.
     #[error("unexpected reply: {0}")]
     Protocol(Arc<str>),
+    /// This many calls to the node were already queued or awaiting an answer
+    /// (the per-node bound, [`Builder::max_in_flight`](crate::Builder::max_in_flight)):
+    /// the call was refused without being sent, so it changed nothing.
+    #[error("overloaded: {0} calls already in flight")]
+    Overloaded(usize),
 }
 
 /// One node's answer in a round.

@@ -42,9 +42,11 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod address;
 mod admin;
 mod claim;
 mod config;
+mod dispatch;
 mod error;
 mod lease;
 mod lock;

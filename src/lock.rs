@@ -27,9 +27,9 @@ pub struct Lock {
     ttl_ms: u64,
     deadline: Instant,
     fence: Option<u64>,
-    /// For a reentrant lock: the nodes that counted this hold, the only ones
-    /// a release may decrement.
-    members: Option<Vec<bool>>,
+    /// Whether a release has been handed to the nodes (by
+    /// [`release`](Lock::release)); then `Drop` sends none: a hold is given
+    /// back at most once.
     released: bool,
 }
 
@@ -54,7 +54,6 @@ impl Lock {
         ttl_ms: u64,
         deadline: Instant,
         fence: Option<u64>,
-        members: Option<Vec<bool>>,
     ) -> Self {
         Lock {
             redlock,
@@ -62,7 +61,6 @@ impl Lock {
             ttl_ms,
             deadline,
             fence,
-            members,
             released: false,
         }
     }
@@ -153,18 +151,19 @@ impl Lock {
         }
         let new_deadline = t1 + ttl.validity;
         let per_node = quorum::node_timeout(inner.settings.node_timeout, ttl.ms, ttl.validity);
-        let mut pending = inner.fan_out(&self.claim, Step::Extend, ttl.ms, None);
+        // Handed to every node at once: nodes that answer after the decision
+        // get the extension all the same.
+        self.ttl_ms = self.ttl_ms.max(ttl.ms);
+        let mut calls = inner.submit(&self.claim, Step::Extend, ttl.ms, None);
         let tally = inner
             .collect(
                 Step::Extend,
                 &self.claim,
-                &mut pending,
+                &mut calls,
                 t1 + per_node,
                 Wait::Decision,
-                None,
             )
             .await;
-        self.ttl_ms = self.ttl_ms.max(ttl.ms);
         if tally.decision == Decision::Granted && Instant::now() < new_deadline {
             self.deadline = self.deadline.max(new_deadline);
             Ok(())
@@ -174,9 +173,14 @@ impl Lock {
     }
 
     /// Releases the lock on every node (compare-and-delete). Returns once a
-    /// quorum has confirmed the key is gone; the other nodes finish in the
-    /// background. Fails with [`LockError::Unavailable`] when no quorum
+    /// quorum has confirmed the key is gone; the other nodes get the release
+    /// all the same. Fails with [`LockError::Unavailable`] when no quorum
     /// confirmed within the node timeout (the keys then expire by their TTL).
+    ///
+    /// The release is handed to the nodes at the first poll and happens at
+    /// most once: dropping this future afterwards changes nothing, and
+    /// dropping it before releases in the background, as dropping the lock
+    /// does.
     ///
     /// ```no_run
     /// # async fn demo(lock: redquorum::Lock) -> Result<(), redquorum::LockError> {
@@ -184,18 +188,14 @@ impl Lock {
     /// # Ok(()) }
     /// ```
     pub async fn release(mut self) -> Result<(), LockError> {
+        // Set before the release is handed over, in the same poll: from here
+        // on `Drop` must not release a second time.
+        self.released = true;
         let tally = self
             .redlock
             .inner()
-            .release(
-                &self.claim,
-                self.ttl_ms,
-                Wait::Decision,
-                self.members.as_deref(),
-            )
+            .release(&self.claim, self.ttl_ms, Wait::Decision, None)
             .await;
-        // Only now: if this future is dropped mid-round, `Drop` releases.
-        self.released = true;
         match tally.decision {
             Decision::Granted => Ok(()),
             _ => Err(LockError::Unavailable {
@@ -208,11 +208,9 @@ impl Lock {
 impl Drop for Lock {
     fn drop(&mut self) {
         if !self.released {
-            self.redlock.inner().release_detached(
-                &self.claim,
-                self.ttl_ms,
-                self.members.as_deref(),
-            );
+            self.redlock
+                .inner()
+                .release_detached(&self.claim, self.ttl_ms, None);
         }
     }
 }

@@ -9,10 +9,9 @@
 use std::fmt;
 use std::sync::Arc;
 
-use futures::future::{BoxFuture, Either};
+use futures::future::BoxFuture;
 
 use crate::error::NodeError;
-use crate::redis_node::RedisNode;
 
 /// An atomic operation on one node.
 ///
@@ -52,14 +51,18 @@ pub enum Op<'a> {
         /// The holder's random token.
         token: &'a str,
     },
-    /// Reentrant acquire: `key` is a hash of `{owner: hold count}`. Create it
-    /// with count 1 if absent; if `owner` holds it, count + 1 and make it live
-    /// at least `ttl_ms`; otherwise refuse with the holder's TTL.
+    /// Reentrant acquire: `key` is a hash of `{owner: hold count}` plus one
+    /// entry per hold. Create it with count 1 if absent; if `owner` holds
+    /// it, count + 1 (once per `hold`, however often this is applied) and make
+    /// it live at least `ttl_ms`; otherwise refuse with the holder's TTL.
     AcquireReentrant {
         /// The lock key.
         key: &'a str,
         /// The owner's identity.
         owner: &'a str,
+        /// This hold's random token: what makes acquire and release of one
+        /// hold happen at most once on a node.
+        hold: &'a str,
         /// Time to live in milliseconds.
         ttl_ms: u64,
     },
@@ -72,12 +75,16 @@ pub enum Op<'a> {
         /// Time to live in milliseconds.
         ttl_ms: u64,
     },
-    /// If `owner` holds `key`, count − 1; delete `key` at zero.
+    /// If `hold` of `owner` is counted in `key`, count − 1 and forget the
+    /// hold (so a second release of it changes nothing); delete `key` at
+    /// zero.
     ReleaseReentrant {
         /// The lock key.
         key: &'a str,
         /// The owner's identity.
         owner: &'a str,
+        /// The hold being given back.
+        hold: &'a str,
     },
     /// Set every key in `keys` to `token` with a TTL of `ttl_ms` if none of
     /// them exists; otherwise set none and refuse with the smallest TTL.
@@ -164,7 +171,7 @@ pub enum Reply {
 /// assert!(redquorum::node::node_name("http://nope").is_err());
 /// ```
 pub fn node_name(url: &str) -> Result<String, crate::ConfigError> {
-    crate::redis_node::Address::parse(url).map(|a| a.name().to_string())
+    crate::address::Address::parse(url).map(|a| a.name().to_string())
 }
 
 /// One independent lock node (a Redis master, or a simulated one in tests).
@@ -172,8 +179,9 @@ pub fn node_name(url: &str) -> Result<String, crate::ConfigError> {
 /// Implementations must make each [`Op`] atomic on the node, must apply the
 /// operations of one caller in the order they were issued (the coordinator
 /// relies on a release sent after an acquire being applied after it), and
-/// must not block: the coordinator bounds every call with its own timeout and
-/// may drop the future at any point.
+/// must not block. Each call is driven to its end by the client's delivery
+/// task for the node, whether or not the round still waits for it, and is
+/// dropped only after the client's grace (a few node timeouts).
 pub trait Node: Send + Sync + fmt::Debug + 'static {
     /// A name for logs and errors (for Redis: the URL with the password
     /// masked).
@@ -181,43 +189,4 @@ pub trait Node: Send + Sync + fmt::Debug + 'static {
 
     /// Performs `op` on the node.
     fn call<'a>(&'a self, op: Op<'a>) -> BoxFuture<'a, Result<Reply, NodeError>>;
-}
-
-/// A configured node as the coordinator holds it: a Redis master, called
-/// directly, or one of the caller's own behind the [`Node`] trait.
-///
-/// Calling a Redis master directly lets a round keep all its calls in one
-/// block instead of boxing each one ([`Node::call`] returns a `BoxFuture`).
-pub(crate) enum Member {
-    Redis(RedisNode),
-    Custom(Arc<dyn Node>),
-}
-
-impl Member {
-    pub(crate) fn name(&self) -> &Arc<str> {
-        match self {
-            Member::Redis(node) => node.name(),
-            Member::Custom(node) => node.name(),
-        }
-    }
-
-    /// Performs `op` on the node; see [`Node::call`].
-    pub(crate) fn call<'a>(
-        &'a self,
-        op: Op<'a>,
-    ) -> impl Future<Output = Result<Reply, NodeError>> + Send + 'a {
-        match self {
-            Member::Redis(node) => Either::Left(node.run(op)),
-            Member::Custom(node) => Either::Right(node.call(op)),
-        }
-    }
-}
-
-impl fmt::Debug for Member {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Member::Redis(node) => node.fmt(f),
-            Member::Custom(node) => node.fmt(f),
-        }
-    }
 }

@@ -1,10 +1,15 @@
-//! A Redis master as a lock [`Node`]: one multiplexed connection, kept alive
-//! by a background task so that no timed round ever pays for a reconnect.
+//! A Redis master as a lock node: one multiplexed connection, kept alive by a
+//! background task so that no timed round ever pays for a reconnect.
 //!
-//! A round asks the node's slot for the current connection. If there is none
+//! A call asks the node's slot for the current connection. If there is none
 //! the node answers [`NodeError::NotConnected`] at once — a down node costs a
 //! round nothing — and the background task, woken when a request sees the
-//! connection break, re-establishes it with jittered exponential backoff.
+//! connection break (or a call outlives its grace: the node is unresponsive),
+//! re-establishes it with jittered exponential backoff.
+//!
+//! Each connection asks the server who it is (`INFO server`'s `run_id`), so
+//! that two members that are one server — `localhost:7001` and
+//! `127.0.0.1:7001` — never count as two votes ([`Servers`]).
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -15,6 +20,7 @@ use redis::{AsyncConnectionConfig, ErrorKind, RedisError, ServerErrorKind, Value
 use tokio::sync::{Notify, oneshot};
 use tokio::task::AbortHandle;
 
+use crate::address::Address;
 use crate::error::{ConfigError, NodeError};
 use crate::node::{Op, Reply};
 use crate::scripts::{self, Call};
@@ -25,50 +31,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Backoff between failed connection attempts: from 10 ms, doubling to 1 s.
 const BACKOFF_MIN: Duration = Duration::from_millis(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
-
-/// A parsed, not yet connected node address.
-#[derive(Debug, Clone)]
-pub(crate) struct Address {
-    client: redis::Client,
-    name: Arc<str>,
-}
-
-impl Address {
-    /// Parses `url`; the error masks any password in it.
-    pub(crate) fn parse(url: &str) -> Result<Self, ConfigError> {
-        let client = redis::Client::open(url).map_err(|e| ConfigError::InvalidUrl {
-            url: mask_password(url),
-            reason: e.to_string(),
-        })?;
-        let info = client.get_connection_info();
-        let scheme = match info.addr() {
-            redis::ConnectionAddr::Tcp(..) => "redis://",
-            redis::ConnectionAddr::TcpTls { .. } => "rediss://",
-            _ => "unix:",
-        };
-        let db = info.redis_settings().db();
-        let name = if db == 0 {
-            format!("{scheme}{}", info.addr())
-        } else {
-            format!("{scheme}{}/{db}", info.addr())
-        };
-        Ok(Address {
-            client,
-            name: name.into(),
-        })
-    }
-
-    /// The client for this address (for other connections to the node).
-    pub(crate) fn client(&self) -> &redis::Client {
-        &self.client
-    }
-
-    /// The node's display name: scheme, address and database, never a
-    /// password. Two addresses with one name are the same node.
-    pub(crate) fn name(&self) -> &Arc<str> {
-        &self.name
-    }
-}
 
 /// The current connection, numbered so that a stale failure report cannot
 /// discard a newer connection.
@@ -92,6 +54,18 @@ impl Slot {
         let cur = self.current.lock().unwrap_or_else(PoisonError::into_inner);
         match &cur.conn {
             Some(conn) => Ok((cur.generation, conn.clone())),
+            None => Err(NodeError::NotConnected(
+                cur.last_error
+                    .clone()
+                    .unwrap_or_else(|| "connecting".into()),
+            )),
+        }
+    }
+
+    fn ready(&self) -> Result<(), NodeError> {
+        let cur = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        match &cur.conn {
+            Some(_) => Ok(()),
             None => Err(NodeError::NotConnected(
                 cur.last_error
                     .clone()
@@ -125,6 +99,46 @@ impl Slot {
     }
 }
 
+/// Which server each Redis member is, by the `run_id` it last reported:
+/// shared by the members of one client, so that one server never votes
+/// twice.
+#[derive(Debug)]
+pub(crate) struct Servers {
+    names: Vec<Arc<str>>,
+    run_ids: Mutex<Vec<Option<Box<str>>>>,
+}
+
+impl Servers {
+    /// For the members named `names`, in order.
+    pub(crate) fn new(names: Vec<Arc<str>>) -> Arc<Self> {
+        let run_ids = Mutex::new(vec![None; names.len()]);
+        Arc::new(Servers { names, run_ids })
+    }
+
+    /// Records that member `index` is the server `run_id`, unless another
+    /// member already is: then that member's name.
+    fn claim(&self, index: usize, run_id: &str) -> Result<(), Arc<str>> {
+        let mut ids = self.run_ids.lock().unwrap_or_else(PoisonError::into_inner);
+        let other = ids
+            .iter()
+            .enumerate()
+            .find(|(i, id)| *i != index && id.as_deref() == Some(run_id));
+        if let Some((other, _)) = other {
+            return Err(Arc::clone(&self.names[other]));
+        }
+        ids[index] = Some(run_id.into());
+        Ok(())
+    }
+}
+
+/// How the first connection attempt went, for [`RedisNode::connect`].
+enum First {
+    Connected,
+    Failed(NodeError),
+    /// The server is already a member under this name.
+    SameAs(Arc<str>),
+}
+
 /// A Redis master, reached through one multiplexed connection.
 #[derive(Debug)]
 pub(crate) struct RedisNode {
@@ -140,25 +154,46 @@ impl Drop for RedisNode {
 }
 
 impl RedisNode {
-    /// Starts connecting to `address` in the background and waits at most
-    /// `wait` for the first attempt. A node that is down or frozen is not an
-    /// error here (it may come back); credentials it rejects are.
-    pub(crate) async fn connect(address: Address, wait: Duration) -> Result<Self, ConfigError> {
+    /// Starts connecting to `address` (member `index` of `servers`) in the
+    /// background and waits at most `wait` for the first attempt. A node that
+    /// is down or frozen is not an error here (it may come back); credentials
+    /// it rejects are, and so is a server that is already a member.
+    pub(crate) async fn connect(
+        address: Address,
+        index: usize,
+        servers: Arc<Servers>,
+        wait: Duration,
+    ) -> Result<Self, ConfigError> {
         let slot = Arc::new(Slot::default());
         let (first_tx, first_rx) = oneshot::channel();
-        let reconnector = tokio::spawn(reconnect(address.client, slot.clone(), first_tx));
+        let name = Arc::clone(address.name());
+        let member = Member {
+            index,
+            servers,
+            name: Arc::clone(&name),
+        };
+        let reconnector = tokio::spawn(reconnect(
+            address.client().clone(),
+            member,
+            slot.clone(),
+            first_tx,
+        ));
         let node = RedisNode {
-            name: address.name,
+            name,
             slot,
             reconnector: reconnector.abort_handle(),
         };
-        if let Ok(Ok(Err(NodeError::Auth(message)))) = tokio::time::timeout(wait, first_rx).await {
-            return Err(ConfigError::Auth {
+        match tokio::time::timeout(wait, first_rx).await {
+            Ok(Ok(First::Failed(NodeError::Auth(message)))) => Err(ConfigError::Auth {
                 node: node.name.to_string(),
                 message: message.to_string(),
-            });
+            }),
+            Ok(Ok(First::SameAs(first))) => Err(ConfigError::SameServer {
+                first: first.to_string(),
+                second: node.name.to_string(),
+            }),
+            _ => Ok(node),
         }
-        Ok(node)
     }
 
     /// The node's display name (passwords masked).
@@ -166,23 +201,41 @@ impl RedisNode {
         &self.name
     }
 
+    /// `Ok` while a connection is up; otherwise why not.
+    pub(crate) fn ready(&self) -> Result<(), NodeError> {
+        self.slot.ready()
+    }
+
     /// Performs `op` on the node: its script by SHA (by source after
-    /// `NOSCRIPT`), or a native command where one is atomic enough.
-    pub(crate) async fn run(&self, op: Op<'_>) -> Result<Reply, NodeError> {
+    /// `NOSCRIPT`), or a native command where one is atomic enough. Waits at
+    /// most `grace` for the answer; a node that takes longer is unresponsive,
+    /// and its connection is dropped (freeing whatever is queued on it) and
+    /// re-established in the background.
+    pub(crate) async fn run(&self, op: Op<'_>, grace: Duration) -> Result<Reply, NodeError> {
         let (generation, mut conn) = self.slot.get()?;
-        let first = scripts::command(&op, Call::Sha);
-        let mut result = conn
-            .send_packed_command(&first)
-            .await
-            .and_then(Value::extract_error);
-        if matches!(&result, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
-            // Flushed or restarted node: EVAL runs the script and caches it again.
-            let source = scripts::command(&op, Call::Source);
-            result = conn
-                .send_packed_command(&source)
+        let exchange = async {
+            let first = scripts::command(&op, Call::Sha);
+            let result = conn
+                .send_packed_command(&first)
                 .await
                 .and_then(Value::extract_error);
-        }
+            if matches!(&result, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript))
+            {
+                // Flushed or restarted node: EVAL runs the script and caches it again.
+                let source = scripts::command(&op, Call::Source);
+                return conn
+                    .send_packed_command(&source)
+                    .await
+                    .and_then(Value::extract_error);
+            }
+            result
+        };
+        let Ok(result) = tokio::time::timeout(grace, exchange).await else {
+            let error = NodeError::TimedOut;
+            tracing::debug!(node = %self.name, ?grace, "no answer within the grace: dropping the connection");
+            self.slot.mark_broken(generation, &error);
+            return Err(error);
+        };
         let value = result.map_err(|e| {
             let error = classify(&e);
             if e.is_unrecoverable_error() || e.is_connection_dropped() || e.is_io_error() {
@@ -194,12 +247,20 @@ impl RedisNode {
     }
 }
 
+/// Who a node is among the members, for its reconnector.
+struct Member {
+    index: usize,
+    servers: Arc<Servers>,
+    name: Arc<str>,
+}
+
 /// The background task that owns (re)connecting. It lives as long as the
 /// node and is aborted with it.
 async fn reconnect(
     client: redis::Client,
+    member: Member,
     slot: Arc<Slot>,
-    first: oneshot::Sender<Result<(), NodeError>>,
+    first: oneshot::Sender<First>,
 ) {
     let mut first = Some(first);
     let mut backoff = BACKOFF_MIN;
@@ -208,16 +269,24 @@ async fn reconnect(
             .await
             .unwrap_or(Err(NodeError::TimedOut));
         let outcome = match attempt {
-            Ok(conn) => {
-                slot.install(conn);
-                Ok(())
-            }
+            Ok((conn, run_id)) => match run_id.map(|id| member.servers.claim(member.index, &id)) {
+                Some(Err(other)) => {
+                    let error = NodeError::Server(format!("same server as member {other}").into());
+                    tracing::error!(node = %member.name, same_as = %other, "two members are one server; this one gets no vote");
+                    slot.failed_to_connect(&error);
+                    First::SameAs(other)
+                }
+                _ => {
+                    slot.install(conn);
+                    First::Connected
+                }
+            },
             Err(e) => {
                 slot.failed_to_connect(&e);
-                Err(e)
+                First::Failed(e)
             }
         };
-        let connected = outcome.is_ok();
+        let connected = matches!(outcome, First::Connected);
         if let Some(first) = first.take() {
             let _ = first.send(outcome);
         }
@@ -234,9 +303,12 @@ async fn reconnect(
 }
 
 /// One connection attempt, including a PING so that missing or wrong
-/// credentials show up here rather than in the first lock round.
-async fn open(client: &redis::Client) -> Result<MultiplexedConnection, NodeError> {
-    // Timeouts are the coordinator's business: it bounds every call itself.
+/// credentials show up here rather than in the first lock round, and the
+/// server's `run_id` (`None` where `INFO` is not allowed).
+async fn open(
+    client: &redis::Client,
+) -> Result<(MultiplexedConnection, Option<String>), NodeError> {
+    // Timeouts are the dispatcher's business: it bounds every call itself.
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(CONNECT_TIMEOUT))
         .set_response_timeout(None);
@@ -248,7 +320,24 @@ async fn open(client: &redis::Client) -> Result<MultiplexedConnection, NodeError
         .await
         .and_then(Value::extract_error)
         .map_err(|e| classify(&e))?;
-    Ok(conn)
+    let info = conn
+        .send_packed_command(redis::cmd("INFO").arg("server"))
+        .await
+        .and_then(Value::extract_error);
+    let run_id = match info {
+        Ok(Value::BulkString(text)) => run_id(&String::from_utf8_lossy(&text)),
+        Ok(Value::VerbatimString { text, .. }) => run_id(&text),
+        _ => None,
+    };
+    Ok((conn, run_id))
+}
+
+/// The `run_id` line of `INFO server`.
+fn run_id(info: &str) -> Option<String> {
+    info.lines()
+        .find_map(|line| line.strip_prefix("run_id:"))
+        .map(|id| id.trim().to_owned())
+        .filter(|id| !id.is_empty())
 }
 
 /// Maps a redis-rs error onto what the coordinator needs to know.
@@ -297,59 +386,23 @@ fn held(pttl_ms: i64) -> Reply {
     }
 }
 
-/// `url` with the password part of its user info replaced by `***`.
-pub(crate) fn mask_password(url: &str) -> String {
-    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
-        return url.to_owned();
-    };
-    let rest = &url[scheme_end..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let Some(at) = rest[..authority_end].rfind('@') else {
-        return url.to_owned();
-    };
-    let userinfo = &rest[..at];
-    let user = userinfo.split_once(':').map_or("", |(user, _)| user);
-    format!("{}{user}:***{}", &url[..scheme_end], &rest[at..])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn masks_passwords() {
-        assert_eq!(mask_password("redis://:secret@h:1/0"), "redis://:***@h:1/0");
-        assert_eq!(
-            mask_password("redis://user:secret@h:1"),
-            "redis://user:***@h:1"
-        );
-        assert_eq!(mask_password("redis://secret@h:1"), "redis://:***@h:1");
-        assert_eq!(mask_password("redis://h:1/0"), "redis://h:1/0");
-        assert_eq!(mask_password("not a url"), "not a url");
-        assert_eq!(mask_password("redis://h:1/a@b"), "redis://h:1/a@b");
+    fn reads_the_run_id() {
+        let info = "# Server\r\nredis_version:7.0.15\r\nrun_id:ab12\r\ntcp_port:6379\r\n";
+        assert_eq!(run_id(info).as_deref(), Some("ab12"));
+        assert_eq!(run_id("# Server\r\n"), None);
     }
 
     #[test]
-    fn names_hide_passwords() {
-        let t = Address::parse("redis://:pw@127.0.0.1:7001/2").unwrap();
-        assert_eq!(&**t.name(), "redis://127.0.0.1:7001/2");
-        let t = Address::parse("redis://127.0.0.1:7001").unwrap();
-        assert_eq!(&**t.name(), "redis://127.0.0.1:7001");
-    }
-
-    #[test]
-    fn rejects_malformed_urls() {
-        for url in [
-            "",
-            "http://h:1",
-            "redis://:pw@",
-            "redis://h:notaport",
-            "garbage",
-        ] {
-            assert!(
-                matches!(Address::parse(url), Err(ConfigError::InvalidUrl { .. })),
-                "{url}"
-            );
-        }
+    fn one_server_one_member() {
+        let servers = Servers::new(vec!["a".into(), "b".into()]);
+        assert_eq!(servers.claim(0, "x"), Ok(()));
+        assert_eq!(servers.claim(0, "x"), Ok(())); // a reconnect
+        assert_eq!(servers.claim(1, "x"), Err("a".into()));
+        assert_eq!(servers.claim(1, "y"), Ok(()));
     }
 }

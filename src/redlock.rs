@@ -5,26 +5,29 @@
 //! are the ones the pure part cannot do: reading the clock before the first
 //! request leaves, bounding the round by one timer, and cleaning up after a
 //! failure on *every* node — including those that have not answered yet. A
-//! node applies one connection's commands in order, so a release sent after an
-//! acquire that is still in flight removes whatever that acquire sets.
+//! round hands its calls to each node's [`Dispatcher`], which writes every one
+//! whether or not the round still listens; the round only collects answers.
+//! A node applies one client's calls in the order submitted, so a release
+//! submitted after an acquire that is still in flight removes whatever that
+//! acquire sets.
 
 use std::fmt;
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use pin_project_lite::pin_project;
 use smallvec::{SmallVec, smallvec};
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::claim::{Claim, Keys, Step};
 use crate::config::{Builder, LockOptions, Settings};
+use crate::dispatch::{Dispatcher, Outcome, Ticket};
 use crate::error::{Answer, ConfigError, LockError, NodeError, Votes};
 use crate::lock::Lock;
-use crate::node::{Member, Reply};
+use crate::node::Reply;
 use crate::quorum::{self, Decision, MAX_TTL_MS, Round, Vote};
 use crate::wakeup::{Hub, Interest};
 
@@ -54,7 +57,7 @@ pub struct Redlock {
 }
 
 pub(crate) struct Inner {
-    nodes: Box<[Member]>,
+    nodes: Box<[Dispatcher]>,
     pub(crate) settings: Settings,
     /// Release notifications, for Redis nodes with notifications on.
     hub: Option<Arc<Hub>>,
@@ -97,141 +100,74 @@ pub(crate) enum Wait<'a> {
     Nodes(&'a [bool]),
 }
 
-/// How many node calls a round keeps in its one block (enough for 3 or 5
-/// nodes); a round over more nodes boxes the rest one by one.
+/// Nodes a round keeps inline (enough for 3 or 5 nodes); more spill to
+/// the heap.
 const INLINE: usize = 5;
 
-pin_project! {
-    /// The calls of one round, side by side in one heap block.
-    struct Slots<F> {
-        #[pin] c0: Option<F>,
-        #[pin] c1: Option<F>,
-        #[pin] c2: Option<F>,
-        #[pin] c3: Option<F>,
-        #[pin] c4: Option<F>,
-    }
+/// One node's part in a round.
+#[derive(Debug)]
+enum Slot {
+    /// The round does not ask this node.
+    NotAsked,
+    /// Handed to the node; the answer comes through the ticket.
+    Waiting(Ticket),
+    /// Answered (at once, when the node refused the call), and not yet
+    /// collected (`None` once it is).
+    Answered(Option<Outcome>),
 }
 
-impl<F> Slots<F> {
-    /// Call `i` (< [`INLINE`]).
-    fn at(self: Pin<&mut Self>, i: usize) -> Pin<&mut Option<F>> {
-        let this = self.project();
-        match i {
-            0 => this.c0,
-            1 => this.c1,
-            2 => this.c2,
-            3 => this.c3,
-            _ => this.c4,
-        }
-    }
+/// One round's calls, by node index. Dropping it stops listening, never the
+/// calls: each reaches its node all the same (see [`Dispatcher`]).
+#[derive(Debug)]
+pub(crate) struct Calls {
+    slots: SmallVec<[Slot; INLINE]>,
 }
 
-/// One round's node calls still in flight, by node index.
-///
-/// The calls borrow the nodes and the claim, and sit in one heap block per
-/// round: a round over five Redis masters allocates once for its calls (not
-/// once per call, nor a wrapper owning `Arc`s, nor a task per call), and
-/// moving the round moves a pointer. Every wake-up polls the calls still in
-/// flight, which for a handful of nodes is cheaper than keeping a ready
-/// queue. A release's calls own what they need instead
-/// ([`Inner::fan_out_owned`]), so that its stragglers can move to a
-/// background task ([`Detached`]).
-pub(crate) struct Calls<F> {
-    inline: Option<Pin<Box<Slots<F>>>>,
-    spill: Vec<Option<Pin<Box<F>>>>,
-    /// Node indices in use: `0..len`.
-    len: usize,
-    /// Calls not yet answered.
-    left: usize,
-}
-
-impl<F: Future> Calls<F> {
-    fn new() -> Self {
-        Calls {
-            inline: None,
-            spill: Vec::new(),
-            len: 0,
-            left: 0,
-        }
+impl Calls {
+    /// The nodes the calls were handed to: only there can they take effect.
+    fn handed_over(&self) -> SmallVec<[bool; INLINE]> {
+        self.slots
+            .iter()
+            .map(|slot| matches!(slot, Slot::Waiting(_)))
+            .collect()
     }
 
-    /// `make(i)` for every node `i` of `nodes` asked: all, or those marked
-    /// in `only`.
-    fn of(nodes: usize, only: Option<&[bool]>, mut make: impl FnMut(usize) -> F) -> Self {
-        let mut calls = Calls::new();
-        for i in (0..nodes).filter(|&i| only.is_none_or(|only| only[i])) {
-            calls.push(i, make(i));
-        }
-        calls
+    /// Whether node `i` was asked.
+    fn asked(&self, i: usize) -> bool {
+        !matches!(self.slots[i], Slot::NotAsked)
     }
 
-    /// Adds node `i`'s call; nodes are added in increasing order.
-    fn push(&mut self, i: usize, call: F) {
-        if i < INLINE {
-            let slots = self.inline.get_or_insert_with(|| {
-                Box::pin(Slots {
-                    c0: None,
-                    c1: None,
-                    c2: None,
-                    c3: None,
-                    c4: None,
-                })
-            });
-            slots.as_mut().at(i).set(Some(call));
+    /// The next answer, `None` once every node asked has answered.
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<(usize, Outcome)>> {
+        let mut waiting = false;
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            match slot {
+                Slot::NotAsked | Slot::Answered(None) => {}
+                Slot::Answered(answer) => {
+                    if let Some(answer) = answer.take() {
+                        return Poll::Ready(Some((i, answer)));
+                    }
+                }
+                Slot::Waiting(ticket) => match Pin::new(ticket).poll(cx) {
+                    Poll::Ready(answer) => {
+                        *slot = Slot::Answered(None);
+                        return Poll::Ready(Some((i, answer)));
+                    }
+                    Poll::Pending => waiting = true,
+                },
+            }
+        }
+        if waiting {
+            Poll::Pending
         } else {
-            self.spill.resize_with(i + 1 - INLINE, || None);
-            self.spill[i - INLINE] = Some(Box::pin(call));
+            Poll::Ready(None)
         }
-        self.len = i + 1;
-        self.left += 1;
     }
 
-    fn is_empty(&self) -> bool {
-        self.left == 0
-    }
-
-    /// The next reply, `None` once every call has answered.
-    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<(usize, F::Output)>> {
-        if self.left == 0 {
-            return Poll::Ready(None);
-        }
-        for i in 0..self.len {
-            let reply = if i < INLINE {
-                // No block: every call of this round is past it.
-                let Some(slots) = &mut self.inline else {
-                    continue;
-                };
-                let mut slot = slots.as_mut().at(i);
-                match slot.as_mut().as_pin_mut().map(|call| call.poll(cx)) {
-                    Some(Poll::Ready(reply)) => {
-                        slot.set(None);
-                        reply
-                    }
-                    _ => continue,
-                }
-            } else {
-                let slot = &mut self.spill[i - INLINE];
-                match slot.as_mut().map(|call| call.as_mut().poll(cx)) {
-                    Some(Poll::Ready(reply)) => {
-                        *slot = None;
-                        reply
-                    }
-                    _ => continue,
-                }
-            };
-            self.left -= 1;
-            return Poll::Ready(Some((i, reply)));
-        }
-        Poll::Pending
-    }
-
-    async fn next(&mut self) -> Option<(usize, F::Output)> {
+    async fn next(&mut self) -> Option<(usize, Outcome)> {
         poll_fn(|cx| self.poll_next(cx)).await
     }
 }
-
-/// A node call's outcome.
-type Outcome = Result<Reply, NodeError>;
 
 /// Every node's answer in one round, by node index: inline for up to
 /// [`INLINE`] nodes, so a round that succeeds allocates nothing for them.
@@ -276,7 +212,7 @@ impl Redlock {
         Redlock::builder().nodes(urls).build().await
     }
 
-    pub(crate) fn new(nodes: Vec<Member>, settings: Settings, hub: Option<Arc<Hub>>) -> Self {
+    pub(crate) fn new(nodes: Vec<Dispatcher>, settings: Settings, hub: Option<Arc<Hub>>) -> Self {
         Redlock {
             inner: Arc::new(Inner {
                 nodes: nodes.into(),
@@ -289,6 +225,25 @@ impl Redlock {
     /// The configured nodes' names (passwords masked), in order.
     pub fn nodes(&self) -> impl Iterator<Item = &str> {
         self.inner.nodes.iter().map(|n| &**n.name())
+    }
+
+    /// Per node (name, in configured order): the calls queued or awaiting an
+    /// answer right now. Never above [`Builder::max_in_flight`]; a node near
+    /// the bound is slow or frozen.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// # let redlock = redquorum::Redlock::builder().nodes(["redis://127.0.0.1:1"]).build().await.unwrap();
+    /// for (node, calls) in redlock.in_flight() {
+    ///     println!("{node}: {calls} calls in flight");
+    /// }
+    /// # }
+    /// ```
+    pub fn in_flight(&self) -> impl Iterator<Item = (&str, usize)> {
+        self.inner
+            .nodes
+            .iter()
+            .map(|node| (&**node.name(), node.in_flight()))
     }
 
     /// How many nodes must agree: `N / 2 + 1` of the configured `N`.
@@ -471,11 +426,10 @@ impl Redlock {
     ) -> Result<Lock, LockError> {
         let retry = self.inner.settings.retry;
         let start = Instant::now();
-        // A waiter listens for releases for as long as it waits.
-        let mut interest = match (attempts, &self.inner.hub) {
-            (Attempts::Until(_), Some(hub)) => Some(hub.register(keys.first())),
-            _ => None,
-        };
+        // A waiter listens for releases from its first refusal on, for as
+        // long as it waits (registered only then: a lock had at once costs
+        // the subscribers nothing).
+        let mut interest: Option<Interest> = None;
         // A waiter sleeps until the holder's keys expire, so it asks how
         // long they live.
         let holder_ttl = matches!(attempts, Attempts::Until(_));
@@ -495,6 +449,9 @@ impl Redlock {
             };
             // Only a retry pays for a copy of the keys.
             keys = claim.keys().clone();
+            if let (Attempts::Until(_), Some(hub), None) = (attempts, &self.inner.hub, &interest) {
+                interest = Some(hub.register(keys.first()));
+            }
             // A round that won some nodes but lost collided with another
             // contender: no release will announce the end of that, so retry
             // after a short random pause, doubled per collision (binary
@@ -561,38 +518,25 @@ impl Redlock {
         let t0 = Instant::now();
         let deadline = t0 + ttl.validity;
         let per_node = quorum::node_timeout(inner.settings.node_timeout, ttl.ms, ttl.validity);
+        let step = Step::Acquire { holder_ttl };
+        let mut calls = inner.submit(claim, step, ttl.ms, None);
         // If this future is dropped from here on, the guard releases whatever
-        // the round has set.
-        // (Not for a reentrant lock: a release where the hold was never
-        // counted would give back an outer hold; it expires instead.)
-        let reentrant = claim.keys().is_reentrant();
+        // the round may have set: on every node the acquire was handed to,
+        // behind it. (A reentrant release names its hold, so where the hold
+        // was not counted it changes nothing.)
         let mut guard = Abandoned {
             inner,
             claim,
             ttl_ms: ttl.ms,
-            armed: !reentrant,
+            only: calls.handed_over(),
+            armed: true,
         };
-        // A reentrant lock must know every node that counted the hold, so it
-        // hears every node out (within the node timeout).
-        let everyone = if reentrant {
-            vec![true; inner.nodes.len()]
-        } else {
-            Vec::new() // no allocation
-        };
-        let wait = if reentrant {
-            Wait::Nodes(&everyone)
-        } else {
-            Wait::Decision
-        };
-        let step = Step::Acquire { holder_ttl };
-        let mut tally = {
-            let mut pending = inner.fan_out(claim, step, ttl.ms, None);
-            inner
-                .collect(step, claim, &mut pending, t0 + per_node, wait, None)
-                .await
-            // Stragglers are dropped here: whatever they set is removed by
-            // the release below, which each node applies after the acquire.
-        };
+        let mut tally = inner
+            .collect(step, claim, &mut calls, t0 + per_node, Wait::Decision)
+            .await;
+        // Calls still in flight go on: the lock reaches every node that
+        // answers, not a bare quorum.
+        drop(calls);
         // The first round's votes, once a second round has replaced them.
         let mut phase1 = None;
         let mut fence = None;
@@ -607,16 +551,9 @@ impl Redlock {
                 deadline.saturating_duration_since(now),
             );
             let step = Step::WriteBack(t);
-            let mut pending = inner.fan_out(claim, step, ttl.ms, Some(&granted));
+            let mut calls = inner.submit(claim, step, ttl.ms, Some(&granted));
             let phase2 = inner
-                .collect(
-                    step,
-                    claim,
-                    &mut pending,
-                    now + per_node,
-                    Wait::Decision,
-                    Some(&granted),
-                )
+                .collect(step, claim, &mut calls, now + per_node, Wait::Decision)
                 .await;
             phase1 = Some(std::mem::replace(&mut tally, phase2).answers);
             fence = Some(t);
@@ -624,31 +561,24 @@ impl Redlock {
         let phase1 = phase1.as_ref().unwrap_or(&tally.answers);
         if tally.decision == Decision::Granted && Instant::now() < deadline {
             guard.armed = false; // the Lock owns the keys now
-            let members = reentrant.then(|| granted_mask(phase1));
             return Ok(Lock::new(
                 self.clone(),
                 Arc::clone(claim),
                 ttl.ms,
                 deadline,
                 fence,
-                members,
             ));
         }
         // Release wherever the acquire may have taken effect. Wait for the
         // nodes that granted, so that a retry never meets our own leftovers
-        // there; the others (silent, possibly frozen) are released in the
-        // background, behind the acquire on the same connection.
-        // A reentrant lock releases only where the hold surely counted.
+        // there; the others (silent, possibly frozen) get the release behind
+        // the acquire, without waiting.
         let granted = granted_mask(phase1);
-        let touched: Vec<bool> = if reentrant {
-            granted.clone()
-        } else {
-            phase1.iter().map(may_have_applied).collect()
-        };
+        let touched: SmallVec<[bool; INLINE]> = phase1.iter().map(may_have_applied).collect();
+        guard.armed = false; // the release below is handed over at its first poll
         inner
             .release(claim, ttl.ms, Wait::Nodes(&granted), Some(&touched))
             .await;
-        guard.armed = false;
         Err(refusal(tally.decision, inner.votes(tally.answers)))
     }
 
@@ -658,13 +588,14 @@ impl Redlock {
 }
 
 /// Nodes that answered yes.
-fn granted_mask(answers: &[Answer]) -> Vec<bool> {
+fn granted_mask(answers: &[Answer]) -> SmallVec<[bool; INLINE]> {
     answers.iter().map(|a| *a == Answer::Yes).collect()
 }
 
 /// Whether an acquire may have changed the node: it granted, its answer
-/// never came, or the answer was unreadable. A node that refused, or failed
-/// before running the script, changed nothing.
+/// never came, or the answer was unreadable. A node that refused, or that
+/// refused the call before it was sent (not connected, overloaded), or
+/// failed before running the script, changed nothing.
 fn may_have_applied(answer: &Answer) -> bool {
     matches!(
         answer,
@@ -692,31 +623,43 @@ impl Inner {
         Ok(Ttl { ms, validity })
     }
 
-    /// Sends one operation to every node at once (or to those marked in
-    /// `only`). Nothing leaves before the calls are first polled.
-    pub(crate) fn fan_out<'a>(
-        &'a self,
-        claim: &'a Claim,
+    /// Hands one operation to every node at once (or to those marked in
+    /// `only`). Each call is written whatever becomes of the returned
+    /// [`Calls`]; a node that cannot take it answers at once.
+    pub(crate) fn submit(
+        &self,
+        claim: &Arc<Claim>,
         step: Step,
         ttl_ms: u64,
         only: Option<&[bool]>,
-    ) -> Calls<impl Future<Output = Outcome> + Send + 'a> {
-        Calls::of(self.nodes.len(), only, |i| {
-            self.nodes[i].call(claim.op(step, ttl_ms))
-        })
+    ) -> Calls {
+        let slots = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| {
+                if only.is_some_and(|only| !only[i]) {
+                    return Slot::NotAsked;
+                }
+                match node.submit(claim, step, ttl_ms) {
+                    Ok(ticket) => Slot::Waiting(ticket),
+                    Err(refused) => Slot::Answered(Some(Err(refused))),
+                }
+            })
+            .collect();
+        Calls { slots }
     }
 
-    /// Counts replies from `pending` until `wait` is satisfied or `until`
-    /// passes; nodes silent by then count as timed out. Nodes not marked in
-    /// `asked` were not sent the operation and count as no.
-    pub(crate) async fn collect<F: Future<Output = Outcome>>(
+    /// Counts answers from `calls` until `wait` is satisfied or `until`
+    /// passes; nodes silent by then count as timed out. Nodes not asked
+    /// count as no.
+    pub(crate) async fn collect(
         &self,
         step: Step,
         claim: &Claim,
-        pending: &mut Calls<F>,
+        calls: &mut Calls,
         until: Instant,
         wait: Wait<'_>,
-        asked: Option<&[bool]>,
     ) -> Tally {
         let n = self.nodes.len();
         let span = tracing::debug_span!(
@@ -729,13 +672,12 @@ impl Inner {
             let started = Instant::now();
             let mut round = Round::new(n);
             let mut answers: Answers = smallvec![Answer::Undecided; n];
-            let was_asked = |i: usize| asked.is_none_or(|asked| asked[i]);
             // A node asked and not yet answered (no reply is `Undecided`).
-            let waiting = |answers: &[Answer], i: usize| {
-                was_asked(i) && matches!(answers[i], Answer::Undecided)
+            let waiting = |calls: &Calls, answers: &[Answer], i: usize| {
+                calls.asked(i) && matches!(answers[i], Answer::Undecided)
             };
             for i in 0..n {
-                if !was_asked(i) {
+                if !calls.asked(i) {
                     round.record(Vote::No);
                 }
             }
@@ -745,14 +687,15 @@ impl Inner {
             loop {
                 let done = match wait {
                     Wait::Decision => round.decision() != Decision::Pending,
-                    Wait::Nodes(nodes) => (0..n).all(|i| !nodes[i] || !waiting(&answers, i)),
+                    Wait::Nodes(nodes) => (0..n).all(|i| !nodes[i] || !waiting(calls, &answers, i)),
                 };
-                if done || pending.is_empty() {
+                if done {
                     break;
                 }
                 tokio::select! {
                     biased;
-                    Some((i, reply)) = pending.next() => {
+                    next = calls.next() => {
+                        let Some((i, reply)) = next else { break };
                         round.record(vote(step, &reply));
                         if let Ok(Reply::Fence(c)) = reply {
                             fence = fence.max(Some(c));
@@ -766,7 +709,7 @@ impl Inner {
                     }
                     _ = &mut timer => {
                         for i in 0..n {
-                            if waiting(&answers, i) {
+                            if waiting(calls, &answers, i) {
                                 answers[i] = Answer::Failed(NodeError::TimedOut);
                                 round.record(Vote::No);
                             }
@@ -792,33 +735,15 @@ impl Inner {
         Votes::new(names.zip(answers).collect())
     }
 
-    /// Like [`fan_out`](Self::fan_out), but each call owns what it needs
-    /// (an `Arc` of the nodes and of the claim), so that calls still in
-    /// flight can move to a background task ([`Detached`]).
-    fn fan_out_owned(
-        self: &Arc<Self>,
-        claim: &Arc<Claim>,
-        step: Step,
-        ttl_ms: u64,
-        only: Option<&[bool]>,
-    ) -> Calls<impl Future<Output = Outcome> + Send + 'static> {
-        Calls::of(self.nodes.len(), only, |i| {
-            let (inner, claim) = (Arc::clone(self), Arc::clone(claim));
-            async move { inner.nodes[i].call(claim.op(step, ttl_ms)).await }
-        })
-    }
-
     /// Releases `claim` on every node (or those marked in `only`). Returns
-    /// once `wait` is satisfied or the node timeout passed; replies still in
-    /// flight then are awaited in the background for up to the TTL, after
-    /// which the keys have expired anyway.
+    /// once `wait` is satisfied or the node timeout passed; the calls still
+    /// in flight then reach their nodes all the same (bounded by each node's
+    /// grace), with no task of their own.
     ///
-    /// The caller drives the round itself (no task to hop to and back);
-    /// whatever is still in flight at the decision, or when the caller stops
-    /// waiting, goes on in a background task (a `NOSCRIPT` retry, a send
-    /// queued behind a busy connection), so the release still completes.
+    /// The calls are handed over at the first poll: from then on, dropping
+    /// this future changes nothing on the nodes.
     pub(crate) async fn release(
-        self: &Arc<Self>,
+        &self,
         claim: &Arc<Claim>,
         ttl_ms: u64,
         wait: Wait<'_>,
@@ -826,76 +751,37 @@ impl Inner {
     ) -> Tally {
         let per_node = quorum::node_timeout(self.settings.node_timeout, ttl_ms, Duration::MAX);
         let until = Instant::now() + per_node;
-        let mut pending = Detached {
-            calls: self.fan_out_owned(claim, Step::Release, ttl_ms, only),
-            bound: Duration::from_millis(ttl_ms),
-        };
-        self.collect(Step::Release, claim, &mut pending.calls, until, wait, only)
+        let mut calls = self.submit(claim, Step::Release, ttl_ms, only);
+        self.collect(Step::Release, claim, &mut calls, until, wait)
             .await
     }
 
-    /// Releases `claim` on every node (or those marked in `only`) without
-    /// waiting, for `Drop`. Needs a tokio runtime; without one the keys
-    /// simply expire.
-    pub(crate) fn release_detached(
-        self: &Arc<Self>,
-        claim: &Arc<Claim>,
-        ttl_ms: u64,
-        only: Option<&[bool]>,
-    ) {
-        drop(Detached {
-            calls: self.fan_out_owned(claim, Step::Release, ttl_ms, only),
-            bound: Duration::from_millis(ttl_ms),
-        });
+    /// Hands a release of `claim` to every node (or those marked in `only`)
+    /// without waiting, for `Drop`.
+    pub(crate) fn release_detached(&self, claim: &Arc<Claim>, ttl_ms: u64, only: Option<&[bool]>) {
+        drop(self.submit(claim, Step::Release, ttl_ms, only));
     }
 }
 
-/// Calls that must run to the end: whatever is still in flight (or not yet
-/// sent) when this is dropped goes on in a background task for up to
-/// `bound`. Needs a tokio runtime; without one the calls are dropped.
-struct Detached<F: Future<Output = Outcome> + Send + 'static> {
-    calls: Calls<F>,
-    bound: Duration,
-}
-
-impl<F: Future<Output = Outcome> + Send + 'static> Drop for Detached<F> {
-    fn drop(&mut self) {
-        // One pass first: a round that decided before polling every call
-        // sends the rest now, and calls already answered need no task.
-        let mut cx = Context::from_waker(Waker::noop());
-        while let Poll::Ready(Some(_)) = self.calls.poll_next(&mut cx) {}
-        if self.calls.is_empty() {
-            return;
-        }
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let mut calls = std::mem::replace(&mut self.calls, Calls::new());
-            let bound = self.bound;
-            runtime.spawn(async move { drain(&mut calls, bound).await });
-        }
-    }
-}
-
-/// Releases an acquisition's keys on every node if the acquiring future is
-/// dropped before it produced a `Lock` or finished cleaning up: cancelling a
+/// Releases an acquisition's keys if the acquiring future is dropped
+/// before it produced a `Lock` or handed over its clean-up: cancelling a
 /// `lock()` call never leaves a key behind for the TTL.
 struct Abandoned<'a> {
     inner: &'a Arc<Inner>,
     claim: &'a Arc<Claim>,
     ttl_ms: u64,
+    /// The nodes the acquire was handed to.
+    only: SmallVec<[bool; INLINE]>,
     armed: bool,
 }
 
 impl Drop for Abandoned<'_> {
     fn drop(&mut self) {
         if self.armed {
-            self.inner.release_detached(self.claim, self.ttl_ms, None);
+            self.inner
+                .release_detached(self.claim, self.ttl_ms, Some(&self.only));
         }
     }
-}
-
-async fn drain<F: Future>(pending: &mut Calls<F>, bound: Duration) {
-    let drained = async { while pending.next().await.is_some() {} };
-    let _ = tokio::time::timeout(bound, drained).await;
 }
 
 fn answer(reply: Result<Reply, NodeError>) -> Answer {
@@ -920,32 +806,5 @@ pub(crate) fn refusal(decision: Decision, votes: Votes) -> LockError {
         LockError::Expired { votes }
     } else {
         LockError::Unavailable { votes }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::future::ready;
-
-    use super::*;
-
-    /// Every call is polled to its answer, whichever nodes a round asks:
-    /// those in the block, those past it, or only those past it.
-    #[test]
-    fn calls_answer_inside_and_past_the_block() {
-        for asked in [vec![0, 2, 4, 6], vec![5, 6], vec![0, 1, 2, 3, 4, 5, 6, 7]] {
-            let mut calls = Calls::new();
-            for &i in &asked {
-                calls.push(i, ready(i));
-            }
-            let mut cx = Context::from_waker(Waker::noop());
-            let mut answered = Vec::new();
-            while let Poll::Ready(Some((i, out))) = calls.poll_next(&mut cx) {
-                assert_eq!(i, out);
-                answered.push(i);
-            }
-            assert_eq!(answered, asked);
-            assert!(calls.is_empty());
-        }
     }
 }

@@ -137,12 +137,19 @@ pub(crate) fn command(op: &Op<'_>, call: Call) -> Command {
         Op::Release { key, token } => {
             cmd.arg(1).arg(key).arg(token);
         }
-        Op::AcquireReentrant { key, owner, ttl_ms }
-        | Op::ExtendReentrant { key, owner, ttl_ms } => {
+        Op::AcquireReentrant {
+            key,
+            owner,
+            hold,
+            ttl_ms,
+        } => {
+            cmd.arg(1).arg(key).arg(owner).arg(ttl_ms).arg(hold);
+        }
+        Op::ExtendReentrant { key, owner, ttl_ms } => {
             cmd.arg(1).arg(key).arg(owner).arg(ttl_ms);
         }
-        Op::ReleaseReentrant { key, owner } => {
-            cmd.arg(1).arg(key).arg(owner);
+        Op::ReleaseReentrant { key, owner, hold } => {
+            cmd.arg(1).arg(key).arg(owner).arg(hold);
         }
         Op::AcquireMany {
             keys,

@@ -1,44 +1,72 @@
 //! Wake-ups for waiters: a released lock is handed off at once instead of
 //! after a polling delay.
 //!
-//! Every release script publishes the released token on a channel named
-//! after the lock key, on every node it deletes the key from. Waiters
-//! register interest in that channel; one subscriber connection per node —
-//! shared by every waiter of this client — listens. A release wakes each
-//! waiter once, when a quorum of nodes has reported it: only then can a new
-//! round win (earlier, the holder's key still stands on too many nodes), and
-//! a release costs every waiter at most one round.
+//! Every release script publishes a nonce of that release (the lock's token,
+//! or a reentrant hold's own token — never the owner name, which every hold
+//! shares) on a channel named after the lock key, on every node it deletes
+//! the key from. Waiters register interest in that channel; one subscriber
+//! connection per node — shared by every waiter of this client — listens. A
+//! release wakes each waiter once, when a quorum of nodes has reported it:
+//! only then can a new round win (earlier, the holder's key still stands on
+//! too many nodes), and a release costs every waiter at most one round.
 //!
-//! Notifications are a hint. A frozen node, a dropped subscriber connection
-//! or a holder that crashed (its keys expire without a release) send
-//! nothing; waiters then wake when the holder's reported TTL runs out, as
-//! they would without notifications.
+//! Subscriptions are kept as state, not as a queue of requests: the hub
+//! records which channels have waiters and, per node, what that node's
+//! connection is subscribed to. Each node's task, when woken, sends the
+//! difference in batches of at most [`MAX_BATCH`] channels per command, so a
+//! register/unregister pair that cancels out between two syncs is never
+//! sent, and the work per sync is bounded whatever the churn. At most
+//! [`MAX_CHANNELS`] channels are tracked; a waiter beyond that is not
+//! registered and polls.
+//!
+//! Notifications are a hint. A waiter counts on one only once a quorum of
+//! nodes has confirmed its channel's subscription ([`Interest::listening`]);
+//! until then it sleeps no longer than the retry policy allows. A frozen
+//! node, a dropped subscriber connection or a holder that crashed (its keys
+//! expire without a release) send nothing; waiters then wake when the
+//! holder's reported TTL runs out, as they would without notifications.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
 use futures::StreamExt;
 use rand::RngExt;
-use tokio::sync::{mpsc, watch};
+use smallvec::SmallVec;
+use tokio::sync::{Notify, watch};
 use tokio::task::AbortHandle;
 
 /// How long one subscriber connection attempt or command may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+const BACKOFF_MIN: Duration = Duration::from_millis(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// The most channels one `SUBSCRIBE` or `UNSUBSCRIBE` names.
+pub(crate) const MAX_BATCH: usize = 1024;
+
+/// The most channels the hub tracks at once (those with waiters, and those
+/// still being unsubscribed); a waiter past it polls.
+pub(crate) const MAX_CHANNELS: usize = 65_536;
+
+/// One channel's subscription on one node's connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sub {
+    No,
+    Subscribing,
+    Yes,
+    Unsubscribing,
+}
 
 /// The channels waited on, shared by the per-node subscribers.
 #[derive(Debug)]
 pub(crate) struct Hub {
     clients: Vec<redis::Client>,
-    /// Node reports of one release that make it count.
+    /// Node reports of one release that make it count; also the number of
+    /// confirmed subscriptions a waiter needs before it relies on them.
     quorum: usize,
     channels: Mutex<HashMap<Arc<str>, Channel>>,
-    /// Per node: where to send (un)subscribe requests; started on first use.
+    /// Per node: its task's wake-up; started on first use.
     subscribers: OnceLock<Vec<Subscriber>>,
-    /// Subscriber connections currently up.
-    connected: AtomicUsize,
 }
 
 #[derive(Debug)]
@@ -46,21 +74,23 @@ struct Channel {
     waiters: usize,
     /// Bumped once per release, when a quorum of nodes has reported it.
     released: watch::Sender<u64>,
-    /// The release being reported, and by which nodes.
-    token: Vec<u8>,
-    reported: Vec<bool>,
+    /// Per node: the subscription's state on its connection.
+    subs: SmallVec<[Sub; 5]>,
+    /// The release being reported (its nonce), and by which nodes.
+    nonce: Vec<u8>,
+    reported: SmallVec<[bool; 5]>,
+}
+
+impl Channel {
+    fn unused(&self) -> bool {
+        self.waiters == 0 && self.subs.iter().all(|s| *s == Sub::No)
+    }
 }
 
 #[derive(Debug)]
 struct Subscriber {
-    requests: mpsc::UnboundedSender<Request>,
+    wake: Arc<Notify>,
     task: AbortHandle,
-}
-
-#[derive(Debug)]
-enum Request {
-    Subscribe(Arc<str>),
-    Unsubscribe(Arc<str>),
 }
 
 impl Drop for Hub {
@@ -80,65 +110,71 @@ impl Hub {
             quorum,
             channels: Mutex::default(),
             subscribers: OnceLock::new(),
-            connected: AtomicUsize::new(0),
         })
-    }
-
-    /// Whether any subscriber connection is up: if none is, a waiter must
-    /// not count on being woken.
-    pub(crate) fn listening(&self) -> bool {
-        self.connected.load(Ordering::Relaxed) > 0
     }
 
     /// Registers a waiter on the channel of `key` (the lock key), for as long
     /// as the returned interest lives. Needs a tokio runtime.
     pub(crate) fn register(self: &Arc<Self>, key: &str) -> Interest {
         let subscribers = self.subscribers.get_or_init(|| self.start());
-        let mut channels = self.lock_channels();
-        let channel: Arc<str> = key.into();
-        let entry = channels
-            .entry(Arc::clone(&channel))
-            .or_insert_with(|| Channel {
+        let mut channels = self.lock();
+        let n = self.clients.len();
+        let full = channels.len() >= MAX_CHANNELS;
+        let entry = match channels.get_mut(key) {
+            Some(entry) => entry,
+            None if full => return Interest::unregistered(),
+            None => channels.entry(key.into()).or_insert_with(|| Channel {
                 waiters: 0,
                 released: watch::channel(0).0,
-                token: Vec::new(),
-                reported: vec![false; self.clients.len()],
-            });
+                subs: SmallVec::from_elem(Sub::No, n),
+                nonce: Vec::new(),
+                reported: SmallVec::from_elem(false, n),
+            }),
+        };
         entry.waiters += 1;
+        let released = entry.released.subscribe();
         if entry.waiters == 1 {
             for s in subscribers {
-                let _ = s.requests.send(Request::Subscribe(Arc::clone(&channel)));
+                s.wake.notify_one();
             }
         }
         Interest {
-            released: entry.released.subscribe(),
-            hub: Arc::clone(self),
-            channel,
+            registered: Some((Arc::clone(self), key.into())),
+            released,
         }
     }
 
-    fn unregister(&self, channel: &Arc<str>) {
-        let mut channels = self.lock_channels();
-        let Some(entry) = channels.get_mut(channel) else {
+    fn unregister(&self, key: &str) {
+        let mut channels = self.lock();
+        let Some(entry) = channels.get_mut(key) else {
             return;
         };
         entry.waiters -= 1;
-        if entry.waiters == 0 {
-            channels.remove(channel);
+        if entry.unused() {
+            channels.remove(key);
+        } else if entry.waiters == 0 {
             for s in self.subscribers.get().into_iter().flatten() {
-                let _ = s.requests.send(Request::Unsubscribe(Arc::clone(channel)));
+                s.wake.notify_one();
             }
         }
     }
 
-    /// Node `node` published a release of `token` on `channel`.
-    fn released(&self, channel: &str, token: &[u8], node: usize) {
-        let mut channels = self.lock_channels();
+    /// Whether `key`'s channel is subscribed on a quorum of nodes.
+    fn confirmed(&self, key: &str) -> bool {
+        self.lock().get(key).is_some_and(|entry| {
+            entry.subs.iter().filter(|s| **s == Sub::Yes).count() >= self.quorum
+        })
+    }
+
+    /// Node `node` published a release with `nonce` on `channel`.
+    fn released(&self, channel: &str, nonce: &[u8], node: usize) {
+        let mut channels = self.lock();
         let Some(entry) = channels.get_mut(channel) else {
             return;
         };
-        if entry.token != token {
-            entry.token = token.to_vec();
+        if entry.nonce != nonce {
+            entry.nonce.clear();
+            entry.nonce.extend_from_slice(nonce);
             entry.reported.fill(false);
         }
         if !std::mem::replace(&mut entry.reported[node], true)
@@ -148,7 +184,59 @@ impl Hub {
         }
     }
 
-    fn lock_channels(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Channel>> {
+    /// What node `node`'s connection must change next, at most
+    /// [`MAX_BATCH`] channels each way, marked as under way.
+    fn next_batch(&self, node: usize) -> (Vec<Arc<str>>, Vec<Arc<str>>) {
+        let mut channels = self.lock();
+        let (mut subscribe, mut unsubscribe) = (Vec::new(), Vec::new());
+        for (name, entry) in channels.iter_mut() {
+            let sub = &mut entry.subs[node];
+            match *sub {
+                Sub::No if entry.waiters > 0 && subscribe.len() < MAX_BATCH => {
+                    *sub = Sub::Subscribing;
+                    subscribe.push(Arc::clone(name));
+                }
+                Sub::Yes if entry.waiters == 0 && unsubscribe.len() < MAX_BATCH => {
+                    *sub = Sub::Unsubscribing;
+                    unsubscribe.push(Arc::clone(name));
+                }
+                _ => {}
+            }
+            if subscribe.len() == MAX_BATCH && unsubscribe.len() == MAX_BATCH {
+                break;
+            }
+        }
+        (subscribe, unsubscribe)
+    }
+
+    /// Node `node` confirmed a batch from [`next_batch`](Self::next_batch).
+    fn confirm(&self, node: usize, subscribed: &[Arc<str>], unsubscribed: &[Arc<str>]) {
+        let mut channels = self.lock();
+        for name in subscribed {
+            if let Some(entry) = channels.get_mut(name) {
+                entry.subs[node] = Sub::Yes;
+            }
+        }
+        for name in unsubscribed {
+            if let Some(entry) = channels.get_mut(name) {
+                entry.subs[node] = Sub::No;
+                if entry.unused() {
+                    channels.remove(name);
+                }
+            }
+        }
+    }
+
+    /// Node `node`'s connection is new or gone: it is subscribed to nothing.
+    fn reset(&self, node: usize) {
+        let mut channels = self.lock();
+        channels.retain(|_, entry| {
+            entry.subs[node] = Sub::No;
+            !entry.unused()
+        });
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<Arc<str>, Channel>> {
         self.channels.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -157,31 +245,22 @@ impl Hub {
             .iter()
             .enumerate()
             .map(|(node, client)| {
-                let (requests, rx) = mpsc::unbounded_channel();
+                let wake = Arc::new(Notify::new());
                 let hub = Arc::downgrade(self);
-                let task = tokio::spawn(subscribe_loop(client.clone(), node, hub, rx));
+                let task = tokio::spawn(subscribe_loop(client.clone(), node, hub, wake.clone()));
                 Subscriber {
-                    requests,
+                    wake,
                     task: task.abort_handle(),
                 }
             })
             .collect()
     }
-
-    fn channel_names(&self) -> Vec<Arc<str>> {
-        self.lock_channels().keys().cloned().collect()
-    }
 }
 
-/// One node's subscriber: connects (and reconnects, with backoff),
-/// subscribes to every channel with waiters, and forwards releases.
-async fn subscribe_loop(
-    client: redis::Client,
-    node: usize,
-    hub: Weak<Hub>,
-    mut requests: mpsc::UnboundedReceiver<Request>,
-) {
-    let mut backoff = Duration::from_millis(10);
+/// One node's subscriber: connects (and reconnects, with backoff), keeps its
+/// subscriptions equal to the channels with waiters, and forwards releases.
+async fn subscribe_loop(client: redis::Client, node: usize, hub: Weak<Hub>, wake: Arc<Notify>) {
+    let mut backoff = BACKOFF_MIN;
     let mut first = true;
     loop {
         if !first {
@@ -196,59 +275,74 @@ async fn subscribe_loop(
             continue;
         };
         let (mut sink, mut stream) = pubsub.split();
-        // Requests queued while disconnected are covered by this snapshot.
-        while requests.try_recv().is_ok() {}
-        let Some(names) = hub.upgrade().map(|hub| hub.channel_names()) else {
-            return;
-        };
-        let mut ok = true;
-        for name in names {
-            ok &= matches!(
-                tokio::time::timeout(CONNECT_TIMEOUT, sink.subscribe(&*name)).await,
-                Ok(Ok(()))
-            );
-        }
-        if !ok {
-            continue;
-        }
-        backoff = Duration::from_millis(10);
-        let Some(h) = hub.upgrade() else { return };
-        h.connected.fetch_add(1, Ordering::Relaxed);
-        drop(h);
+        backoff = BACKOFF_MIN;
+        // Sync until the connection fails.
         loop {
-            tokio::select! {
-                request = requests.recv() => {
-                    let sent = match request {
-                        None => return,
-                        Some(Request::Subscribe(c)) => sink.subscribe(&*c).await,
-                        Some(Request::Unsubscribe(c)) => sink.unsubscribe(&*c).await,
-                    };
-                    if sent.is_err() {
-                        break;
+            let Some(h) = hub.upgrade() else { return };
+            let (subscribe, unsubscribe) = h.next_batch(node);
+            drop(h);
+            if subscribe.is_empty() && unsubscribe.is_empty() {
+                tokio::select! {
+                    () = wake.notified() => continue,
+                    message = stream.next() => {
+                        let Some(message) = message else { break };
+                        let Some(hub) = hub.upgrade() else { return };
+                        hub.released(message.get_channel_name(), message.get_payload_bytes(), node);
+                        continue;
                     }
                 }
-                message = stream.next() => {
-                    let Some(message) = message else { break };
-                    let Some(hub) = hub.upgrade() else { return };
-                    hub.released(message.get_channel_name(), message.get_payload_bytes(), node);
-                }
             }
+            let send = async {
+                if !subscribe.is_empty() {
+                    let names: Vec<&str> = subscribe.iter().map(|c| &**c).collect();
+                    sink.subscribe(names).await?;
+                }
+                if !unsubscribe.is_empty() {
+                    let names: Vec<&str> = unsubscribe.iter().map(|c| &**c).collect();
+                    sink.unsubscribe(names).await?;
+                }
+                Ok::<(), redis::RedisError>(())
+            };
+            let send = tokio::time::timeout(CONNECT_TIMEOUT, send);
+            tokio::pin!(send);
+            // Releases keep arriving while the batch is confirmed.
+            let sent = loop {
+                tokio::select! {
+                    sent = &mut send => break matches!(sent, Ok(Ok(()))),
+                    message = stream.next() => {
+                        let Some(message) = message else { break false };
+                        let Some(hub) = hub.upgrade() else { return };
+                        hub.released(message.get_channel_name(), message.get_payload_bytes(), node);
+                    }
+                }
+            };
+            let Some(h) = hub.upgrade() else { return };
+            if !sent {
+                break;
+            }
+            h.confirm(node, &subscribe, &unsubscribe);
         }
-        if let Some(hub) = hub.upgrade() {
-            hub.connected.fetch_sub(1, Ordering::Relaxed);
-        }
+        let Some(h) = hub.upgrade() else { return };
+        h.reset(node);
     }
 }
 
 /// A waiter's registration on one channel; unregisters when dropped.
 #[derive(Debug)]
 pub(crate) struct Interest {
-    hub: Arc<Hub>,
-    channel: Arc<str>,
+    /// `None` when the hub was full: no wake-up will come.
+    registered: Option<(Arc<Hub>, Arc<str>)>,
     released: watch::Receiver<u64>,
 }
 
 impl Interest {
+    fn unregistered() -> Self {
+        Interest {
+            registered: None,
+            released: watch::channel(0).1,
+        }
+    }
+
     /// Forgets releases seen so far: call before each attempt.
     pub(crate) fn mark_seen(&mut self) {
         self.released.borrow_and_update();
@@ -256,19 +350,24 @@ impl Interest {
 
     /// Resolves at the first release since [`mark_seen`](Self::mark_seen).
     pub(crate) async fn released(&mut self) {
-        if self.released.changed().await.is_err() {
+        if self.registered.is_none() || self.released.changed().await.is_err() {
             std::future::pending::<()>().await;
         }
     }
 
-    /// Whether a wake-up can be expected at all.
+    /// Whether a wake-up can be counted on: the channel is subscribed on a
+    /// quorum of nodes.
     pub(crate) fn listening(&self) -> bool {
-        self.hub.listening()
+        self.registered
+            .as_ref()
+            .is_some_and(|(hub, key)| hub.confirmed(key))
     }
 }
 
 impl Drop for Interest {
     fn drop(&mut self) {
-        self.hub.unregister(&self.channel);
+        if let Some((hub, key)) = &self.registered {
+            hub.unregister(key);
+        }
     }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redquorum::node::Node;
-use redquorum::{Lock, Redlock};
+use redquorum::{Lock, Redlock, Retry};
 use support::memory::MemoryNode;
 
 const BOUND: Duration = Duration::from_secs(5);
@@ -120,4 +120,208 @@ fn futures_are_send() {
     sync::<Redlock>();
     sync::<Lock>();
     sync::<redquorum::LockError>();
+}
+
+/// A client over five memory nodes that tries once (refusals come back at
+/// once) and never times a node out on its own.
+async fn patient_cluster() -> (Vec<Arc<MemoryNode>>, Redlock) {
+    let nodes: Vec<Arc<MemoryNode>> = (0..5).map(MemoryNode::new).collect();
+    let redlock = Redlock::builder()
+        .custom_nodes(nodes.iter().map(|n| n.clone() as Arc<dyn Node>))
+        .node_timeout(Duration::from_secs(30))
+        .retry(Retry::none())
+        .build()
+        .await
+        .unwrap();
+    (nodes, redlock)
+}
+
+/// Waits until no call is in flight to any node: everything handed over
+/// has been applied and answered.
+async fn settled(redlock: &Redlock) {
+    tokio::time::timeout(BOUND, async {
+        while redlock.in_flight().any(|(_, n)| n > 0) {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("calls still in flight");
+}
+
+/// How many holds each node counts for the reentrant lock on "job".
+fn holds(nodes: &[Arc<MemoryNode>]) -> Vec<usize> {
+    nodes.iter().map(|n| n.holds(KEY)).collect()
+}
+
+/// The bug: a reentrant `release()` cancelled after its requests left went
+/// on in the background *and* `Drop` sent a second decrement, giving back
+/// the outer hold too — and another owner got the lock.
+#[tokio::test]
+async fn cancelled_reentrant_release_gives_back_one_hold() {
+    let (nodes, redlock) = patient_cluster().await;
+    let ttl = Duration::from_secs(60);
+    let outer = redlock.lock_reentrant("job", ttl, "A").await.unwrap();
+    let inner = redlock.lock_reentrant("job", ttl, "A").await.unwrap();
+    settled(&redlock).await;
+    assert_eq!(holds(&nodes), [2; 5]);
+    // Cancelled after its first poll: the requests have left.
+    let mut release = Box::pin(inner.release());
+    assert!(futures::poll!(&mut release).is_pending());
+    drop(release);
+    settled(&redlock).await;
+    assert_eq!(holds(&nodes), [1; 5], "exactly one hold given back");
+    assert!(outer.is_valid());
+    let other = redlock.lock_reentrant("job", ttl, "B").await;
+    assert!(other.is_err(), "another owner got a lock A still holds");
+    outer.release().await.unwrap();
+    settled(&redlock).await;
+    assert_eq!(holds(&nodes), [0; 5]);
+}
+
+/// The same through a watchdog: `KeepAlive::release` cancelled at once.
+#[tokio::test]
+async fn cancelled_keep_alive_release_gives_back_one_hold() {
+    let (nodes, redlock) = patient_cluster().await;
+    let ttl = Duration::from_secs(60);
+    let outer = redlock.lock_reentrant("job", ttl, "A").await.unwrap();
+    let inner = redlock.lock_reentrant("job", ttl, "A").await.unwrap();
+    let watchdog = inner.keep_alive().unwrap();
+    // Cancelled wherever its polls land: stopping the watchdog, then the
+    // release of the lock it hands back.
+    let mut release = Box::pin(watchdog.release());
+    for _ in 0..3 {
+        let _ = futures::poll!(&mut release);
+        tokio::task::yield_now().await;
+    }
+    drop(release);
+    settled(&redlock).await;
+    assert_eq!(holds(&nodes), [1; 5], "exactly one hold given back");
+    outer.release().await.unwrap();
+    settled(&redlock).await;
+    assert_eq!(holds(&nodes), [0; 5]);
+}
+
+/// Every acquiring operation, cancelled at zero, after its first poll, and
+/// mid-round under a frozen majority, leaves nothing on any node — and a
+/// reentrant one leaves exactly the holds its owner still has.
+#[tokio::test]
+async fn cancelled_acquisitions_leave_nothing_behind() {
+    #[derive(Debug, Clone, Copy)]
+    enum Op {
+        TryLock,
+        Lock,
+        Fenced,
+        Reentrant,
+    }
+    #[derive(Debug, Clone, Copy)]
+    enum Cancel {
+        /// Dropped before it was ever polled.
+        Unpolled,
+        /// `tokio::time::timeout(Duration::ZERO, …)`.
+        ZeroTimeout,
+        AfterFirstPoll,
+        FrozenMajority,
+    }
+    let ttl = Duration::from_secs(60);
+    for op in [Op::TryLock, Op::Lock, Op::Fenced, Op::Reentrant] {
+        for cancel in [
+            Cancel::Unpolled,
+            Cancel::ZeroTimeout,
+            Cancel::AfterFirstPoll,
+            Cancel::FrozenMajority,
+        ] {
+            let (nodes, redlock) = patient_cluster().await;
+            // A reentrant owner already holds once: a cancelled re-entry
+            // must leave exactly that hold.
+            let outer = match op {
+                Op::Reentrant => Some(redlock.lock_reentrant("job", ttl, "A").await.unwrap()),
+                _ => None,
+            };
+            settled(&redlock).await;
+            let call = async {
+                match op {
+                    Op::TryLock => redlock.try_lock("job", ttl).await,
+                    Op::Lock => redlock.lock("job", ttl).await,
+                    Op::Fenced => redlock.lock_fenced("job", ttl).await,
+                    Op::Reentrant => redlock.lock_reentrant("job", ttl, "A").await,
+                }
+            };
+            let mut call = Box::pin(call);
+            let mut granted = None;
+            match cancel {
+                Cancel::Unpolled => {}
+                Cancel::ZeroTimeout => {
+                    // It may finish before the timer is looked at: then the
+                    // lock it returns is released like any other.
+                    if let Ok(lock) = tokio::time::timeout(Duration::ZERO, &mut call).await {
+                        granted = Some(lock.expect("granted"));
+                    }
+                }
+                Cancel::AfterFirstPoll => {
+                    assert!(futures::poll!(&mut call).is_pending(), "{op:?}");
+                }
+                Cancel::FrozenMajority => {
+                    for n in &nodes[2..] {
+                        n.close();
+                    }
+                    tokio::select! {
+                        r = &mut call => panic!("{op:?} decided with three nodes silent: {r:?}"),
+                        () = async {
+                            for n in &nodes[..2] {
+                                n.until(BOUND, "applied", |n| n.holder(KEY).is_some()).await;
+                            }
+                        } => {}
+                    }
+                }
+            }
+            drop(call);
+            drop(granted);
+            for n in &nodes {
+                n.open();
+            }
+            settled(&redlock).await;
+            let want = usize::from(outer.is_some());
+            assert_eq!(holds(&nodes), [want; 5], "{op:?} {cancel:?}: holds");
+            for n in &nodes {
+                let left = n.holder(KEY).is_some();
+                assert_eq!(
+                    left,
+                    outer.is_some(),
+                    "{op:?} {cancel:?}: keys left on {n:?}"
+                );
+            }
+            if let Some(outer) = outer {
+                outer.release().await.unwrap();
+            }
+        }
+    }
+}
+
+/// An extend cancelled mid-round under a frozen majority changes nothing
+/// the holder relies on: the lock stays valid and held everywhere.
+#[tokio::test]
+async fn cancelled_extend_keeps_the_lock() {
+    let (nodes, redlock) = patient_cluster().await;
+    let mut lock = redlock.lock("job", Duration::from_secs(60)).await.unwrap();
+    let deadline = lock.deadline();
+    for n in &nodes[2..] {
+        n.close();
+    }
+    {
+        let mut extend = Box::pin(lock.extend(Duration::from_secs(120)));
+        assert!(futures::poll!(&mut extend).is_pending());
+    }
+    for n in &nodes {
+        n.open();
+    }
+    settled(&redlock).await;
+    assert_eq!(
+        lock.deadline(),
+        deadline,
+        "a cancelled extend moved the deadline"
+    );
+    for n in &nodes {
+        assert_eq!(n.holder(KEY).as_deref(), Some(lock.token()));
+    }
+    lock.release().await.unwrap();
 }

@@ -1,18 +1,24 @@
--- Acquire or re-enter: a hash {owner: hold count} under the lock key.
--- KEYS[1] lock key; ARGV[1] owner; ARGV[2] TTL in ms.
--- Free: create it with count 1. Held by this owner: count + 1, expiry pushed
+-- Acquire or re-enter: a hash {owner: hold count} under the lock key, plus one
+-- field per hold, named "\255" .. hold token (no UTF-8 owner name starts with
+-- byte 255, so the two never meet).
+-- KEYS[1] lock key; ARGV[1] owner; ARGV[2] TTL in ms; ARGV[3] hold token.
+-- Free: create it with count 1. Held by this owner: count + 1 unless this hold
+-- is already counted (so applying one hold twice counts it once), expiry pushed
 -- out to at least the TTL (never shortened). Otherwise: the holder's PTTL
 -- (-1: no expiry), as acquire.lua answers. A plain lock (a string) is another
 -- holder.
 local kind = redis.call('TYPE', KEYS[1]).ok
 local ttl = tonumber(ARGV[2])
+local hold = '\255' .. ARGV[3]
 if kind == 'none' then
-  redis.call('HSET', KEYS[1], ARGV[1], 1)
+  redis.call('HSET', KEYS[1], ARGV[1], 1, hold, 1)
   redis.call('PEXPIRE', KEYS[1], ttl)
   return redis.status_reply('OK')
 end
 if kind == 'hash' and redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
-  redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+  if redis.call('HSETNX', KEYS[1], hold, 1) == 1 then
+    redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+  end
   if redis.call('PTTL', KEYS[1]) < ttl then
     redis.call('PEXPIRE', KEYS[1], ttl)
   end

@@ -16,9 +16,19 @@ use redquorum::node::{Node, Op, Reply};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-type Keys = HashMap<String, (String, Instant)>;
+/// A key's value: a token, or a reentrant owner with the holds it counts.
+#[derive(Debug, Clone, PartialEq)]
+enum Value {
+    Token(String),
+    Holds { owner: String, holds: Vec<String> },
+}
+
+type Keys = HashMap<String, (Value, Instant)>;
 
 enum Owned {
+    AcquireReentrant(String, String, String, u64),
+    ExtendReentrant(String, String, u64),
+    ReleaseReentrant(String, String, String),
     Acquire(String, String, u64),
     Extend(String, String, u64),
     Release(String, String),
@@ -77,12 +87,25 @@ impl MemoryNode {
         self.gate.send_replace(true);
     }
 
-    /// The token under `key`, if it is set and not expired.
+    /// The token (or reentrant owner) under `key`, if it is set and not
+    /// expired.
     pub fn holder(&self, key: &str) -> Option<String> {
         let keys = self.keys.lock().unwrap();
         keys.get(key)
             .filter(|(_, exp)| *exp > Instant::now())
-            .map(|(token, _)| token.clone())
+            .map(|(value, _)| match value {
+                Value::Token(token) => token.clone(),
+                Value::Holds { owner, .. } => owner.clone(),
+            })
+    }
+
+    /// How many holds the reentrant owner of `key` has counted (0: none).
+    pub fn holds(&self, key: &str) -> usize {
+        let keys = self.keys.lock().unwrap();
+        match keys.get(key).filter(|(_, exp)| *exp > Instant::now()) {
+            Some((Value::Holds { holds, .. }, _)) => holds.len(),
+            _ => 0,
+        }
     }
 
     /// Sets a fencing counter, as `SET {R}:fence n` would.
@@ -116,12 +139,50 @@ fn apply(keys: &mut Keys, counters: &mut HashMap<String, u64>, op: Owned) -> Rep
                 pttl_ms: Some((*exp - now).as_millis() as u64),
             },
             None => {
-                keys.insert(key, (token, now + Duration::from_millis(ttl)));
+                keys.insert(key, (Value::Token(token), now + Duration::from_millis(ttl)));
                 Reply::Done
             }
         },
+        // The scripts' semantics: one count per hold, however often applied.
+        Owned::AcquireReentrant(key, owner, hold, ttl) => match keys.get_mut(&key) {
+            None => {
+                let value = Value::Holds {
+                    owner,
+                    holds: vec![hold],
+                };
+                keys.insert(key, (value, now + Duration::from_millis(ttl)));
+                Reply::Done
+            }
+            Some((Value::Holds { owner: o, holds }, exp)) if *o == owner => {
+                if !holds.contains(&hold) {
+                    holds.push(hold);
+                }
+                *exp = (*exp).max(now + Duration::from_millis(ttl));
+                Reply::Done
+            }
+            Some((_, exp)) => Reply::Held {
+                pttl_ms: Some((*exp - now).as_millis() as u64),
+            },
+        },
+        Owned::ExtendReentrant(key, owner, ttl) => match keys.get_mut(&key) {
+            Some((Value::Holds { owner: o, .. }, exp)) if *o == owner => {
+                *exp = (*exp).max(now + Duration::from_millis(ttl));
+                Reply::Done
+            }
+            _ => Reply::NotHeld,
+        },
+        Owned::ReleaseReentrant(key, owner, hold) => match keys.get_mut(&key) {
+            Some((Value::Holds { owner: o, holds }, _)) if *o == owner && holds.contains(&hold) => {
+                holds.retain(|h| *h != hold);
+                if holds.is_empty() {
+                    keys.remove(&key);
+                }
+                Reply::Done
+            }
+            _ => Reply::NotHeld,
+        },
         Owned::Extend(key, token, ttl) => match keys.get_mut(&key) {
-            Some((t, exp)) if *t == token => {
+            Some((Value::Token(t), exp)) if *t == token => {
                 *exp = (*exp).max(now + Duration::from_millis(ttl));
                 Reply::Done
             }
@@ -134,12 +195,12 @@ fn apply(keys: &mut Keys, counters: &mut HashMap<String, u64>, op: Owned) -> Rep
             None => {
                 let counter = counters.entry(fence_key).or_insert(0);
                 *counter += 1;
-                keys.insert(key, (token, now + Duration::from_millis(ttl)));
+                keys.insert(key, (Value::Token(token), now + Duration::from_millis(ttl)));
                 Reply::Fence(*counter)
             }
         },
         Owned::WriteBack(key, fence_key, token, fence) => match keys.get(&key) {
-            Some((t, _)) if *t == token => {
+            Some((Value::Token(t), _)) if *t == token => {
                 let counter = counters.entry(fence_key).or_insert(0);
                 *counter = (*counter).max(fence);
                 Reply::Done
@@ -147,7 +208,7 @@ fn apply(keys: &mut Keys, counters: &mut HashMap<String, u64>, op: Owned) -> Rep
             _ => Reply::NotHeld,
         },
         Owned::Release(key, token) => match keys.get(&key) {
-            Some((t, _)) if *t == token => {
+            Some((Value::Token(t), _)) if *t == token => {
                 keys.remove(&key);
                 Reply::Done
             }
@@ -180,6 +241,18 @@ impl Node for MemoryNode {
                 token,
                 fence,
             } => Owned::WriteBack(key.into(), fence_key.into(), token.into(), fence),
+            Op::AcquireReentrant {
+                key,
+                owner,
+                hold,
+                ttl_ms,
+            } => Owned::AcquireReentrant(key.into(), owner.into(), hold.into(), ttl_ms),
+            Op::ExtendReentrant { key, owner, ttl_ms } => {
+                Owned::ExtendReentrant(key.into(), owner.into(), ttl_ms)
+            }
+            Op::ReleaseReentrant { key, owner, hold } => {
+                Owned::ReleaseReentrant(key.into(), owner.into(), hold.into())
+            }
             _ => return Box::pin(async { Err(NodeError::Protocol("unknown op".into())) }),
         };
         // Queued at call time, as a multiplexed connection writes at once.

@@ -5,6 +5,7 @@
 //! passes without Redis proves nothing.
 #![allow(dead_code)] // each test binary uses a different part
 
+pub mod load;
 pub mod memory;
 pub mod proxy;
 pub mod sim;

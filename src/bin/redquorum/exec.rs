@@ -102,6 +102,10 @@ pub async fn exec(global: &Global, nodes: &[String], args: ExecArgs, ui: &Ui) ->
         .args(&args.command[1..])
         .env("REDQUORUM_RESOURCE", resource)
         .env("REDQUORUM_TOKEN", &token)
+        // The node list may carry passwords: the command gets the lock's
+        // variables, not the credentials (docs/cli.md says how to pass them
+        // on deliberately).
+        .env_remove("REDQUORUM_NODES")
         .process_group(0);
     match fence {
         Some(fence) => command.env("REDQUORUM_FENCE", fence.to_string()),

@@ -1,0 +1,214 @@
+//! Node addresses: parsing a URL, the name it is shown under, and the one
+//! place where a URL given by the user is turned into text for output.
+//!
+//! A URL can carry a password in its user info (`redis://user:pw@host`), in
+//! its query (`redis+unix:///run/redis.sock?pass=pw`), and — when the user
+//! forgot to percent-encode it — spread over what a parser takes for the
+//! path, query or fragment (`redis://:p#w@host` parses as host-less with the
+//! fragment `w@host`). So nothing here ever echoes a URL as given: a node is
+//! named from the parsed address (scheme, host, port, database), and a URL
+//! that must be shown (in a [`ConfigError`] or `Debug`) goes through
+//! [`redact`], which keeps only the parts that can never hold a secret.
+
+use std::sync::Arc;
+
+use crate::error::ConfigError;
+
+/// A parsed, not yet connected node address.
+#[derive(Clone)]
+pub(crate) struct Address {
+    client: redis::Client,
+    name: Arc<str>,
+}
+
+impl std::fmt::Debug for Address {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // `redis::Client`'s own Debug prints the password.
+        f.debug_tuple("Address").field(&self.name).finish()
+    }
+}
+
+impl Address {
+    /// Parses `url`; the error shows it [`redact`]ed.
+    pub(crate) fn parse(url: &str) -> Result<Self, ConfigError> {
+        let client = redis::Client::open(url).map_err(|e| ConfigError::InvalidUrl {
+            url: redact(url),
+            // redis-rs' parse errors name the part that is wrong, never the
+            // URL; the detail (e.g. a bad `protocol=`) is left out all the
+            // same, as it is part of the URL.
+            reason: without_detail(&e),
+        })?;
+        let info = client.get_connection_info();
+        let scheme = match info.addr() {
+            redis::ConnectionAddr::Tcp(..) => "redis://",
+            redis::ConnectionAddr::TcpTls { .. } => "rediss://",
+            _ => "unix:",
+        };
+        let db = info.redis_settings().db();
+        let name = if db == 0 {
+            format!("{scheme}{}", info.addr())
+        } else {
+            format!("{scheme}{}/{db}", info.addr())
+        };
+        Ok(Address {
+            client,
+            name: name.into(),
+        })
+    }
+
+    /// The client for this address (for other connections to the node).
+    pub(crate) fn client(&self) -> &redis::Client {
+        &self.client
+    }
+
+    /// The node's display name: scheme, address and database, never a
+    /// password. Two addresses with one name are the same node.
+    pub(crate) fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+}
+
+/// `url` with everything that could be a secret replaced by `***`: all the
+/// user info (up to the *last* `@`, wherever it is), every query value, and
+/// any fragment but `#insecure`. A URL that does not parse shows its scheme
+/// only. Over-masking is the point: this is for output, never for
+/// connecting.
+///
+/// ```text
+/// redis://user:pw@h:1/2      -> redis://***@h:1/2
+/// redis+unix:///s?pass=pw    -> redis+unix:///s?pass=***
+/// redis://:p#w@h:1          -> redis://***
+/// redis://:pw@               -> redis://***
+/// ```
+pub(crate) fn redact(url: &str) -> String {
+    let Ok(parsed) = url::Url::parse(url) else {
+        return match scheme_of(url) {
+            Some(scheme) => format!("{scheme}://***"),
+            None => "***".to_owned(),
+        };
+    };
+    let mut out = format!("{}://", parsed.scheme());
+    if url.contains('@') && !authority_ends_at_last_at(url) {
+        // An '@' past the authority (in what parsed as the path, query or
+        // fragment): anything before it may be part of a password, so show
+        // no more than the scheme.
+        out.push_str("***");
+        return out;
+    }
+    if url.contains('@') || !parsed.username().is_empty() || parsed.password().is_some() {
+        out.push_str("***@");
+    }
+    if let Some(host) = parsed.host_str() {
+        out.push_str(host);
+    }
+    if let Some(port) = parsed.port() {
+        out.push_str(&format!(":{port}"));
+    }
+    out.push_str(parsed.path());
+    let keys: Vec<String> = parsed
+        .query_pairs()
+        .map(|(k, _)| format!("{k}=***"))
+        .collect();
+    if !keys.is_empty() {
+        out.push('?');
+        out.push_str(&keys.join("&"));
+    } else if parsed.query().is_some() {
+        out.push_str("?***");
+    }
+    match parsed.fragment() {
+        None => {}
+        Some("insecure") => out.push_str("#insecure"),
+        Some(_) => out.push_str("#***"),
+    }
+    out
+}
+
+/// A redis-rs error's text without its detail, which for a URL error quotes
+/// part of the URL.
+fn without_detail(e: &redis::RedisError) -> String {
+    let text = e.to_string();
+    match e.detail() {
+        Some(detail) => text.strip_suffix(detail).map_or_else(
+            || e.category().to_owned(),
+            |t| t.trim_end_matches([':', ' ']).to_owned(),
+        ),
+        None => text,
+    }
+}
+
+/// The scheme of `url` if it starts like one (`letters+.-://`).
+fn scheme_of(url: &str) -> Option<&str> {
+    let (scheme, _) = url.split_once("://")?;
+    let ok = !scheme.is_empty()
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    ok.then_some(scheme)
+}
+
+/// Whether the last `@` of `url` ends its authority: no `/`, `?` or `#`
+/// between `://` and it. (Then the parser saw the user info where it is.)
+fn authority_ends_at_last_at(url: &str) -> bool {
+    let Some(start) = url.find("://").map(|i| i + 3) else {
+        return false;
+    };
+    let Some(at) = url.rfind('@') else {
+        return true;
+    };
+    at >= start && !url[start..at].contains(['/', '?', '#'])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_every_password_form() {
+        for (url, shown) in [
+            ("redis://:secret@h:1/0", "redis://***@h:1/0"),
+            ("redis://user:secret@h:1", "redis://***@h:1"),
+            ("redis://secret@h:1", "redis://***@h:1"),
+            ("redis://h:1/0", "redis://h:1/0"),
+            ("redis://:p#w@h:1", "redis://***"),
+            ("redis://:p/w@h:1", "redis://***"),
+            ("redis://:p?w@h:1", "redis://***"),
+            ("redis://:pw@", "redis://***"),
+            (
+                "redis+unix:///run/r.sock?pass=pw&db=2",
+                "redis+unix:///run/r.sock?pass=***&db=***",
+            ),
+            ("unix:///run/r.sock?pass=pw", "unix:///run/r.sock?pass=***"),
+            ("rediss://h:1/#insecure", "rediss://h:1/#insecure"),
+            ("rediss://h:1/#pw", "rediss://h:1/#***"),
+            ("not a url", "***"),
+            ("redis://h:1/a@b", "redis://***"),
+        ] {
+            assert_eq!(redact(url), shown, "{url}");
+        }
+    }
+
+    #[test]
+    fn names_hide_passwords() {
+        let t = Address::parse("redis://:pw@127.0.0.1:7001/2").unwrap();
+        assert_eq!(&**t.name(), "redis://127.0.0.1:7001/2");
+        assert!(!format!("{t:?}").contains("pw"));
+        let t = Address::parse("redis+unix:///tmp/r.sock?pass=pw").unwrap();
+        assert_eq!(&**t.name(), "unix:/tmp/r.sock");
+    }
+
+    #[test]
+    fn rejects_malformed_urls() {
+        for url in [
+            "",
+            "http://h:1",
+            "redis://:pw@",
+            "redis://h:notaport",
+            "garbage",
+        ] {
+            assert!(
+                matches!(Address::parse(url), Err(ConfigError::InvalidUrl { .. })),
+                "{url}"
+            );
+        }
+    }
+}
