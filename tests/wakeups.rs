@@ -25,6 +25,40 @@ async fn slow_poller(urls: &[String], notify: bool) -> Redlock {
         .unwrap()
 }
 
+/// Waits (at most 5 s) until every node counts a subscriber on `key`'s
+/// channel.
+async fn wait_subscribed(conns: &mut [redis::aio::MultiplexedConnection], key: &str) {
+    wait_subscribed_by(conns, key, &[1; 5]).await;
+}
+
+/// Waits (at most 5 s) until node `i` counts `least[i]` subscribers on
+/// `key`'s channel.
+async fn wait_subscribed_by(
+    conns: &mut [redis::aio::MultiplexedConnection],
+    key: &str,
+    least: &[u64],
+) {
+    let start = Instant::now();
+    for (conn, &n) in conns.iter_mut().zip(least) {
+        loop {
+            let counts: Vec<(String, u64)> = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(key)
+                .query_async(conn)
+                .await
+                .unwrap();
+            if counts.first().is_some_and(|(_, count)| *count >= n) {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "the waiter never subscribed"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
 /// How long after the holder's release a waiting client gets the lock.
 /// The release comes once the waiter's subscription is live on every node,
 /// so a notification can reach it.
@@ -47,25 +81,7 @@ async fn hand_off(urls: &[String]) -> Duration {
         got
     });
     let mut conns = raw_all().await;
-    let start = Instant::now();
-    for conn in conns.iter_mut() {
-        loop {
-            let counts: Vec<(String, u64)> = redis::cmd("PUBSUB")
-                .arg("NUMSUB")
-                .arg(&key)
-                .query_async(conn)
-                .await
-                .unwrap();
-            if counts.first().is_some_and(|(_, n)| *n > 0) {
-                break;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(5),
-                "the waiter never subscribed"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
+    wait_subscribed(&mut conns, &key).await;
     let released = Instant::now();
     lock.release().await.unwrap();
     waiting.await.unwrap() - released
@@ -203,4 +219,143 @@ async fn no_overlaps_with_notifications() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_overlaps_without_notifications() {
     contend(false).await;
+}
+
+/// A reentrant holder's releases all name the same owner: each must still
+/// count as a new release for the waiters, so each publishes a nonce of its
+/// own (the hold's token), never the owner name. Checked on what node 1
+/// publishes over three release cycles of one owner; then a waiter behind
+/// that owner is woken by the next release.
+#[tokio::test]
+async fn every_reentrant_release_publishes_a_new_nonce_and_wakes_the_waiter() {
+    use futures::StreamExt;
+    let holder = support::redlock().await;
+    let resource = unique("wake-reentrant");
+    let key = lock_key(&resource);
+    let ttl = Duration::from_secs(30);
+    let client = redis::Client::open(node_urls()[0].as_str()).unwrap();
+    let mut pubsub = client.get_async_pubsub().await.unwrap();
+    pubsub.subscribe(&key).await.unwrap();
+    let mut messages = pubsub.on_message();
+    let mut nonces = Vec::new();
+    for _ in 0..3 {
+        let lock = holder
+            .lock_reentrant(&resource, ttl, "owner-a")
+            .await
+            .unwrap();
+        lock.release().await.unwrap();
+        let message = tokio::time::timeout(Duration::from_secs(5), messages.next())
+            .await
+            .expect("no release published")
+            .unwrap();
+        nonces.push(message.get_payload::<String>().unwrap());
+    }
+    println!("published: {nonces:?}");
+    assert!(
+        nonces.iter().all(|n| n != "owner-a"),
+        "the owner name was published"
+    );
+    assert!(
+        nonces[0] != nonces[1] && nonces[1] != nonces[2] && nonces[0] != nonces[2],
+        "two releases published the same nonce: {nonces:?}"
+    );
+    // And a waiter behind that owner is woken at once.
+    let lock = holder
+        .lock_reentrant(&resource, ttl, "owner-a")
+        .await
+        .unwrap();
+    let waiter = slow_poller(&node_urls(), true).await;
+    let r = resource.clone();
+    let waiting = tokio::spawn(async move {
+        let lock = waiter
+            .lock_wait(&r, Duration::from_secs(5), Duration::from_secs(20))
+            .await
+            .unwrap();
+        let got = Instant::now();
+        lock.release().await.unwrap();
+        got
+    });
+    let mut conns = raw_all().await;
+    // Node 1 also counts the subscription this test listens on.
+    wait_subscribed_by(&mut conns, &key, &[2, 1, 1, 1, 1]).await;
+    let released = Instant::now();
+    lock.release().await.unwrap();
+    let after = waiting.await.unwrap() - released;
+    assert!(
+        after < Duration::from_millis(500),
+        "woken {after:?} after the release"
+    );
+}
+
+/// Many short waits on other resources from the same client (each one
+/// registers, waits and unregisters) must not delay the subscription of a
+/// waiter behind a held resource, nor its wake-up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_woken_under_registration_churn() {
+    const CHURNERS: usize = 16;
+    let holder = support::redlock().await;
+    let client = slow_poller(&node_urls(), true).await;
+    let ttl = Duration::from_secs(30);
+    // Resources held elsewhere, so that every churning wait registers.
+    let held: Vec<String> = (0..CHURNERS).map(|_| unique("churn")).collect();
+    let mut holds = Vec::new();
+    for r in &held {
+        holds.push(holder.lock(r, ttl).await.unwrap());
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let waits = Arc::new(AtomicUsize::new(0));
+    let churners: Vec<_> = held
+        .iter()
+        .map(|r| {
+            let (client, r, stop, waits) = (client.clone(), r.clone(), stop.clone(), waits.clone());
+            tokio::spawn(async move {
+                let end = Instant::now() + Duration::from_secs(20);
+                while !stop.load(Ordering::Relaxed) && Instant::now() < end {
+                    let refused = client
+                        .lock_wait(&r, Duration::from_secs(5), Duration::from_millis(2))
+                        .await;
+                    assert!(refused.is_err(), "a held resource was granted");
+                    waits.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let resource = unique("wake-churn");
+    let lock = holder.lock(&resource, ttl).await.unwrap();
+    let key = lock_key(&resource);
+    let (w, r) = (client.clone(), resource.clone());
+    let waiting = tokio::spawn(async move {
+        let lock = w
+            .lock_wait(&r, Duration::from_secs(5), Duration::from_secs(25))
+            .await
+            .unwrap();
+        let got = Instant::now();
+        lock.release().await.unwrap();
+        got
+    });
+    let start = Instant::now();
+    let before = waits.load(Ordering::Relaxed);
+    let mut conns = raw_all().await;
+    wait_subscribed(&mut conns, &key).await;
+    let subscribed = start.elapsed();
+    let released = Instant::now();
+    lock.release().await.unwrap();
+    let after = waiting.await.unwrap() - released;
+    let rate = (waits.load(Ordering::Relaxed) - before) as f64 / start.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    for c in churners {
+        c.await.unwrap();
+    }
+    for h in holds {
+        h.release().await.unwrap();
+    }
+    println!(
+        "churn: {rate:.0} registering waits/s; waiter subscribed on all 5 after {subscribed:?}, woken {after:?} after the release"
+    );
+    // Without a notification the waiter polls up to its 5 s ceiling.
+    assert!(
+        after < Duration::from_millis(500),
+        "woken {after:?} after the release"
+    );
 }
