@@ -30,7 +30,19 @@ impl std::fmt::Debug for Address {
 
 impl Address {
     /// Parses `url`; the error shows it [`redact`]ed.
+    ///
+    /// An `@` after the authority is refused: it is a password with an
+    /// unencoded `#`, `/` or `?` (`redis://p#w@host` parses as host `p`), and
+    /// connecting would show the password as a host name.
     pub(crate) fn parse(url: &str) -> Result<Self, ConfigError> {
+        if url.contains('@') && !authority_ends_at_last_at(url) {
+            return Err(ConfigError::InvalidUrl {
+                url: redact(url),
+                reason: "an '@' after the host: percent-encode '#', '/', '?' and '@' in the \
+                         user name and password"
+                    .to_owned(),
+            });
+        }
         let client = redis::Client::open(url).map_err(|e| ConfigError::InvalidUrl {
             url: redact(url),
             // redis-rs' parse errors name the part that is wrong, never the
@@ -69,14 +81,14 @@ impl Address {
 }
 
 /// `url` with everything that could be a secret replaced by `***`: all the
-/// user info (up to the *last* `@`, wherever it is), every query value, and
+/// user info (up to the *last* `@`, wherever it is), the whole query, and
 /// any fragment but `#insecure`. A URL that does not parse shows its scheme
 /// only. Over-masking is the point: this is for output, never for
 /// connecting.
 ///
 /// ```text
 /// redis://user:pw@h:1/2      -> redis://***@h:1/2
-/// redis+unix:///s?pass=pw    -> redis+unix:///s?pass=***
+/// redis+unix:///s?pass=pw    -> redis+unix:///s?***
 /// redis://:p#w@h:1          -> redis://***
 /// redis://:pw@               -> redis://***
 /// ```
@@ -105,14 +117,8 @@ pub(crate) fn redact(url: &str) -> String {
         out.push_str(&format!(":{port}"));
     }
     out.push_str(parsed.path());
-    let keys: Vec<String> = parsed
-        .query_pairs()
-        .map(|(k, _)| format!("{k}=***"))
-        .collect();
-    if !keys.is_empty() {
-        out.push('?');
-        out.push_str(&keys.join("&"));
-    } else if parsed.query().is_some() {
+    // Not even the keys: an unencoded `&` in a password makes a key of it.
+    if parsed.query().is_some() {
         out.push_str("?***");
     }
     match parsed.fragment() {
@@ -175,9 +181,9 @@ mod tests {
             ("redis://:pw@", "redis://***"),
             (
                 "redis+unix:///run/r.sock?pass=pw&db=2",
-                "redis+unix:///run/r.sock?pass=***&db=***",
+                "redis+unix:///run/r.sock?***",
             ),
-            ("unix:///run/r.sock?pass=pw", "unix:///run/r.sock?pass=***"),
+            ("unix:///run/r.sock?pass=pw", "unix:///run/r.sock?***"),
             ("rediss://h:1/#insecure", "rediss://h:1/#insecure"),
             ("rediss://h:1/#pw", "rediss://h:1/#***"),
             ("not a url", "***"),
@@ -204,6 +210,8 @@ mod tests {
             "redis://:pw@",
             "redis://h:notaport",
             "garbage",
+            "redis://p#w@h:1",
+            "redis://:p/w@h:1",
         ] {
             assert!(
                 matches!(Address::parse(url), Err(ConfigError::InvalidUrl { .. })),

@@ -425,6 +425,53 @@ async fn status_with_a_majority_unreachable_is_unknown() {
     assert!(s["nodes"][0]["error"].is_string());
 }
 
+/// The command gets the lock, not the node credentials; and no password
+/// reaches stderr, whatever the URL form.
+#[tokio::test(flavor = "multi_thread")]
+async fn no_credentials_reach_the_command_or_the_output() {
+    let nodes = node_urls();
+    let resource = unique("cli-secret");
+    let out = Command::new(BIN)
+        .args([
+            "--node-timeout",
+            "1s",
+            "exec",
+            &resource,
+            "--",
+            "sh",
+            "-c",
+            "env",
+        ])
+        .env("REDQUORUM_NODES", nodes.join(","))
+        .output()
+        .await
+        .expect("run");
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let env = String::from_utf8(out.stdout).unwrap();
+    assert!(env.contains("REDQUORUM_TOKEN="), "{env}");
+    assert!(
+        !env.contains("REDQUORUM_NODES"),
+        "the command sees the node URLs"
+    );
+    for url in [
+        "redis://:SECRETPW#X@127.0.0.1:7001",
+        "redis://user:SECRETPW/X@127.0.0.1:7001",
+        "redis://:SECRETPW@127.0.0.1:notaport",
+        "redis+unix:///nonexistent.sock?pass=SECRETPW&db=x",
+    ] {
+        let nodes = vec![url.to_owned()];
+        for args in [
+            vec!["exec", "r", "--", "true"],
+            vec!["status", "r"],
+            vec!["-v", "status", "r"],
+        ] {
+            let out = run(&nodes, &args).await;
+            let text = format!("{}{}", stderr(&out), String::from_utf8_lossy(&out.stdout));
+            assert!(!text.contains("SECRETPW"), "{url} {args:?}: {text}");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_usage_exits_64_without_running_anything() {
     let nodes = node_urls();

@@ -573,3 +573,33 @@ async fn wrong_password_is_an_auth_error() {
     let rl = ok.expect("right password connects");
     assert_eq!(rl.quorum(), 1);
 }
+
+/// One server under two names would vote twice: refused at connect, naming
+/// both (DESIGN §1 "one server, one vote").
+#[tokio::test]
+async fn one_server_under_two_names_is_refused() {
+    let urls = node_urls();
+    // Another database of node 1: another name, the same server.
+    let alias = format!("{}/1", urls[0]);
+    let err = Redlock::builder()
+        .nodes([&urls[0], &urls[1], &alias])
+        .node_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap_err();
+    match err {
+        ConfigError::SameServer { first, second } => {
+            let mut names = [first, second];
+            names.sort();
+            assert_eq!(names, [urls[0].clone(), alias], "{names:?}");
+        }
+        other => panic!("expected SameServer, got {other:?}"),
+    }
+    // Three distinct servers are fine.
+    Redlock::builder()
+        .nodes(&urls[..3])
+        .node_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .expect("distinct servers");
+}

@@ -1,0 +1,130 @@
+//! No password in any output (DESIGN §1.10): for generated passwords in
+//! every URL form redis-rs accepts — user info (encoded or not, with the
+//! reserved characters `#`, `/`, `?`, `@`, `:`), the `pass=` query of a Unix
+//! socket URL, valid or broken — neither errors (`Display`, `Debug`), nor
+//! `Builder`'s `Debug`, nor node names contain any part of it.
+
+use proptest::prelude::*;
+use redquorum::node::node_name;
+use redquorum::{ConfigError, Redlock};
+
+/// Passwords of 8 to 24 characters: upper-case letters (which no output of
+/// ours contains three of in a row) mixed with reserved characters.
+fn password() -> impl Strategy<Value = String> {
+    proptest::collection::vec(
+        prop_oneof![
+            4 => proptest::char::range('A', 'Z'),
+            1 => prop::sample::select(vec!['#', '/', '?', '@', ':', '%', '&', '=', '+', ' ']),
+        ],
+        8..24,
+    )
+    .prop_map(|chars| chars.into_iter().collect())
+}
+
+/// `pw` percent-encoded as a URL's user info or query needs it.
+fn encoded(pw: &str) -> String {
+    let mut out = String::new();
+    for c in pw.chars() {
+        if c.is_ascii_alphanumeric() {
+            out.push(c);
+        } else {
+            out.push_str(&format!("%{:02X}", c as u32));
+        }
+    }
+    out
+}
+
+/// Every URL shape for one password: what users write, right or wrong.
+fn shapes(pw: &str) -> Vec<String> {
+    let enc = encoded(pw);
+    vec![
+        format!("redis://:{enc}@127.0.0.1:7001"),
+        format!("redis://user:{enc}@127.0.0.1:7001/2"),
+        format!("redis://:{pw}@127.0.0.1:7001"),
+        format!("redis://user:{pw}@127.0.0.1:7001/2"),
+        format!("redis://{pw}@127.0.0.1:7001"),
+        format!("rediss://:{enc}@host.example:6380/#insecure"),
+        format!("valkey://:{enc}@127.0.0.1:7001"),
+        format!("redis+unix:///run/redis.sock?pass={enc}&db=1"),
+        format!("redis+unix:///run/redis.sock?user=u&pass={pw}"),
+        format!("unix:///run/redis.sock?pass={enc}"),
+        // Broken on purpose: no host, a bad port, a bad database, a bad
+        // protocol, an unknown scheme.
+        format!("redis://:{pw}@"),
+        format!("redis://:{enc}@127.0.0.1:notaport"),
+        format!("redis://:{enc}@127.0.0.1:7001/notadb"),
+        format!("redis://:{enc}@127.0.0.1:7001/?protocol={enc}"),
+        format!("http://:{enc}@127.0.0.1:7001"),
+        format!("redis:/:{pw}@127.0.0.1:7001"),
+        format!(":{pw}@127.0.0.1:7001"),
+    ]
+}
+
+/// Panics if `output` shows three upper-case letters in a row of `pw`, in
+/// the clear or percent-encoded.
+fn assert_hidden(pw: &str, what: &str, output: &str) {
+    let letters: Vec<char> = pw.chars().collect();
+    for w in letters.windows(3) {
+        if w.iter().all(|c| c.is_ascii_uppercase()) {
+            let run: String = w.iter().collect();
+            assert!(
+                !output.contains(&run),
+                "{what} shows {run:?} of the password {pw:?}: {output}"
+            );
+        }
+    }
+}
+
+fn check(pw: &str, url: &str, error: &ConfigError) {
+    assert_hidden(
+        pw,
+        &format!("Display of the error for {url:?}"),
+        &error.to_string(),
+    );
+    assert_hidden(
+        pw,
+        &format!("Debug of the error for {url:?}"),
+        &format!("{error:?}"),
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn no_password_in_any_output(pw in password()) {
+        for url in shapes(&pw) {
+            match node_name(&url) {
+                Ok(name) => assert_hidden(&pw, &format!("node name of {url:?}"), &name),
+                Err(e) => check(&pw, &url, &e),
+            }
+            let builder = Redlock::builder().nodes([url.as_str()]);
+            assert_hidden(&pw, &format!("Builder Debug for {url:?}"), &format!("{builder:?}"));
+        }
+    }
+}
+
+/// `build` fails on a URL before connecting to anything: its error hides the
+/// password too.
+#[tokio::test]
+async fn build_errors_hide_passwords() {
+    let pw = "QWERTY#ZXC/VBN?MLK";
+    for url in shapes(pw) {
+        if node_name(&url).is_ok() {
+            continue; // would try to connect
+        }
+        let error = Redlock::builder()
+            .nodes([url.as_str()])
+            .build()
+            .await
+            .unwrap_err();
+        check(pw, &url, &error);
+    }
+}
+
+/// The control: the checker sees a password that is shown.
+#[test]
+#[should_panic(expected = "shows")]
+fn the_checker_catches_a_shown_password() {
+    assert_hidden("QWERTY", "control", "redis://:QWERTY@h:1");
+}
