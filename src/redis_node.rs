@@ -264,6 +264,8 @@ async fn reconnect(
 ) {
     let mut first = Some(first);
     let mut backoff = BACKOFF_MIN;
+    // Logged once per duplicate, not once per attempt.
+    let mut reported: Option<Arc<str>> = None;
     loop {
         let attempt = tokio::time::timeout(CONNECT_TIMEOUT, open(&client))
             .await
@@ -272,7 +274,10 @@ async fn reconnect(
             Ok((conn, run_id)) => match run_id.map(|id| member.servers.claim(member.index, &id)) {
                 Some(Err(other)) => {
                     let error = NodeError::Server(format!("same server as member {other}").into());
-                    tracing::error!(node = %member.name, same_as = %other, "two members are one server; this one gets no vote");
+                    if reported.as_ref() != Some(&other) {
+                        tracing::error!(node = %member.name, same_as = %other, "two members are one server; this one gets no vote");
+                        reported = Some(Arc::clone(&other));
+                    }
                     slot.failed_to_connect(&error);
                     First::SameAs(other)
                 }

@@ -643,3 +643,48 @@ async fn contended_exclusion_survives_minority_chaos() {
     assert!(grants >= GRANTS, "only {grants} grants within {budget:?}");
     assert!(faults > 0);
 }
+
+/// A key our acquire left on a node that stopped answering is not chased:
+/// past the grace the connection is dropped and the release is refused at
+/// once, so after the thaw the key lives on that node — and only there —
+/// until its TTL (docs/guarantees.md, "which node holds what").
+#[tokio::test]
+async fn leftovers_live_only_on_the_unreachable_node_until_their_ttl() {
+    let _turn = CLUSTER.lock().await;
+    let redlock = client().await;
+    let resource = unique("leftover");
+    let ttl = Duration::from_secs(3);
+    let mut conns = raw_all().await;
+    {
+        let _frozen = Frozen::new(&[5]);
+        let lock = redlock.try_lock(&resource, ttl).await.unwrap();
+        // Held past the grace (4 × 50 ms): node 5's connection is dropped.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        lock.release().await.unwrap();
+    }
+    // Thawed: node 5 applies the acquire it had buffered; nothing else has
+    // the key.
+    let key = lock_key(&resource);
+    let start = Instant::now();
+    let mut seen_on_5 = false;
+    loop {
+        let snap = snapshot(&mut conns, &resource).await;
+        assert!(
+            snap[..4].iter().all(|m| m.is_empty()),
+            "a key left on a node that was reachable: {snap:?}"
+        );
+        seen_on_5 |= snap[4].contains_key(&key);
+        if seen_on_5 && snap[4].is_empty() {
+            break; // it expired
+        }
+        if !seen_on_5 && start.elapsed() > Duration::from_secs(1) {
+            break; // the acquire never reached node 5's socket: nothing to expire
+        }
+        assert!(
+            start.elapsed() < ttl + Duration::from_secs(2),
+            "the leftover outlived its TTL: {snap:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!("leftover on node 5 after the thaw: {seen_on_5}");
+}

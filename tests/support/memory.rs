@@ -26,6 +26,9 @@ enum Value {
 type Keys = HashMap<String, (Value, Instant)>;
 
 enum Owned {
+    AcquireMany(Vec<String>, String, u64),
+    ExtendMany(Vec<String>, String, u64),
+    ReleaseMany(Vec<String>, String),
     AcquireReentrant(String, String, String, u64),
     ExtendReentrant(String, String, u64),
     ReleaseReentrant(String, String, String),
@@ -143,6 +146,47 @@ fn apply(keys: &mut Keys, counters: &mut HashMap<String, u64>, op: Owned) -> Rep
                 Reply::Done
             }
         },
+        // All or nothing, as acquire_many.lua.
+        Owned::AcquireMany(lock_keys, token, ttl) => {
+            let held: Vec<u64> = lock_keys
+                .iter()
+                .filter_map(|k| keys.get(k).map(|(_, exp)| (*exp - now).as_millis() as u64))
+                .collect();
+            if held.is_empty() {
+                for key in lock_keys {
+                    let value = Value::Token(token.clone());
+                    keys.insert(key, (value, now + Duration::from_millis(ttl)));
+                }
+                Reply::Done
+            } else {
+                Reply::Held {
+                    pttl_ms: held.into_iter().min(),
+                }
+            }
+        }
+        Owned::ExtendMany(lock_keys, token, ttl) => {
+            let ours =
+                |k: &String| matches!(keys.get(k), Some((Value::Token(t), _)) if *t == token);
+            if !lock_keys.iter().all(ours) {
+                return Reply::NotHeld;
+            }
+            for key in &lock_keys {
+                if let Some((_, exp)) = keys.get_mut(key) {
+                    *exp = (*exp).max(now + Duration::from_millis(ttl));
+                }
+            }
+            Reply::Done
+        }
+        Owned::ReleaseMany(lock_keys, token) => {
+            let mut deleted = false;
+            for key in lock_keys {
+                if matches!(keys.get(&key), Some((Value::Token(t), _)) if *t == token) {
+                    keys.remove(&key);
+                    deleted = true;
+                }
+            }
+            if deleted { Reply::Done } else { Reply::NotHeld }
+        }
         // The scripts' semantics: one count per hold, however often applied.
         Owned::AcquireReentrant(key, owner, hold, ttl) => match keys.get_mut(&key) {
             None => {
@@ -241,6 +285,17 @@ impl Node for MemoryNode {
                 token,
                 fence,
             } => Owned::WriteBack(key.into(), fence_key.into(), token.into(), fence),
+            Op::AcquireMany {
+                keys,
+                token,
+                ttl_ms,
+            } => Owned::AcquireMany(keys.to_vec(), token.into(), ttl_ms),
+            Op::ExtendMany {
+                keys,
+                token,
+                ttl_ms,
+            } => Owned::ExtendMany(keys.to_vec(), token.into(), ttl_ms),
+            Op::ReleaseMany { keys, token } => Owned::ReleaseMany(keys.to_vec(), token.into()),
             Op::AcquireReentrant {
                 key,
                 owner,
