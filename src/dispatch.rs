@@ -1,31 +1,36 @@
-//! Delivery to one node: every call a round submits reaches the node whether
+//! Delivery to one node: every call a round makes reaches the node whether
 //! or not anyone still waits for its answer, and what a node can cost the
 //! client is bounded.
 //!
-//! A round does not drive its node calls itself. redis-rs' multiplexed
-//! connection never writes a request whose caller has stopped waiting, so a
-//! round that decided at the quorum and dropped the calls still pending would
-//! leave its lock on a bare quorum (DESIGN §1.7). Instead each node has one
-//! task, started with the client, that takes submitted calls from a queue,
-//! in order, and drives every one to its end; the caller holds only a
-//! [`Ticket`] for the answer, and dropping it changes nothing on the node.
-//! Submitting is synchronous, so a call is either handed over (and then
-//! happens exactly once) or refused at once — nothing in between that a
-//! cancelled caller could leave half done (DESIGN §1.9).
+//! redis-rs' multiplexed connection never writes a request whose future was
+//! dropped before it was first polled, nor one still waiting for room in the
+//! connection's queue; so a round that decided at the quorum and dropped the
+//! calls still pending would leave its lock on a bare quorum (DESIGN §1.7).
+//! Here a call is a [`Call`]: a boxed future that is polled once the moment
+//! it is made — which writes the request, or takes its place in the
+//! connection's queue, in the order calls are made — and that the round then
+//! drives itself while it listens. A round that stops listening (it decided,
+//! or it was cancelled) hands every unfinished call to the node's delivery
+//! task, which drives it to its end. The caller pays no hop through another
+//! task for the calls it waits for, and nothing it made is ever abandoned.
+//! Making a call is synchronous, so a call is either made (and then happens
+//! exactly once) or refused at once — nothing in between that a cancelled
+//! caller could leave half done (DESIGN §1.9).
 //!
 //! The bounds (DESIGN §1.8), per node:
 //!
-//! - at most [`Limits::max_in_flight`] calls are queued or awaiting their
-//!   answer; past it a submit fails at once with [`NodeError::Overloaded`];
+//! - at most [`Limits::max_in_flight`] calls are in flight (made and not yet
+//!   finished, wherever they are driven); past it a call is refused at once
+//!   with [`NodeError::Overloaded`];
 //! - a call waits at most [`Limits::grace`] for its answer (a small multiple
-//!   of the node timeout). A Redis node that lets a call pass it is
+//!   of the node timeout). A Redis node that lets one call pass it is
 //!   unresponsive: its connection is dropped — which frees everything queued
-//!   on it — and re-established in the background, and until then every
-//!   submit fails at once with [`NodeError::NotConnected`].
+//!   on it — and re-established in the background, and until then every call
+//!   is refused at once with [`NodeError::NotConnected`].
 //!
 //! So a dead or frozen node costs a fixed amount of memory and no task, at
 //! any rate and any TTL. The one task per node lives as long as the client;
-//! when the client is dropped it finishes what was submitted (bounded by the
+//! when the client is dropped it finishes what it was handed (bounded by the
 //! grace) and ends.
 
 use std::fmt;
@@ -33,12 +38,12 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use crate::claim::{Claim, Step};
 use crate::error::NodeError;
@@ -121,38 +126,95 @@ impl fmt::Debug for Member {
     }
 }
 
-/// The answer to one submitted call, when the node gives it. Dropping it
-/// does not cancel the call.
-#[derive(Debug)]
-pub(crate) struct Ticket(oneshot::Receiver<Outcome>);
+/// A call's future: owns all it needs, so that it can move to the node's
+/// delivery task.
+type Boxed = Pin<Box<dyn Future<Output = Outcome> + Send + 'static>>;
 
-impl Future for Ticket {
-    type Output = Outcome;
+/// One call to one node, already written (or queued on the connection) in
+/// the order calls were made. Poll it for the answer; drop it to stop
+/// listening: the node's delivery task then drives it to its end.
+pub(crate) struct Call<'a> {
+    node: &'a Dispatcher,
+    state: State,
+}
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
-        Pin::new(&mut self.0)
-            .poll(cx)
-            .map(|answer| answer.unwrap_or(Err(NodeError::Connection("client closed".into()))))
+enum State {
+    Running(Boxed),
+    /// Answered at once (refused, or done at the first poll), and not yet
+    /// taken (`None` once it is).
+    Answered(Option<Outcome>),
+}
+
+impl fmt::Debug for Call<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match &self.state {
+            State::Running(_) => "running",
+            State::Answered(Some(_)) => "answered",
+            State::Answered(None) => "taken",
+        };
+        f.debug_struct("Call")
+            .field("node", self.node.name())
+            .field("state", &state)
+            .finish()
     }
 }
 
-/// One submitted call, on its way to the node task.
-struct Job {
-    claim: Arc<Claim>,
-    step: Step,
-    ttl_ms: u64,
-    reply: oneshot::Sender<Outcome>,
+impl Call<'_> {
+    /// Whether the call was made: not refused before it was sent, so it may
+    /// take effect on the node.
+    pub(crate) fn made(&self) -> bool {
+        !matches!(
+            self.state,
+            State::Answered(Some(Err(
+                NodeError::NotConnected(_) | NodeError::Overloaded(_)
+            )))
+        )
+    }
 }
 
-/// One node's delivery: its queue, its bound and its task.
+impl Future for Call<'_> {
+    type Output = Outcome;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
+        let answer = match &mut self.state {
+            State::Running(future) => std::task::ready!(future.as_mut().poll(cx)),
+            State::Answered(answer) => answer
+                .take()
+                .unwrap_or(Err(NodeError::Protocol("answer taken twice".into()))),
+        };
+        self.state = State::Answered(None);
+        Poll::Ready(answer)
+    }
+}
+
+impl Drop for Call<'_> {
+    fn drop(&mut self) {
+        if let State::Running(future) = std::mem::replace(&mut self.state, State::Answered(None)) {
+            self.node.deliver(future);
+        }
+    }
+}
+
+/// A slot of [`Limits::max_in_flight`], given back when the call that holds
+/// it ends (answered, given up, or dropped).
+struct Slot(Arc<AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// One node's delivery: its bound, and the task that finishes the calls no
+/// one listens to any more.
 pub(crate) struct Dispatcher {
     member: Member,
     limits: Limits,
-    /// Calls queued or awaiting an answer (decremented by the task).
+    /// Calls in flight: made and not yet finished.
     in_flight: Arc<AtomicUsize>,
-    /// Unbounded as a channel, bounded by `in_flight`: a job is only sent
-    /// with a slot counted.
-    queue: mpsc::UnboundedSender<Job>,
+    /// Unbounded as a channel, bounded by `in_flight`: every call in it holds
+    /// a slot.
+    stragglers: mpsc::UnboundedSender<Boxed>,
 }
 
 impl fmt::Debug for Dispatcher {
@@ -166,21 +228,15 @@ impl fmt::Debug for Dispatcher {
 }
 
 impl Dispatcher {
-    /// Starts the node's task. Needs a tokio runtime.
+    /// Starts the node's delivery task. Needs a tokio runtime.
     pub(crate) fn start(member: Member, limits: Limits) -> Self {
-        let (queue, jobs) = mpsc::unbounded_channel();
-        let in_flight = Arc::new(AtomicUsize::new(0));
-        tokio::spawn(deliver(
-            member.clone(),
-            limits,
-            Arc::clone(&in_flight),
-            jobs,
-        ));
+        let (stragglers, calls) = mpsc::unbounded_channel();
+        tokio::spawn(finish(calls));
         Dispatcher {
             member,
             limits,
-            in_flight,
-            queue,
+            in_flight: Arc::new(AtomicUsize::new(0)),
+            stragglers,
         }
     }
 
@@ -188,54 +244,64 @@ impl Dispatcher {
         self.member.name()
     }
 
-    /// Calls queued or awaiting an answer right now.
+    /// Calls in flight right now.
     pub(crate) fn in_flight(&self) -> usize {
         self.in_flight.load(Ordering::Relaxed)
     }
 
-    /// Hands `step` on `claim` to the node, or refuses at once: no
+    /// Makes `step` on `claim` on this node: written at once (or queued on
+    /// the connection behind every earlier call), or refused at once — no
     /// connection, or [`Limits::max_in_flight`] calls already in flight.
-    /// Once handed over, the call reaches the node exactly once (unless the
-    /// connection fails under it), in submission order, whatever becomes of
-    /// the ticket.
-    pub(crate) fn submit(
-        &self,
-        claim: &Arc<Claim>,
-        step: Step,
-        ttl_ms: u64,
-    ) -> Result<Ticket, NodeError> {
-        if let Member::Redis(node) = &self.member {
-            node.ready()?;
+    /// Once made, the call reaches the node exactly once (unless the
+    /// connection fails under it), whatever becomes of the returned [`Call`].
+    ///
+    /// Needs a tokio runtime (the call's grace is a timer).
+    pub(crate) fn call(&self, claim: &Arc<Claim>, step: Step, ttl_ms: u64) -> Call<'_> {
+        let refused = |error| Call {
+            node: self,
+            state: State::Answered(Some(Err(error))),
+        };
+        if let Member::Redis(node) = &self.member
+            && let Err(error) = node.ready()
+        {
+            return refused(error);
         }
         let limit = self.limits.max_in_flight;
         if self.in_flight.fetch_add(1, Ordering::AcqRel) >= limit {
             self.in_flight.fetch_sub(1, Ordering::AcqRel);
-            return Err(NodeError::Overloaded(limit));
+            return refused(NodeError::Overloaded(limit));
         }
-        let (reply, answer) = oneshot::channel();
-        let job = Job {
-            claim: Arc::clone(claim),
-            step,
-            ttl_ms,
-            reply,
+        let slot = Slot(Arc::clone(&self.in_flight));
+        let call = self
+            .member
+            .call(Arc::clone(claim), step, ttl_ms, self.limits.grace);
+        // Never held back by the task's budget: the first poll must write
+        // the request (or queue it on the connection) now, in the order calls
+        // are made.
+        let mut future: Boxed = Box::pin(tokio::task::coop::unconstrained(async move {
+            let _slot = slot;
+            call.await
+        }));
+        let state = match future
+            .as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()))
+        {
+            Poll::Ready(answer) => State::Answered(Some(answer)),
+            Poll::Pending => State::Running(future),
         };
-        if self.queue.send(job).is_err() {
-            self.in_flight.fetch_sub(1, Ordering::AcqRel);
-            return Err(NodeError::Connection("client closed".into()));
-        }
-        Ok(Ticket(answer))
+        Call { node: self, state }
+    }
+
+    /// Hands an unfinished call to the delivery task. (If the task is gone —
+    /// the runtime is shutting down — the call goes with it.)
+    fn deliver(&self, future: Boxed) {
+        let _ = self.stragglers.send(future);
     }
 }
 
-/// The node's task: starts every job in the order submitted and drives it
-/// to its answer (or its grace), whoever still waits for it. Ends once the
-/// client is gone and everything submitted is done.
-async fn deliver(
-    member: Member,
-    limits: Limits,
-    in_flight: Arc<AtomicUsize>,
-    mut jobs: mpsc::UnboundedReceiver<Job>,
-) {
+/// The node's delivery task: drives every call it is handed to its end (or
+/// its grace). Ends once the client is gone and every call is done.
+async fn finish(mut calls: mpsc::UnboundedReceiver<Boxed>) {
     let mut running = FuturesUnordered::new();
     let mut open = true;
     loop {
@@ -243,21 +309,11 @@ async fn deliver(
             return;
         }
         tokio::select! {
-            // New jobs first: each is started (and so written) before any
-            // later one, which keeps one caller's calls in order.
-            biased;
-            job = jobs.recv(), if open => match job {
-                Some(Job { claim, step, ttl_ms, reply }) => {
-                    let call = member.call(claim, step, ttl_ms, limits.grace);
-                    running.push(async move {
-                        let _ = reply.send(call.await);
-                    });
-                }
+            call = calls.recv(), if open => match call {
+                Some(call) => running.push(call),
                 None => open = false,
             },
-            Some(()) = running.next(), if !running.is_empty() => {
-                in_flight.fetch_sub(1, Ordering::AcqRel);
-            }
+            Some(_) = running.next(), if !running.is_empty() => {}
             else => return,
         }
     }

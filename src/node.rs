@@ -179,9 +179,10 @@ pub fn node_name(url: &str) -> Result<String, crate::ConfigError> {
 /// Implementations must make each [`Op`] atomic on the node, must apply the
 /// operations of one caller in the order they were issued (the coordinator
 /// relies on a release sent after an acquire being applied after it), and
-/// must not block. Each call is driven to its end by the client's delivery
-/// task for the node, whether or not the round still waits for it, and is
-/// dropped only after the client's grace (a few node timeouts).
+/// must not block. Each call is polled once as soon as it is made, and then
+/// driven to its end whether or not the round still waits for it (by the
+/// round, or by the client's delivery task for the node); it is dropped
+/// only after the client's grace (a few node timeouts).
 pub trait Node: Send + Sync + fmt::Debug + 'static {
     /// A name for logs and errors (for Redis: the URL with the password
     /// masked).

@@ -24,7 +24,7 @@ use tracing::Instrument;
 
 use crate::claim::{Claim, Keys, Step};
 use crate::config::{Builder, LockOptions, Settings};
-use crate::dispatch::{Dispatcher, Outcome, Ticket};
+use crate::dispatch::{Call, Dispatcher, Outcome};
 use crate::error::{Answer, ConfigError, LockError, NodeError, Votes};
 use crate::lock::Lock;
 use crate::node::Reply;
@@ -104,57 +104,41 @@ pub(crate) enum Wait<'a> {
 /// the heap.
 const INLINE: usize = 5;
 
-/// One node's part in a round.
+/// One round's calls, by node index (`None`: not asked, or answered).
+/// Dropping it stops listening, never the calls: each unfinished one is
+/// driven to its end by its node's delivery task (see [`Dispatcher`]).
 #[derive(Debug)]
-enum Slot {
-    /// The round does not ask this node.
-    NotAsked,
-    /// Handed to the node; the answer comes through the ticket.
-    Waiting(Ticket),
-    /// Answered (at once, when the node refused the call), and not yet
-    /// collected (`None` once it is).
-    Answered(Option<Outcome>),
+pub(crate) struct Calls<'a> {
+    calls: SmallVec<[Option<Call<'a>>; INLINE]>,
+    asked: SmallVec<[bool; INLINE]>,
 }
 
-/// One round's calls, by node index. Dropping it stops listening, never the
-/// calls: each reaches its node all the same (see [`Dispatcher`]).
-#[derive(Debug)]
-pub(crate) struct Calls {
-    slots: SmallVec<[Slot; INLINE]>,
-}
-
-impl Calls {
-    /// The nodes the calls were handed to: only there can they take effect.
-    fn handed_over(&self) -> SmallVec<[bool; INLINE]> {
-        self.slots
+impl Calls<'_> {
+    /// The nodes the calls were made to (not refused before being sent):
+    /// only there can they take effect.
+    fn made(&self) -> SmallVec<[bool; INLINE]> {
+        self.calls
             .iter()
-            .map(|slot| matches!(slot, Slot::Waiting(_)))
+            .map(|call| call.as_ref().is_some_and(Call::made))
             .collect()
     }
 
     /// Whether node `i` was asked.
     fn asked(&self, i: usize) -> bool {
-        !matches!(self.slots[i], Slot::NotAsked)
+        self.asked[i]
     }
 
     /// The next answer, `None` once every node asked has answered.
     fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<(usize, Outcome)>> {
         let mut waiting = false;
-        for (i, slot) in self.slots.iter_mut().enumerate() {
-            match slot {
-                Slot::NotAsked | Slot::Answered(None) => {}
-                Slot::Answered(answer) => {
-                    if let Some(answer) = answer.take() {
-                        return Poll::Ready(Some((i, answer)));
-                    }
+        for (i, slot) in self.calls.iter_mut().enumerate() {
+            let Some(call) = slot else { continue };
+            match Pin::new(call).poll(cx) {
+                Poll::Ready(answer) => {
+                    *slot = None;
+                    return Poll::Ready(Some((i, answer)));
                 }
-                Slot::Waiting(ticket) => match Pin::new(ticket).poll(cx) {
-                    Poll::Ready(answer) => {
-                        *slot = Slot::Answered(None);
-                        return Poll::Ready(Some((i, answer)));
-                    }
-                    Poll::Pending => waiting = true,
-                },
+                Poll::Pending => waiting = true,
             }
         }
         if waiting {
@@ -528,7 +512,7 @@ impl Redlock {
             inner,
             claim,
             ttl_ms: ttl.ms,
-            only: calls.handed_over(),
+            only: calls.made(),
             armed: true,
         };
         let mut tally = inner
@@ -623,7 +607,7 @@ impl Inner {
         Ok(Ttl { ms, validity })
     }
 
-    /// Hands one operation to every node at once (or to those marked in
+    /// Makes one operation on every node at once (or on those marked in
     /// `only`). Each call is written whatever becomes of the returned
     /// [`Calls`]; a node that cannot take it answers at once.
     pub(crate) fn submit(
@@ -632,22 +616,17 @@ impl Inner {
         step: Step,
         ttl_ms: u64,
         only: Option<&[bool]>,
-    ) -> Calls {
-        let slots = self
+    ) -> Calls<'_> {
+        let asked: SmallVec<[bool; INLINE]> = (0..self.nodes.len())
+            .map(|i| only.is_none_or(|only| only[i]))
+            .collect();
+        let calls = self
             .nodes
             .iter()
-            .enumerate()
-            .map(|(i, node)| {
-                if only.is_some_and(|only| !only[i]) {
-                    return Slot::NotAsked;
-                }
-                match node.submit(claim, step, ttl_ms) {
-                    Ok(ticket) => Slot::Waiting(ticket),
-                    Err(refused) => Slot::Answered(Some(Err(refused))),
-                }
-            })
+            .zip(&asked)
+            .map(|(node, &asked)| asked.then(|| node.call(claim, step, ttl_ms)))
             .collect();
-        Calls { slots }
+        Calls { calls, asked }
     }
 
     /// Counts answers from `calls` until `wait` is satisfied or `until`
@@ -657,7 +636,7 @@ impl Inner {
         &self,
         step: Step,
         claim: &Claim,
-        calls: &mut Calls,
+        calls: &mut Calls<'_>,
         until: Instant,
         wait: Wait<'_>,
     ) -> Tally {
@@ -669,6 +648,11 @@ impl Inner {
             nodes = n
         );
         async move {
+            // A round whose every node refuses at once (none connected)
+            // never waits on anything: it still counts against the task's
+            // budget, so a caller looping on it lets the runtime run the
+            // reconnects (and timers) it needs.
+            tokio::task::coop::consume_budget().await;
             let started = Instant::now();
             let mut round = Round::new(n);
             let mut answers: Answers = smallvec![Answer::Undecided; n];
@@ -756,10 +740,13 @@ impl Inner {
             .await
     }
 
-    /// Hands a release of `claim` to every node (or those marked in `only`)
-    /// without waiting, for `Drop`.
+    /// Makes a release of `claim` on every node (or those marked in `only`)
+    /// without waiting, for `Drop`. Outside a tokio runtime nothing is sent
+    /// (the keys expire at their TTL).
     pub(crate) fn release_detached(&self, claim: &Arc<Claim>, ttl_ms: u64, only: Option<&[bool]>) {
-        drop(self.submit(claim, Step::Release, ttl_ms, only));
+        if tokio::runtime::Handle::try_current().is_ok() {
+            drop(self.submit(claim, Step::Release, ttl_ms, only));
+        }
     }
 }
 

@@ -125,3 +125,41 @@ async fn a_zero_bound_is_a_config_error() {
         .unwrap_err();
     assert_eq!(err, redquorum::ConfigError::InvalidMaxInFlight);
 }
+
+/// A caller looping on `try_lock` while no node is connected (every call
+/// refused at once) still yields to the runtime: other tasks — reconnects,
+/// timers — run. (A round that never waited on anything used to spin a
+/// worker forever; a benchmark hung on it.)
+#[tokio::test]
+async fn a_loop_over_refused_rounds_lets_other_tasks_run() {
+    let redlock = Redlock::builder()
+        // Nothing listens on port 1: never connected, refused at once.
+        .nodes([
+            "redis://127.0.0.1:1",
+            "redis://127.0.0.1:2",
+            "redis://127.0.0.1:3",
+        ])
+        .retry(Retry::none())
+        .build()
+        .await
+        .unwrap();
+    let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let other = {
+        let ran = ran.clone();
+        tokio::spawn(async move { ran.store(true, std::sync::atomic::Ordering::SeqCst) })
+    };
+    let mut rounds = 0u32;
+    while !ran.load(std::sync::atomic::Ordering::SeqCst) && rounds < 100_000 {
+        let refused = redlock.try_lock("r", TTL).await;
+        assert!(
+            matches!(refused, Err(LockError::Unavailable { .. })),
+            "{refused:?}"
+        );
+        rounds += 1;
+    }
+    assert!(
+        ran.load(std::sync::atomic::Ordering::SeqCst),
+        "{rounds} refused rounds and the other task never ran"
+    );
+    other.await.unwrap();
+}
