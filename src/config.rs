@@ -340,7 +340,7 @@ impl Builder {
             targets
                 .into_iter()
                 .enumerate()
-                .map(|(i, t)| RedisNode::connect(t, i, Arc::clone(&servers), wait)),
+                .map(|(i, t)| RedisNode::connect(t, i, Arc::clone(&servers), wait, max_in_flight)),
         )
         .await;
         let limits = Limits::new(max_in_flight, wait);

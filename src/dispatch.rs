@@ -35,14 +35,15 @@
 
 use std::fmt;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc;
 
 use crate::claim::{Claim, Step};
@@ -267,8 +268,12 @@ impl Dispatcher {
             return refused(error);
         }
         let limit = self.limits.max_in_flight;
-        if self.in_flight.fetch_add(1, Ordering::AcqRel) >= limit {
-            self.in_flight.fetch_sub(1, Ordering::AcqRel);
+        let took = self
+            .in_flight
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < limit).then_some(n + 1)
+            });
+        if took.is_err() {
             return refused(NodeError::Overloaded(limit));
         }
         let slot = Slot(Arc::clone(&self.in_flight));
@@ -302,6 +307,8 @@ impl Dispatcher {
 /// The node's delivery task: drives every call it is handed to its end (or
 /// its grace). Ends once the client is gone and every call is done.
 async fn finish(mut calls: mpsc::UnboundedReceiver<Boxed>) {
+    // A call that panics (a custom node's) must not take the task, and with
+    // it every later call, down.
     let mut running = FuturesUnordered::new();
     let mut open = true;
     loop {
@@ -310,10 +317,14 @@ async fn finish(mut calls: mpsc::UnboundedReceiver<Boxed>) {
         }
         tokio::select! {
             call = calls.recv(), if open => match call {
-                Some(call) => running.push(call),
+                Some(call) => running.push(AssertUnwindSafe(call).catch_unwind()),
                 None => open = false,
             },
-            Some(_) = running.next(), if !running.is_empty() => {}
+            Some(done) = running.next(), if !running.is_empty() => {
+                if done.is_err() {
+                    tracing::error!("a node call panicked; its slot is given back");
+                }
+            }
             else => return,
         }
     }

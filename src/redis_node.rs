@@ -16,14 +16,14 @@ use std::time::Duration;
 
 use rand::RngExt;
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, ErrorKind, RedisError, ServerErrorKind, Value};
+use redis::{AsyncConnectionConfig, ErrorKind, RedisError, Value};
 use tokio::sync::{Notify, oneshot};
 use tokio::task::AbortHandle;
 
 use crate::address::Address;
 use crate::error::{ConfigError, NodeError};
 use crate::node::{Op, Reply};
-use crate::scripts::{self, Call};
+use crate::scripts;
 
 /// How long one background connection attempt may take (TCP, TLS, AUTH,
 /// PING). A frozen node accepts TCP but never answers, so this bounds it.
@@ -158,11 +158,16 @@ impl RedisNode {
     /// background and waits at most `wait` for the first attempt. A node that
     /// is down or frozen is not an error here (it may come back); credentials
     /// it rejects are, and so is a server that is already a member.
+    ///
+    /// `max_in_flight` sizes the connection's request queue so that a call
+    /// never waits for room in it: a call that did could be overtaken by a
+    /// later one.
     pub(crate) async fn connect(
         address: Address,
         index: usize,
         servers: Arc<Servers>,
         wait: Duration,
+        max_in_flight: usize,
     ) -> Result<Self, ConfigError> {
         let slot = Arc::new(Slot::default());
         let (first_tx, first_rx) = oneshot::channel();
@@ -171,6 +176,7 @@ impl RedisNode {
             index,
             servers,
             name: Arc::clone(&name),
+            queue: max_in_flight.saturating_add(1),
         };
         let reconnector = tokio::spawn(reconnect(
             address.client().clone(),
@@ -206,29 +212,19 @@ impl RedisNode {
         self.slot.ready()
     }
 
-    /// Performs `op` on the node: its script by SHA (by source after
-    /// `NOSCRIPT`), or a native command where one is atomic enough. Waits at
+    /// Performs `op` on the node: its script, or a native command where one
+    /// is atomic enough — one message, written in the order calls are made.
+    /// Waits at
     /// most `grace` for the answer; a node that takes longer is unresponsive,
     /// and its connection is dropped (freeing whatever is queued on it) and
     /// re-established in the background.
     pub(crate) async fn run(&self, op: Op<'_>, grace: Duration) -> Result<Reply, NodeError> {
         let (generation, mut conn) = self.slot.get()?;
+        let command = scripts::command(&op);
         let exchange = async {
-            let first = scripts::command(&op, Call::Sha);
-            let result = conn
-                .send_packed_command(&first)
+            conn.send_packed_command(&command)
                 .await
-                .and_then(Value::extract_error);
-            if matches!(&result, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript))
-            {
-                // Flushed or restarted node: EVAL runs the script and caches it again.
-                let source = scripts::command(&op, Call::Source);
-                return conn
-                    .send_packed_command(&source)
-                    .await
-                    .and_then(Value::extract_error);
-            }
-            result
+                .and_then(Value::extract_error)
         };
         let Ok(result) = tokio::time::timeout(grace, exchange).await else {
             let error = NodeError::TimedOut;
@@ -252,6 +248,8 @@ struct Member {
     index: usize,
     servers: Arc<Servers>,
     name: Arc<str>,
+    /// The connection's request queue: room for every call in flight.
+    queue: usize,
 }
 
 /// The background task that owns (re)connecting. It lives as long as the
@@ -267,7 +265,7 @@ async fn reconnect(
     // Logged once per duplicate, not once per attempt.
     let mut reported: Option<Arc<str>> = None;
     loop {
-        let attempt = tokio::time::timeout(CONNECT_TIMEOUT, open(&client))
+        let attempt = tokio::time::timeout(CONNECT_TIMEOUT, open(&client, member.queue))
             .await
             .unwrap_or(Err(NodeError::TimedOut));
         let outcome = match attempt {
@@ -312,11 +310,13 @@ async fn reconnect(
 /// server's `run_id` (`None` where `INFO` is not allowed).
 async fn open(
     client: &redis::Client,
+    queue: usize,
 ) -> Result<(MultiplexedConnection, Option<String>), NodeError> {
     // Timeouts are the dispatcher's business: it bounds every call itself.
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(CONNECT_TIMEOUT))
-        .set_response_timeout(None);
+        .set_response_timeout(None)
+        .set_pipeline_buffer_size(queue);
     let mut conn = client
         .get_multiplexed_async_connection_with_config(&config)
         .await

@@ -2,9 +2,12 @@
 //! and a native `SET NX PX` for a plain acquire that needs nothing more
 //! (Redis runs it in about half the time of the script).
 //!
-//! Each script is hashed once per process; calls go by SHA (`EVALSHA`) and
-//! fall back to `EVAL` — which also re-caches the script — when the node
-//! answers `NOSCRIPT` (after `SCRIPT FLUSH` or a restart).
+//! Scripts are sent as `EVAL` of their source (comments stripped, once per
+//! process), never `EVALSHA`. Redis caches a script by its hash either way;
+//! what `EVAL` avoids is the `NOSCRIPT` retry after a restart or `SCRIPT
+//! FLUSH`: a retried call goes out *after* calls made later on the same
+//! connection, so a release could run before the acquire it follows. One
+//! message per call keeps every node's calls in the order they were made.
 //!
 //! Commands are built in reused buffers: a fresh `redis::Cmd` grows its two
 //! vectors six times while an `EVALSHA` is written into it, on every call to
@@ -14,23 +17,32 @@
 use std::ops::Deref;
 use std::sync::{LazyLock, Mutex, PoisonError};
 
-use redis::{Cmd, Script};
+use redis::Cmd;
 
 use crate::node::Op;
 
-/// A script's source and its SHA-1, computed on first use.
+/// A script's source without its comment lines, computed on first use.
 struct Lua {
-    source: &'static str,
-    script: LazyLock<Script>,
+    source: LazyLock<String>,
 }
 
 macro_rules! lua {
     ($name:ident, $file:literal) => {
         static $name: Lua = Lua {
-            source: include_str!($file),
-            script: LazyLock::new(|| Script::new(include_str!($file))),
+            source: LazyLock::new(|| strip_comments(include_str!($file))),
         };
     };
+}
+
+/// `source` without whole-line `--` comments and blank lines: what the
+/// node needs, in fewer bytes per call.
+fn strip_comments(source: &str) -> String {
+    source
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 lua!(ACQUIRE, "scripts/acquire.lua");
@@ -44,13 +56,6 @@ lua!(EXTEND_MANY, "scripts/extend_many.lua");
 lua!(RELEASE_MANY, "scripts/release_many.lua");
 lua!(ACQUIRE_FENCED, "scripts/acquire_fenced.lua");
 lua!(FENCE_WRITEBACK, "scripts/fence_writeback.lua");
-
-/// How a script is called: by SHA first, by source after `NOSCRIPT`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Call {
-    Sha,
-    Source,
-}
 
 /// At most this many spare command buffers are kept (about 200 bytes each).
 /// One process-wide stock rather than one per thread: a call often starts on
@@ -89,9 +94,9 @@ impl Drop for Command {
     }
 }
 
-/// The command for `op`: `EVALSHA`/`EVAL` of its script, or a native `SET`
-/// (which never answers `NOSCRIPT`) for a plain acquire.
-pub(crate) fn command(op: &Op<'_>, call: Call) -> Command {
+/// The command for `op`: `EVAL` of its script, or a native `SET` for a
+/// plain acquire.
+pub(crate) fn command(op: &Op<'_>) -> Command {
     let mut command = Command::new();
     if let Op::Acquire {
         key,
@@ -123,10 +128,7 @@ pub(crate) fn command(op: &Op<'_>, call: Call) -> Command {
         Op::FenceWriteBack { .. } => &FENCE_WRITEBACK,
     };
     let cmd = &mut command.0;
-    match call {
-        Call::Sha => cmd.arg("EVALSHA").arg(lua.script.get_hash()),
-        Call::Source => cmd.arg("EVAL").arg(lua.source),
-    };
+    cmd.arg("EVAL").arg(lua.source.as_str());
     match *op {
         Op::Acquire {
             key, token, ttl_ms, ..
@@ -184,4 +186,19 @@ pub(crate) fn command(op: &Op<'_>, call: Call) -> Command {
         }
     }
     command
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn comments_are_stripped_and_code_kept() {
+        let stripped = strip_comments("-- a comment\n  if x then -- keep\n\n  return 1\nend\n");
+        assert_eq!(stripped, "if x then -- keep\nreturn 1\nend");
+        for lua in [&ACQUIRE, &RELEASE_REENTRANT, &ACQUIRE_MANY] {
+            assert!(!lua.source.contains("\n--"));
+            assert!(lua.source.contains("redis.call"));
+        }
+    }
 }

@@ -58,7 +58,6 @@ enum Sub {
 }
 
 /// The channels waited on, shared by the per-node subscribers.
-#[derive(Debug)]
 pub(crate) struct Hub {
     clients: Vec<redis::Client>,
     /// Node reports of one release that make it count; also the number of
@@ -67,6 +66,17 @@ pub(crate) struct Hub {
     channels: Mutex<HashMap<Arc<str>, Channel>>,
     /// Per node: its task's wake-up; started on first use.
     subscribers: OnceLock<Vec<Subscriber>>,
+}
+
+impl std::fmt::Debug for Hub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not the clients: `redis::Client`'s Debug shows the password.
+        f.debug_struct("Hub")
+            .field("nodes", &self.clients.len())
+            .field("quorum", &self.quorum)
+            .field("channels", &self.lock().len())
+            .finish()
+    }
 }
 
 #[derive(Debug)]

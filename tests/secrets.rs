@@ -122,6 +122,32 @@ async fn build_errors_hide_passwords() {
     }
 }
 
+/// A client built on URLs with passwords (nodes down: built all the same)
+/// shows none in its `Debug`, nor do the errors of its rounds.
+#[tokio::test]
+async fn a_client_and_its_errors_hide_passwords() {
+    let pw = "QWERTYZXCVBN";
+    let urls = [
+        format!("redis://:{pw}@127.0.0.1:1"),
+        format!("redis://user:{pw}@127.0.0.1:2/3"),
+        format!("redis+unix:///nonexistent.sock?pass={pw}"),
+    ];
+    let redlock = Redlock::builder()
+        .nodes(&urls)
+        .retry(redquorum::Retry::none())
+        .build()
+        .await
+        .expect("down nodes are no error");
+    assert_hidden(pw, "Redlock Debug", &format!("{redlock:?}"));
+    let names: Vec<&str> = redlock.nodes().collect();
+    assert_hidden(pw, "node names", &names.join(","));
+    let error = redlock
+        .try_lock("r", std::time::Duration::from_secs(1))
+        .await
+        .unwrap_err();
+    assert_hidden(pw, "a round's error", &format!("{error} {error:?}"));
+}
+
 /// The control: the checker sees a password that is shown.
 #[test]
 #[should_panic(expected = "shows")]
