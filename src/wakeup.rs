@@ -381,3 +381,87 @@ impl Drop for Interest {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hub() -> Arc<Hub> {
+        // Nothing listens on port 1: the subscriber never connects, so the
+        // test alone drives the hub's state.
+        let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
+        Hub::new(vec![client], 1)
+    }
+
+    #[tokio::test]
+    async fn channels_are_bounded_and_a_waiter_past_the_bound_polls() {
+        let hub = hub();
+        let held: Vec<Interest> = (0..MAX_CHANNELS)
+            .map(|i| hub.register(&format!("{{r{i}}}:lock")))
+            .collect();
+        assert!(held.iter().all(|i| i.registered.is_some()));
+        let past = hub.register("{one-more}:lock");
+        assert!(past.registered.is_none(), "registered past the bound");
+        assert!(!past.listening());
+        // A waiter on a channel already tracked still registers.
+        let again = hub.register("{r0}:lock");
+        assert!(again.registered.is_some());
+        assert_eq!(hub.lock().len(), MAX_CHANNELS);
+        drop(held);
+        drop(again);
+        // Never subscribed anywhere: gone as soon as their waiters are.
+        assert_eq!(hub.lock().len(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_sync_names_at_most_a_batch_and_pairs_that_cancel_are_never_sent() {
+        let hub = hub();
+        // Registered and gone before any sync: nothing to send.
+        drop(hub.register("{gone}:lock"));
+        assert_eq!(hub.next_batch(0), (vec![], vec![]));
+        let held: Vec<Interest> = (0..MAX_BATCH + 10)
+            .map(|i| hub.register(&format!("{{r{i}}}:lock")))
+            .collect();
+        let (subscribe, unsubscribe) = hub.next_batch(0);
+        assert_eq!(subscribe.len(), MAX_BATCH);
+        assert!(unsubscribe.is_empty());
+        hub.confirm(0, &subscribe, &[]);
+        let (rest, _) = hub.next_batch(0);
+        assert_eq!(rest.len(), 10);
+        hub.confirm(0, &rest, &[]);
+        assert!(held.iter().all(Interest::listening));
+        // Waiters gone: the next sync unsubscribes, in batches too.
+        drop(held);
+        let (subscribe, unsubscribe) = hub.next_batch(0);
+        assert!(subscribe.is_empty());
+        assert_eq!(unsubscribe.len(), MAX_BATCH);
+        hub.confirm(0, &[], &unsubscribe);
+        let (_, rest) = hub.next_batch(0);
+        hub.confirm(0, &[], &rest);
+        assert_eq!(hub.lock().len(), 0, "entries left after unsubscribing");
+    }
+
+    #[tokio::test]
+    async fn a_release_wakes_once_per_nonce_at_the_quorum() {
+        let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
+        let hub = Hub::new(vec![client.clone(), client.clone(), client], 2);
+        let mut waiter = hub.register("{r}:lock");
+        waiter.mark_seen();
+        hub.released("{r}:lock", b"n1", 0);
+        assert!(
+            !waiter.released.has_changed().unwrap(),
+            "woken before a quorum"
+        );
+        hub.released("{r}:lock", b"n1", 1);
+        hub.released("{r}:lock", b"n1", 2);
+        assert!(waiter.released.has_changed().unwrap());
+        waiter.mark_seen();
+        // The same owner's next release carries a new nonce: it counts.
+        hub.released("{r}:lock", b"n2", 0);
+        hub.released("{r}:lock", b"n2", 2);
+        assert!(
+            waiter.released.has_changed().unwrap(),
+            "a second release woke nobody"
+        );
+    }
+}
