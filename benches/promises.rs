@@ -244,7 +244,7 @@ async fn churn(urls: &[String]) {
         .collect();
     tokio::time::sleep(Duration::from_secs(1)).await;
     let mut latencies = Vec::new();
-    let (w0, t0) = (waits.load(Ordering::Relaxed), Instant::now());
+    let (w0, t0, rss0) = (waits.load(Ordering::Relaxed), Instant::now(), rss_mib());
     for _ in 0..10 {
         let resource = unique("wake");
         let lock = holder.try_lock(&resource, TTL).await.unwrap();
@@ -266,6 +266,7 @@ async fn churn(urls: &[String]) {
         latencies.push(waiting.await.unwrap().saturating_duration_since(released));
     }
     let rate = (waits.load(Ordering::Relaxed) - w0) as f64 / t0.elapsed().as_secs_f64();
+    let (total, rss1) = (waits.load(Ordering::Relaxed) - w0, rss_mib());
     stop.store(true, Ordering::Relaxed);
     for c in churners {
         let _ = c.await;
@@ -275,7 +276,8 @@ async fn churn(urls: &[String]) {
     }
     latencies.sort();
     println!(
-        "wake-ups under churn ({rate:.0} registering waits/s from the same client): woken after the release p50 {:.1} ms, max {:.1} ms (10 hand-offs)",
+        "wake-ups under churn ({rate:.0} registering waits/s from the same client, {total} in all, RSS {:+.1} MiB): woken after the release p50 {:.1} ms, max {:.1} ms (10 hand-offs)",
+        rss1 - rss0,
         latencies[latencies.len() / 2].as_secs_f64() * 1e3,
         latencies[latencies.len() - 1].as_secs_f64() * 1e3,
     );
