@@ -28,7 +28,91 @@ impl std::fmt::Debug for Address {
     }
 }
 
+/// TLS material for `rediss://` nodes: a CA bundle to trust instead of the
+/// system roots, and a client certificate for servers that require one
+/// (mutual TLS). PEM bytes; see [`Builder::tls_ca`](crate::Builder::tls_ca).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub(crate) struct TlsMaterial {
+    pub(crate) ca: Option<Vec<u8>>,
+    pub(crate) client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for TlsMaterial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key.
+        f.debug_struct("TlsMaterial")
+            .field("ca", &self.ca.as_ref().map(|_| "custom"))
+            .field("client_cert", &self.client.as_ref().map(|_| "set"))
+            .finish()
+    }
+}
+
+#[cfg(feature = "tls")]
+impl TlsMaterial {
+    /// The PEM given must hold what it is for: redis-rs would take an empty
+    /// CA bundle for "trust nothing" and fail every handshake later.
+    fn check(&self) -> Result<(), ConfigError> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let certificates = |pem: &[u8], what: &str| {
+            let all: Result<Vec<_>, _> = CertificateDer::pem_slice_iter(pem).collect();
+            match all {
+                Ok(all) if !all.is_empty() => Ok(()),
+                Ok(_) => Err(ConfigError::Tls(format!(
+                    "{what}: no PEM certificate in it"
+                ))),
+                Err(e) => Err(ConfigError::Tls(format!("{what}: {e}"))),
+            }
+        };
+        if let Some(ca) = &self.ca {
+            certificates(ca, "CA bundle")?;
+        }
+        if let Some((cert, key)) = &self.client {
+            certificates(cert, "client certificate")?;
+            // The error names the problem, never the key's bytes.
+            PrivateKeyDer::from_pem_slice(key)
+                .map_err(|_| ConfigError::Tls("client key: no PEM private key in it".into()))?;
+        }
+        Ok(())
+    }
+}
+
 impl Address {
+    /// Parses `url`, with `tls` for a `rediss://` one (ignored otherwise);
+    /// the error shows the URL [`redact`]ed.
+    pub(crate) fn parse_with(url: &str, tls: &TlsMaterial) -> Result<Self, ConfigError> {
+        let address = Self::parse(url)?;
+        #[cfg(feature = "tls")]
+        tls.check()?;
+        #[cfg(feature = "tls")]
+        if *tls != TlsMaterial::default()
+            && matches!(
+                address.client.get_connection_info().addr(),
+                redis::ConnectionAddr::TcpTls { .. }
+            )
+        {
+            let certificates = redis::TlsCertificates {
+                client_tls: tls
+                    .client
+                    .as_ref()
+                    .map(|(cert, key)| redis::ClientTlsConfig {
+                        client_cert: cert.clone(),
+                        client_key: key.clone(),
+                    }),
+                root_cert: tls.ca.clone(),
+            };
+            let client = redis::Client::build_with_tls(url, certificates)
+                .map_err(|e| ConfigError::Tls(without_detail(&e)))?;
+            return Ok(Address {
+                client,
+                name: address.name,
+            });
+        }
+        #[cfg(not(feature = "tls"))]
+        let _ = tls;
+        Ok(address)
+    }
+
     /// Parses `url`; the error shows it [`redact`]ed.
     ///
     /// An `@` after the authority is refused: it is a password with an
@@ -51,6 +135,14 @@ impl Address {
             reason: without_detail(&e),
         })?;
         let info = client.get_connection_info();
+        if let redis::ConnectionAddr::TcpTls { insecure: true, .. } = info.addr() {
+            return Err(ConfigError::InvalidUrl {
+                url: redact(url),
+                reason: "#insecure would turn certificate verification off; give the \
+                         nodes' CA with Builder::tls_ca instead"
+                    .to_owned(),
+            });
+        }
         let scheme = match info.addr() {
             redis::ConnectionAddr::Tcp(..) => "redis://",
             redis::ConnectionAddr::TcpTls { .. } => "rediss://",

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use rand::RngExt;
 
-use crate::address::{Address, redact};
+use crate::address::{Address, TlsMaterial, redact};
 use crate::dispatch::{DEFAULT_MAX_IN_FLIGHT, Dispatcher, Limits, Member};
-use crate::error::ConfigError;
+use crate::error::{ConfigError, NodeError};
 use crate::node::Node;
 use crate::quorum::{DEFAULT_NODE_TIMEOUT, DriftFactor, MAX_TTL_MS, quorum};
 use crate::redis_node::{RedisNode, Servers};
@@ -190,6 +190,7 @@ pub struct Builder {
     retry: Retry,
     quiet: bool,
     max_in_flight: Option<usize>,
+    tls: TlsMaterial,
 }
 
 impl fmt::Debug for Builder {
@@ -203,15 +204,18 @@ impl fmt::Debug for Builder {
             .field("retry", &self.retry)
             .field("notify_waiters", &!self.quiet)
             .field("max_in_flight", &self.max_in_flight)
+            .field("tls", &self.tls)
             .finish()
     }
 }
 
 impl Builder {
     /// Adds Redis masters by URL: `redis://[[user]:password@]host[:port][/db]`,
-    /// or a Unix socket: `redis+unix:///path?db=N&user=U&pass=P`
-    /// (`rediss://` is refused as `InvalidUrl` for now: this build carries no
-    /// TLS support; see `docs/operations.md`). Each must be an independent
+    /// `rediss://…` for TLS (feature `tls`, on by default: the system roots,
+    /// or [`tls_ca`](Builder::tls_ca) and
+    /// [`tls_client_cert`](Builder::tls_client_cert); `#insecure` is
+    /// refused), or a Unix socket: `redis+unix:///path?db=N&user=U&pass=P`.
+    /// Each must be an independent
     /// master: no replicas, no cluster, and no server twice under two names
     /// ([`ConfigError::SameServer`]). Passwords never appear in errors,
     /// `Debug` or logs.
@@ -282,6 +286,42 @@ impl Builder {
         self
     }
 
+    /// Trusts the CA certificates in `pem` (PEM, one or more) for
+    /// `rediss://` nodes, instead of the system roots (feature `tls`).
+    ///
+    /// ```
+    /// let builder = redquorum::Redlock::builder()
+    ///     .nodes(["rediss://redis-1.internal:6380"])
+    ///     .tls_ca(std::fs::read("/etc/redquorum/ca.pem").unwrap_or_default());
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_ca(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.ca = Some(pem.into());
+        self
+    }
+
+    /// Presents this client certificate and key (PEM) to `rediss://` nodes
+    /// that require one (`tls-auth-clients yes`): mutual TLS (feature `tls`).
+    /// The key never appears in `Debug` or errors.
+    ///
+    /// ```
+    /// let builder = redquorum::Redlock::builder()
+    ///     .nodes(["rediss://redis-1.internal:6380"])
+    ///     .tls_client_cert(
+    ///         std::fs::read("/etc/redquorum/client.pem").unwrap_or_default(),
+    ///         std::fs::read("/etc/redquorum/client.key").unwrap_or_default(),
+    ///     );
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_client_cert(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls.client = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
     /// Checks the settings, then connects to every node concurrently, waiting
     /// at most the node timeout: a node that is down or frozen now is retried
     /// in the background and simply votes no until it is back. Credentials a
@@ -291,6 +331,12 @@ impl Builder {
     ///
     /// Must be called inside a tokio runtime.
     pub async fn build(self) -> Result<Redlock, ConfigError> {
+        #[cfg(feature = "tls")]
+        {
+            // One crypto provider for rustls, unless the process chose one:
+            // without it a `rediss://` connection would panic.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
         let drift_factor = match self.drift_factor {
             None => DriftFactor::default(),
             Some(f) => DriftFactor::new(f).ok_or(ConfigError::InvalidDriftFactor(f))?,
@@ -315,7 +361,7 @@ impl Builder {
         let targets = self
             .urls
             .iter()
-            .map(|url| Address::parse(url))
+            .map(|url| Address::parse_with(url, &self.tls))
             .collect::<Result<Vec<_>, _>>()?;
         if targets.is_empty() && self.custom.is_empty() {
             return Err(ConfigError::NoNodes);
@@ -345,8 +391,23 @@ impl Builder {
         .await;
         let limits = Limits::new(max_in_flight, wait);
         let mut nodes = Vec::with_capacity(connected.len() + self.custom.len());
+        let (mut tls_failures, mut other_failures, mut up) = (Vec::new(), 0, 0);
         for node in connected {
-            nodes.push(Dispatcher::start(Member::Redis(Arc::new(node?)), limits));
+            let (node, first) = node?;
+            match first {
+                Some(NodeError::Tls(message)) => {
+                    tls_failures.push(format!("{}: {message}", node.name()));
+                }
+                Some(_) => other_failures += 1,
+                None => up += usize::from(node.ready().is_ok()),
+            }
+            nodes.push(Dispatcher::start(Member::Redis(Arc::new(node)), limits));
+        }
+        // Every node that answered failing its handshake, and none up: a
+        // configuration error, not an outage — say so now rather than vote
+        // `NotConnected` forever. (Otherwise each node's vote carries it.)
+        if !tls_failures.is_empty() && other_failures == 0 && up == 0 {
+            return Err(ConfigError::Tls(tls_failures.join("; ")));
         }
         nodes.extend(
             self.custom

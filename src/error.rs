@@ -155,6 +155,12 @@ pub enum ConfigError {
         /// The member that turned out to be the same server.
         second: String,
     },
+    /// TLS could not be set up: a CA bundle or client certificate that does
+    /// not parse, or — when every node failed its TLS handshake the same
+    /// way — a certificate the client rejects, a server that requires a
+    /// client certificate, or TLS spoken to a port that does not speak it.
+    #[error("TLS: {0}")]
+    Tls(String),
     /// A per-node bound on calls in flight of zero.
     #[error("max_in_flight must be at least 1")]
     InvalidMaxInFlight,
@@ -187,6 +193,10 @@ pub enum NodeError {
     /// The node answered something this library did not expect.
     #[error("unexpected reply: {0}")]
     Protocol(Arc<str>),
+    /// The TLS handshake failed: a certificate the client rejects, a server
+    /// that requires a client certificate, or TLS spoken to a plain port.
+    #[error("TLS: {0}")]
+    Tls(Arc<str>),
     /// This many calls to the node were already queued or awaiting an answer
     /// (the per-node bound, [`Builder::max_in_flight`](crate::Builder::max_in_flight)):
     /// the call was refused without being sent, so it changed nothing.

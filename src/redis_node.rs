@@ -162,13 +162,17 @@ impl RedisNode {
     /// `max_in_flight` sizes the connection's request queue so that a call
     /// never waits for room in it: a call that did could be overtaken by a
     /// later one.
+    ///
+    /// Returns the node and how its first attempt failed, if it did within
+    /// `wait` (a node that fails TLS like every other is a configuration
+    /// error; see `Builder::build`).
     pub(crate) async fn connect(
         address: Address,
         index: usize,
         servers: Arc<Servers>,
         wait: Duration,
         max_in_flight: usize,
-    ) -> Result<Self, ConfigError> {
+    ) -> Result<(Self, Option<NodeError>), ConfigError> {
         let slot = Arc::new(Slot::default());
         let (first_tx, first_rx) = oneshot::channel();
         let name = Arc::clone(address.name());
@@ -177,6 +181,10 @@ impl RedisNode {
             servers,
             name: Arc::clone(&name),
             queue: max_in_flight.saturating_add(1),
+            tls: matches!(
+                address.client().get_connection_info().addr(),
+                redis::ConnectionAddr::TcpTls { .. }
+            ),
         };
         let reconnector = tokio::spawn(reconnect(
             address.client().clone(),
@@ -198,7 +206,8 @@ impl RedisNode {
                 first: first.to_string(),
                 second: node.name.to_string(),
             }),
-            _ => Ok(node),
+            Ok(Ok(First::Failed(error))) => Ok((node, Some(error))),
+            _ => Ok((node, None)),
         }
     }
 
@@ -250,6 +259,9 @@ struct Member {
     name: Arc<str>,
     /// The connection's request queue: room for every call in flight.
     queue: usize,
+    /// Whether the address is `rediss://`, to name a handshake that never
+    /// completes.
+    tls: bool,
 }
 
 /// The background task that owns (re)connecting. It lives as long as the
@@ -267,7 +279,19 @@ async fn reconnect(
     loop {
         let attempt = tokio::time::timeout(CONNECT_TIMEOUT, open(&client, member.queue))
             .await
-            .unwrap_or(Err(NodeError::TimedOut));
+            .unwrap_or(Err(NodeError::TimedOut))
+            .map_err(|e| match e {
+                // A plain-text port never answers a ClientHello.
+                NodeError::TimedOut | NodeError::Connection(_)
+                    if member.tls && e.to_string().contains("timed out") =>
+                {
+                    NodeError::Connection(
+                        "no answer to the TLS handshake within 1 s: a plain-text port, or a frozen node"
+                            .into(),
+                    )
+                }
+                e => e,
+            });
         let outcome = match attempt {
             Ok((conn, run_id)) => match run_id.map(|id| member.servers.claim(member.index, &id)) {
                 Some(Err(other)) => {
@@ -348,7 +372,9 @@ fn run_id(info: &str) -> Option<String> {
 /// Maps a redis-rs error onto what the coordinator needs to know.
 fn classify(e: &RedisError) -> NodeError {
     let text: Arc<str> = e.to_string().into();
-    if e.kind() == ErrorKind::AuthenticationFailed
+    if is_tls(&text) {
+        NodeError::Tls(text)
+    } else if e.kind() == ErrorKind::AuthenticationFailed
         || matches!(e.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"))
     {
         NodeError::Auth(text)
@@ -359,6 +385,20 @@ fn classify(e: &RedisError) -> NodeError {
     } else {
         NodeError::Protocol(text)
     }
+}
+
+/// Whether an error's text is rustls' (a handshake, certificate or record
+/// failure) rather than the network's.
+fn is_tls(text: &str) -> bool {
+    const MARKS: [&str; 6] = [
+        "invalid peer certificate",
+        "certificate",
+        "received fatal alert",
+        "corrupt message",
+        "handshake",
+        "InvalidContentType",
+    ];
+    MARKS.iter().any(|mark| text.contains(mark))
 }
 
 fn parse_reply(op: &Op<'_>, value: Value) -> Result<Reply, NodeError> {

@@ -425,6 +425,57 @@ async fn status_with_a_majority_unreachable_is_unknown() {
     assert!(s["nodes"][0]["error"].is_string());
 }
 
+/// Over mutual TLS (`scripts/tls-nodes`): exec runs the command under the
+/// lock and status reads the nodes, with --tls-ca / --tls-cert / --tls-key
+/// (and the same through REDQUORUM_TLS_*); without the client certificate
+/// the nodes refuse, as a clear error.
+#[tokio::test(flavor = "multi_thread")]
+async fn exec_and_status_over_mutual_tls() {
+    let nodes: Vec<String> = std::env::var("REDQUORUM_TLS_NODES")
+        .expect("REDQUORUM_TLS_NODES is not set: run scripts/test (it starts scripts/tls-nodes)")
+        .split(',')
+        .map(str::to_owned)
+        .collect();
+    let dir = std::env::var("REDQUORUM_TLS_DIR").expect("REDQUORUM_TLS_DIR");
+    let file = |name: &str| format!("{dir}/{name}");
+    let resource = unique("cli-tls");
+    let (ca, cert, key) = (file("ca.crt"), file("client.crt"), file("client.key"));
+    let out = run(
+        &nodes,
+        &[
+            "--tls-ca",
+            &ca,
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+            "exec",
+            &resource,
+            "--",
+            "sh",
+            "-c",
+            "test -n \"$REDQUORUM_TOKEN\"",
+        ],
+    )
+    .await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = Command::new(BIN)
+        .args(["--node-timeout", "1s", "status", "--json", &resource])
+        .env("REDQUORUM_NODES", nodes.join(","))
+        .env("REDQUORUM_TLS_CA", &ca)
+        .env("REDQUORUM_TLS_CERT", &cert)
+        .env("REDQUORUM_TLS_KEY", &key)
+        .output()
+        .await
+        .expect("run");
+    let status: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(&out)));
+    assert_eq!(status["verdict"], "FREE", "{status}");
+    let out = run(&nodes, &["--tls-ca", &ca, "exec", &resource, "--", "true"]).await;
+    assert_ne!(code(&out), 0);
+    assert!(stderr(&out).contains("TLS"), "{}", stderr(&out));
+}
+
 /// The command gets the lock, not the node credentials; and no password
 /// reaches stderr, whatever the URL form.
 #[tokio::test(flavor = "multi_thread")]

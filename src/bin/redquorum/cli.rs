@@ -53,6 +53,32 @@ pub struct Global {
     #[arg(long, global = true, value_parser = humantime::parse_duration, value_name = "D")]
     pub node_timeout: Option<Duration>,
 
+    /// A CA bundle (PEM) to trust for rediss:// nodes instead of the system
+    /// roots.
+    #[arg(long, env = "REDQUORUM_TLS_CA", global = true, value_name = "FILE")]
+    pub tls_ca: Option<std::path::PathBuf>,
+
+    /// A client certificate (PEM) for rediss:// nodes that require one
+    /// (mutual TLS); needs --tls-key.
+    #[arg(
+        long,
+        env = "REDQUORUM_TLS_CERT",
+        global = true,
+        value_name = "FILE",
+        requires = "tls_key"
+    )]
+    pub tls_cert: Option<std::path::PathBuf>,
+
+    /// The client certificate's private key (PEM); needs --tls-cert.
+    #[arg(
+        long,
+        env = "REDQUORUM_TLS_KEY",
+        global = true,
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<std::path::PathBuf>,
+
     /// Print nothing of redquorum's own but usage errors (the exit code says
     /// what happened).
     #[arg(short, long, global = true, conflicts_with = "verbose")]

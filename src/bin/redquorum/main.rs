@@ -105,7 +105,35 @@ pub(crate) async fn connect(
     if let Some(timeout) = global.node_timeout {
         builder = builder.node_timeout(timeout);
     }
+    let tls = tls_files(global)?;
+    if let Some(ca) = tls.ca {
+        builder = builder.tls_ca(ca);
+    }
+    if let Some((cert, key)) = tls.client {
+        builder = builder.tls_client_cert(cert, key);
+    }
     builder.build().await
+}
+
+/// The contents of --tls-ca / --tls-cert / --tls-key (PEM).
+#[derive(Default)]
+pub(crate) struct TlsFiles {
+    pub(crate) ca: Option<Vec<u8>>,
+    pub(crate) client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Reads the TLS files named on the command line; an unreadable one is a
+/// `ConfigError::Tls` naming the file (never its contents).
+pub(crate) fn tls_files(global: &Global) -> Result<TlsFiles, ConfigError> {
+    let read = |path: &std::path::Path| {
+        std::fs::read(path).map_err(|e| ConfigError::Tls(format!("{}: {e}", path.display())))
+    };
+    let ca = global.tls_ca.as_deref().map(read).transpose()?;
+    let client = match (&global.tls_cert, &global.tls_key) {
+        (Some(cert), Some(key)) => Some((read(cert)?, read(key)?)),
+        _ => None,
+    };
+    Ok(TlsFiles { ca, client })
 }
 
 /// The exit code and message for a client that could not be built.

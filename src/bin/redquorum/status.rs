@@ -160,11 +160,36 @@ pub async fn status(global: &Global, nodes: &[String], args: &StatusArgs, ui: &U
         ui.usage("resource name is empty");
         return exit::USAGE;
     }
+    let tls = match crate::tls_files(global) {
+        Ok(tls) => tls,
+        Err(e) => {
+            ui.usage(&e.to_string());
+            return exit::USAGE;
+        }
+    };
     let mut clients = Vec::with_capacity(nodes.len());
     for url in nodes {
         match redquorum::node::node_name(url).and_then(|name| {
-            // node_name has parsed the URL already: opening cannot fail.
-            Client::open(url.as_str())
+            // node_name has parsed the URL already: opening cannot fail but
+            // for the TLS material.
+            let client =
+                if url.starts_with("rediss://") && (tls.ca.is_some() || tls.client.is_some()) {
+                    Client::build_with_tls(
+                        url.as_str(),
+                        redis::TlsCertificates {
+                            client_tls: tls.client.clone().map(|(client_cert, client_key)| {
+                                redis::ClientTlsConfig {
+                                    client_cert,
+                                    client_key,
+                                }
+                            }),
+                            root_cert: tls.ca.clone(),
+                        },
+                    )
+                } else {
+                    Client::open(url.as_str())
+                };
+            client
                 .map(|client| (name, client))
                 .map_err(|e| redquorum::ConfigError::InvalidUrl {
                     url: String::new(),
