@@ -197,8 +197,10 @@ async fn keep(lock: &mut Lock, keeping: Keeping, lease: &Lease) {
             }
             // Too few nodes still hold our token to ever make a quorum: gone,
             // whatever the clock says (an operator released it, or nodes
-            // lost their data).
-            Ok(Err(LockError::Expired { votes })) if votes.not_held() > votes.len() - quorum => {
+            // lost their data). No votes at all: the extend found the lease
+            // already expired. (Written without a subtraction: `len − quorum`
+            // underflowed for the empty votes of an expired lease.)
+            Ok(Err(LockError::Expired { votes })) if votes.not_held() + quorum > votes.len() => {
                 break;
             }
             Ok(Err(e)) => {
