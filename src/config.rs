@@ -191,6 +191,7 @@ pub struct Builder {
     quiet: bool,
     max_in_flight: Option<usize>,
     tls: TlsMaterial,
+    require_quorum: bool,
 }
 
 impl fmt::Debug for Builder {
@@ -205,6 +206,7 @@ impl fmt::Debug for Builder {
             .field("notify_waiters", &!self.quiet)
             .field("max_in_flight", &self.max_in_flight)
             .field("tls", &self.tls)
+            .field("require_quorum", &self.require_quorum)
             .finish()
     }
 }
@@ -322,6 +324,27 @@ impl Builder {
         self
     }
 
+    /// Makes [`build`](Builder::build) fail with
+    /// [`ConfigError::TooFewNodes`] unless a quorum of nodes answers within
+    /// the node timeout (default: off — nodes that are down at start join
+    /// when they come back, and rounds fail with `Unavailable` until then).
+    /// For services that should not start without their lock nodes.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let built = redquorum::Redlock::builder()
+    ///     .nodes(["redis://127.0.0.1:1", "redis://127.0.0.1:2", "redis://127.0.0.1:3"])
+    ///     .require_quorum(true)
+    ///     .build()
+    ///     .await;
+    /// assert!(matches!(built, Err(redquorum::ConfigError::TooFewNodes { .. })));
+    /// # }
+    /// ```
+    pub fn require_quorum(mut self, on: bool) -> Self {
+        self.require_quorum = on;
+        self
+    }
+
     /// Checks the settings, then connects to every node concurrently, waiting
     /// at most the node timeout: a node that is down or frozen now is retried
     /// in the background and simply votes no until it is back. Credentials a
@@ -382,6 +405,13 @@ impl Builder {
         });
         let wait = self.node_timeout.unwrap_or(DEFAULT_NODE_TIMEOUT);
         let servers = Servers::new(targets.iter().map(|t| Arc::clone(t.name())).collect());
+        // Requiring a quorum waits for a whole connection attempt (TCP, TLS,
+        // AUTH, PING), not just the node timeout.
+        let wait = if self.require_quorum {
+            wait.max(Duration::from_secs(1))
+        } else {
+            wait
+        };
         let connected = futures::future::join_all(
             targets
                 .into_iter()
@@ -409,11 +439,34 @@ impl Builder {
         if !tls_failures.is_empty() && other_failures == 0 && up == 0 {
             return Err(ConfigError::Tls(tls_failures.join("; ")));
         }
+        let custom = self.custom.len();
         nodes.extend(
             self.custom
                 .into_iter()
                 .map(|node| Dispatcher::start(Member::Custom(node), limits)),
         );
+        if self.require_quorum {
+            let needed = quorum(nodes.len());
+            let down: Vec<String> = nodes
+                .iter()
+                .filter_map(|node| match node.member() {
+                    Member::Redis(redis) => {
+                        redis.ready().err().map(|e| format!("{}: {e}", node.name()))
+                    }
+                    Member::Custom(_) => None,
+                })
+                .collect();
+            let reachable = nodes.len() - down.len();
+            debug_assert!(reachable >= custom);
+            if reachable < needed {
+                return Err(ConfigError::TooFewNodes {
+                    reachable,
+                    nodes: nodes.len(),
+                    quorum: needed,
+                    detail: down.join("; "),
+                });
+            }
+        }
         Ok(Redlock::new(
             nodes,
             Settings {

@@ -245,6 +245,10 @@ impl Dispatcher {
         self.member.name()
     }
 
+    pub(crate) fn member(&self) -> &Member {
+        &self.member
+    }
+
     /// Calls in flight right now.
     pub(crate) fn in_flight(&self) -> usize {
         self.in_flight.load(Ordering::Relaxed)

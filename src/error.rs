@@ -161,6 +161,19 @@ pub enum ConfigError {
     /// client certificate, or TLS spoken to a port that does not speak it.
     #[error("TLS: {0}")]
     Tls(String),
+    /// [`Builder::require_quorum`](crate::Builder::require_quorum): fewer
+    /// than a quorum of nodes answered at connect.
+    #[error("only {reachable} of {nodes} nodes reachable at connect, {quorum} needed: {detail}")]
+    TooFewNodes {
+        /// Nodes that answered.
+        reachable: usize,
+        /// Nodes configured.
+        nodes: usize,
+        /// The quorum.
+        quorum: usize,
+        /// Each unreachable node and why (passwords masked).
+        detail: String,
+    },
     /// A per-node bound on calls in flight of zero.
     #[error("max_in_flight must be at least 1")]
     InvalidMaxInFlight,

@@ -51,6 +51,7 @@ mod error;
 mod lease;
 mod lock;
 pub mod node;
+mod probe;
 pub mod quorum;
 mod redis_node;
 mod redlock;
@@ -62,6 +63,7 @@ pub use config::{Builder, LockOptions, Retry};
 pub use error::{Answer, ConfigError, LockError, NodeError, Votes};
 pub use lease::{KeepAlive, Lease};
 pub use lock::Lock;
+pub use probe::NodeHealth;
 pub use redlock::Redlock;
 
 // The README's example is compiled as a doctest, so it stays true.

@@ -47,6 +47,8 @@ struct Current {
     conn: Option<MultiplexedConnection>,
     /// Why there is no connection, for `NotConnected`.
     last_error: Option<Arc<str>>,
+    /// The server and version the last connection reported.
+    server: Option<Arc<str>>,
 }
 
 impl Slot {
@@ -74,11 +76,17 @@ impl Slot {
         }
     }
 
-    fn install(&self, conn: MultiplexedConnection) {
+    fn install(&self, conn: MultiplexedConnection, server: Option<Arc<str>>) {
         let mut cur = self.current.lock().unwrap_or_else(PoisonError::into_inner);
         cur.generation += 1;
         cur.conn = Some(conn);
         cur.last_error = None;
+        cur.server = server.or(cur.server.take());
+    }
+
+    fn server(&self) -> Option<Arc<str>> {
+        let cur = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        cur.server.clone()
     }
 
     fn failed_to_connect(&self, error: &NodeError) {
@@ -221,6 +229,22 @@ impl RedisNode {
         self.slot.ready()
     }
 
+    /// The server and version its last connection reported.
+    pub(crate) fn server(&self) -> Option<Arc<str>> {
+        self.slot.server()
+    }
+
+    /// One `PING` on the current connection (for readiness probes; the
+    /// caller bounds it).
+    pub(crate) async fn ping(&self) -> Result<(), NodeError> {
+        let (_, mut conn) = self.slot.get()?;
+        conn.send_packed_command(&redis::cmd("PING"))
+            .await
+            .and_then(Value::extract_error)
+            .map(drop)
+            .map_err(|e| classify(&e))
+    }
+
     /// Performs `op` on the node: its script, or a native command where one
     /// is atomic enough — one message, written in the order calls are made.
     /// Waits at
@@ -293,7 +317,9 @@ async fn reconnect(
                 e => e,
             });
         let outcome = match attempt {
-            Ok((conn, run_id)) => match run_id.map(|id| member.servers.claim(member.index, &id)) {
+            Ok((conn, run_id, server)) => match run_id
+                .map(|id| member.servers.claim(member.index, &id))
+            {
                 Some(Err(other)) => {
                     let error = NodeError::Server(format!("same server as member {other}").into());
                     if reported.as_ref() != Some(&other) {
@@ -304,7 +330,7 @@ async fn reconnect(
                     First::SameAs(other)
                 }
                 _ => {
-                    slot.install(conn);
+                    slot.install(conn, server.map(Arc::from));
                     First::Connected
                 }
             },
@@ -335,7 +361,7 @@ async fn reconnect(
 async fn open(
     client: &redis::Client,
     queue: usize,
-) -> Result<(MultiplexedConnection, Option<String>), NodeError> {
+) -> Result<(MultiplexedConnection, Option<String>, Option<String>), NodeError> {
     // Timeouts are the dispatcher's business: it bounds every call itself.
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(CONNECT_TIMEOUT))
@@ -353,12 +379,28 @@ async fn open(
         .send_packed_command(redis::cmd("INFO").arg("server"))
         .await
         .and_then(Value::extract_error);
-    let run_id = match info {
-        Ok(Value::BulkString(text)) => run_id(&String::from_utf8_lossy(&text)),
-        Ok(Value::VerbatimString { text, .. }) => run_id(&text),
-        _ => None,
+    let info = match info {
+        Ok(Value::BulkString(text)) => String::from_utf8_lossy(&text).into_owned(),
+        Ok(Value::VerbatimString { text, .. }) => text,
+        _ => String::new(),
     };
-    Ok((conn, run_id))
+    Ok((conn, run_id(&info), server(&info)))
+}
+
+/// The server and version from `INFO server`: `valkey 8.1.8` (Valkey also
+/// reports a `redis_version` for compatibility), else `redis 7.0.15`.
+fn server(info: &str) -> Option<String> {
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|line| line.strip_prefix(name))
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+    };
+    match (field("valkey_version:"), field("redis_version:")) {
+        (Some(v), _) => Some(format!("valkey {v}")),
+        (None, Some(v)) => Some(format!("redis {v}")),
+        _ => None,
+    }
 }
 
 /// The `run_id` line of `INFO server`.
@@ -440,6 +482,15 @@ mod tests {
         let info = "# Server\r\nredis_version:7.0.15\r\nrun_id:ab12\r\ntcp_port:6379\r\n";
         assert_eq!(run_id(info).as_deref(), Some("ab12"));
         assert_eq!(run_id("# Server\r\n"), None);
+    }
+
+    #[test]
+    fn reads_the_server() {
+        let redis = "redis_version:7.0.15\r\nrun_id:x\r\n";
+        assert_eq!(server(redis).as_deref(), Some("redis 7.0.15"));
+        let valkey = "redis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.1.8\r\n";
+        assert_eq!(server(valkey).as_deref(), Some("valkey 8.1.8"));
+        assert_eq!(server(""), None);
     }
 
     #[test]

@@ -24,7 +24,7 @@ use tracing::Instrument;
 
 use crate::claim::{Claim, Keys, Step};
 use crate::config::{Builder, LockOptions, Settings};
-use crate::dispatch::{Call, Dispatcher, Outcome};
+use crate::dispatch::{Call, Dispatcher, Member, Outcome};
 use crate::error::{Answer, ConfigError, LockError, NodeError, Votes};
 use crate::lock::Lock;
 use crate::node::Reply;
@@ -711,6 +711,13 @@ impl Inner {
         }
         .instrument(span)
         .await
+    }
+
+    /// Every node and its calls in flight, in configured order.
+    pub(crate) fn members(&self) -> impl Iterator<Item = (&Member, usize)> {
+        self.nodes
+            .iter()
+            .map(|node| (node.member(), node.in_flight()))
     }
 
     /// A round's answers with the nodes' names, as errors report them.

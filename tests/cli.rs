@@ -476,6 +476,32 @@ async fn exec_and_status_over_mutual_tls() {
     assert!(stderr(&out).contains("TLS"), "{}", stderr(&out));
 }
 
+/// `redquorum nodes`: every node up with its server (exit 0); without a
+/// quorum, the unreachable ones and why (exit 69).
+#[tokio::test(flavor = "multi_thread")]
+async fn nodes_shows_reachability_and_exits_69_without_a_quorum() {
+    let nodes = node_urls();
+    let out = run(&nodes, &["nodes", "--json"]).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["reachable"], 5, "{v}");
+    assert_eq!(v["verdict"], "OK");
+    assert!(v["nodes"][0]["server"].is_string(), "{v}");
+    let mut mixed = nodes[..2].to_vec();
+    mixed.extend([
+        "redis://127.0.0.1:1".to_owned(),
+        "redis://127.0.0.1:2".to_owned(),
+        "redis://127.0.0.1:3".to_owned(),
+    ]);
+    let out = run(&mixed, &["nodes"]).await;
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    let table = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        table.contains("down") && table.contains("2 of 5 reachable"),
+        "{table}"
+    );
+}
+
 /// The command gets the lock, not the node credentials; and no password
 /// reaches stderr, whatever the URL form.
 #[tokio::test(flavor = "multi_thread")]

@@ -603,3 +603,67 @@ async fn one_server_under_two_names_is_refused() {
         .await
         .expect("distinct servers");
 }
+
+/// Readiness on demand: every node reachable, with its latency and server.
+#[tokio::test]
+async fn probe_reports_every_node_with_its_server() {
+    let redlock = redlock().await;
+    let health = redlock.probe(Duration::from_secs(2)).await;
+    assert_eq!(health.len(), 5);
+    for (h, url) in health.iter().zip(node_urls()) {
+        assert_eq!(h.node, url);
+        assert!(h.is_reachable(), "{h:?}");
+        let server = h.server.as_deref().unwrap_or_default();
+        assert!(
+            server.starts_with("redis ") || server.starts_with("valkey "),
+            "{h:?}"
+        );
+    }
+}
+
+/// `require_quorum`: a client without a quorum of reachable nodes is a
+/// typed error at build, naming the nodes that did not answer; with one it
+/// builds.
+#[tokio::test]
+async fn require_quorum_refuses_a_client_without_a_quorum() {
+    let urls = node_urls();
+    // Nothing listens on ports 1-3.
+    let mixed = [
+        urls[0].clone(),
+        urls[1].clone(),
+        "redis://127.0.0.1:1".to_owned(),
+        "redis://127.0.0.1:2".to_owned(),
+        "redis://127.0.0.1:3".to_owned(),
+    ];
+    let err = Redlock::builder()
+        .nodes(&mixed)
+        .require_quorum(true)
+        .build()
+        .await
+        .unwrap_err();
+    match err {
+        ConfigError::TooFewNodes {
+            reachable,
+            nodes,
+            quorum,
+            detail,
+        } => {
+            assert_eq!((reachable, nodes, quorum), (2, 5, 3));
+            assert!(detail.contains("127.0.0.1:1"), "{detail}");
+        }
+        other => panic!("expected TooFewNodes, got {other:?}"),
+    }
+    let redlock = Redlock::builder()
+        .nodes(&urls)
+        .require_quorum(true)
+        .build()
+        .await
+        .expect("a quorum is reachable");
+    assert!(
+        redlock
+            .probe(Duration::from_secs(2))
+            .await
+            .iter()
+            .all(|h| h.is_reachable())
+    );
+}

@@ -330,3 +330,32 @@ async fn a_ca_bundle_that_does_not_parse_is_a_config_error() {
     assert!(matches!(err, ConfigError::Tls(_)), "{err:?}");
     assert!(!format!("{err:?}").contains("BEGIN"), "{err:?}");
 }
+
+/// The same nodes over their Unix sockets (`redis+unix://`, plain text):
+/// locks work, and the node names are the socket paths.
+#[tokio::test]
+async fn unix_socket_nodes_work() {
+    let _serial = SERIAL.lock().await;
+    let dir = std::env::var("REDQUORUM_TLS_DIR").expect("REDQUORUM_TLS_DIR");
+    let urls: Vec<String> = (1..=5)
+        .map(|n| format!("redis+unix://{dir}/node{n}/redis.sock"))
+        .collect();
+    let redlock = Redlock::builder()
+        .nodes(&urls)
+        .node_timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap();
+    ready(&redlock).await;
+    assert!(
+        redlock
+            .nodes()
+            .all(|n| n.starts_with("unix:") && n.ends_with("redis.sock"))
+    );
+    let mut lock = redlock
+        .try_lock(&support::unique("unix"), Duration::from_secs(5))
+        .await
+        .unwrap();
+    lock.extend(Duration::from_secs(5)).await.unwrap();
+    lock.release().await.unwrap();
+}

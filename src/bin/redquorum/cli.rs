@@ -95,6 +95,19 @@ pub enum Command {
     Exec(ExecArgs),
     Status(StatusArgs),
     Release(ReleaseArgs),
+    Nodes(NodesArgs),
+}
+
+/// Show every node: reachable or not (and why), the round trip of a PING,
+/// the server and its version, and calls in flight.
+///
+/// Exit 0 when a quorum of nodes answered, 69 otherwise.
+#[derive(Debug, Args)]
+#[command(after_help = EXIT_CODES)]
+pub struct NodesArgs {
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Acquire RESOURCE, run CMD while keeping the lease alive, release.

@@ -4,6 +4,7 @@
 mod cli;
 mod exec;
 mod exit;
+mod nodes;
 mod process;
 mod release;
 mod status;
@@ -73,6 +74,7 @@ async fn run(cli: Cli, ui: &Ui) -> Code {
         Command::Exec(args) => exec::exec(&cli.global, &nodes, args, ui).await,
         Command::Status(args) => status::status(&cli.global, &nodes, &args, ui).await,
         Command::Release(args) => release::release(&cli.global, &nodes, &args, ui).await,
+        Command::Nodes(args) => nodes::nodes(&cli.global, &nodes, &args, ui).await,
     }
 }
 
@@ -101,8 +103,18 @@ pub(crate) async fn connect(
     nodes: &[String],
     retry: Retry,
 ) -> Result<Redlock, ConfigError> {
+    connect_with(global, nodes, retry, global.node_timeout).await
+}
+
+/// [`connect`] with this node timeout instead of --node-timeout.
+pub(crate) async fn connect_with(
+    global: &Global,
+    nodes: &[String],
+    retry: Retry,
+    node_timeout: Option<std::time::Duration>,
+) -> Result<Redlock, ConfigError> {
     let mut builder = Redlock::builder().nodes(nodes).retry(retry);
-    if let Some(timeout) = global.node_timeout {
+    if let Some(timeout) = node_timeout {
         builder = builder.node_timeout(timeout);
     }
     let tls = tls_files(global)?;
