@@ -208,7 +208,16 @@ pub(crate) fn redact(url: &str) -> String {
     if let Some(port) = parsed.port() {
         out.push_str(&format!(":{port}"));
     }
-    out.push_str(parsed.path());
+    // A path is shown only where it cannot hold a password: a database
+    // number, or any path of a URL without an '@' (a Unix socket's). A
+    // password with a '/' can land in the path ("redis:/:/p@h" parses so).
+    let path = parsed.path();
+    let number = path.len() > 1 && path[1..].bytes().all(|b| b.is_ascii_digit());
+    if path.is_empty() || path == "/" || number || !url.contains('@') {
+        out.push_str(path);
+    } else {
+        out.push_str("/***");
+    }
     // Not even the keys: an unencoded `&` in a password makes a key of it.
     if parsed.query().is_some() {
         out.push_str("?***");
@@ -280,6 +289,7 @@ mod tests {
             ("rediss://h:1/#pw", "rediss://h:1/#***"),
             ("not a url", "***"),
             ("redis://h:1/a@b", "redis://***"),
+            ("redis:/://pw@127.0.0.1:7001", "redis://***@/***"),
         ] {
             assert_eq!(redact(url), shown, "{url}");
         }

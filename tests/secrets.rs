@@ -8,12 +8,13 @@ use proptest::prelude::*;
 use redquorum::node::node_name;
 use redquorum::{ConfigError, Redlock};
 
-/// Passwords of 8 to 24 characters: upper-case letters (which no output of
-/// ours contains three of in a row) mixed with reserved characters.
+/// Passwords of 8 to 24 characters: rare upper-case letters (no three of
+/// them in a row spell anything our output says, as "URL" or "TLS" would)
+/// mixed with reserved characters.
 fn password() -> impl Strategy<Value = String> {
     proptest::collection::vec(
         prop_oneof![
-            4 => proptest::char::range('A', 'Z'),
+            4 => prop::sample::select(vec!['J', 'K', 'Q', 'V', 'W', 'X', 'Y', 'Z']),
             1 => prop::sample::select(vec!['#', '/', '?', '@', ':', '%', '&', '=', '+', ' ']),
         ],
         8..24,
@@ -108,7 +109,7 @@ proptest! {
 /// password too.
 #[tokio::test]
 async fn build_errors_hide_passwords() {
-    let pw = "QWERTY#ZXC/VBN?MLK";
+    let pw = "QWXZJK#ZXQ/VKJ?QZX";
     for url in shapes(pw) {
         if node_name(&url).is_ok() {
             continue; // would try to connect
@@ -126,7 +127,7 @@ async fn build_errors_hide_passwords() {
 /// shows none in its `Debug`, nor do the errors of its rounds.
 #[tokio::test]
 async fn a_client_and_its_errors_hide_passwords() {
-    let pw = "QWERTYZXCVBN";
+    let pw = "QWXZJKZXQVKJ";
     let urls = [
         format!("redis://:{pw}@127.0.0.1:1"),
         format!("redis://user:{pw}@127.0.0.1:2/3"),

@@ -59,6 +59,20 @@ async fn wait_subscribed_by(
     }
 }
 
+/// Starts `waiter` waiting (up to 20 s) for `resource`; resolves to when
+/// it got the lock (released at once).
+fn spawn_waiter(waiter: Redlock, resource: String) -> tokio::task::JoinHandle<Instant> {
+    tokio::spawn(async move {
+        let lock = waiter
+            .lock_wait(&resource, Duration::from_secs(5), Duration::from_secs(20))
+            .await
+            .unwrap();
+        let got = Instant::now();
+        lock.release().await.unwrap();
+        got
+    })
+}
+
 /// How long after the holder's release a waiting client gets the lock.
 /// The release comes once the waiter's subscription is live on every node,
 /// so a notification can reach it.
@@ -71,15 +85,7 @@ async fn hand_off(urls: &[String]) -> Duration {
         .await
         .unwrap();
     let key = lock_key(&resource);
-    let waiting = tokio::spawn(async move {
-        let lock = waiter
-            .lock_wait(&resource, Duration::from_secs(5), Duration::from_secs(20))
-            .await
-            .unwrap();
-        let got = Instant::now();
-        lock.release().await.unwrap();
-        got
-    });
+    let waiting = spawn_waiter(waiter, resource);
     let mut conns = raw_all().await;
     wait_subscribed(&mut conns, &key).await;
     let released = Instant::now();
@@ -265,16 +271,7 @@ async fn every_reentrant_release_publishes_a_new_nonce_and_wakes_the_waiter() {
         .await
         .unwrap();
     let waiter = slow_poller(&node_urls(), true).await;
-    let r = resource.clone();
-    let waiting = tokio::spawn(async move {
-        let lock = waiter
-            .lock_wait(&r, Duration::from_secs(5), Duration::from_secs(20))
-            .await
-            .unwrap();
-        let got = Instant::now();
-        lock.release().await.unwrap();
-        got
-    });
+    let waiting = spawn_waiter(waiter, resource.clone());
     let mut conns = raw_all().await;
     // Node 1 also counts the subscription this test listens on.
     wait_subscribed_by(&mut conns, &key, &[2, 1, 1, 1, 1]).await;
