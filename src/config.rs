@@ -281,7 +281,7 @@ impl Builder {
     /// [`NodeError::Overloaded`](crate::NodeError::Overloaded) — a vote
     /// against — instead of queueing: a frozen node costs a bounded amount of
     /// memory whatever the lock rate. A call waits at most four node
-    /// timeouts (at least 200 ms) for its answer; a node that takes longer
+    /// timeouts (at least 1 s) for its answer; a node that takes longer
     /// has its connection dropped and re-established in the background.
     pub fn max_in_flight(mut self, calls: usize) -> Self {
         self.max_in_flight = Some(calls);

@@ -59,8 +59,11 @@ pub const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
 
 /// A call's grace is this many node timeouts…
 const GRACE_TIMEOUTS: u32 = 4;
-/// …and never less than this (a loaded host is a normal host).
-const MIN_GRACE: Duration = Duration::from_millis(200);
+/// …and never less than this: a loaded host is a normal host, and a
+/// connection dropped for being slow can strand an acquire's key there
+/// (its release then goes nowhere). The memory bound is `max_in_flight`
+/// whatever the grace; the grace only says when to give up on a node.
+const MIN_GRACE: Duration = Duration::from_secs(1);
 
 /// How much one node may cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,8 +14,8 @@ use support::memory::MemoryNode;
 
 const LIMIT: usize = 8;
 const NODE_TIMEOUT: Duration = Duration::from_millis(50);
-/// Four node timeouts, but at least 200 ms.
-const GRACE: Duration = Duration::from_millis(200);
+/// Four node timeouts, but at least 1 s.
+const GRACE: Duration = Duration::from_secs(1);
 const TTL: Duration = Duration::from_secs(60);
 
 async fn cluster(limit: usize) -> (Vec<Arc<MemoryNode>>, Redlock) {

@@ -658,8 +658,9 @@ async fn leftovers_live_only_on_the_unreachable_node_until_their_ttl() {
     {
         let _frozen = Frozen::new(&[5]);
         let lock = redlock.try_lock(&resource, ttl).await.unwrap();
-        // Held past the grace (4 × 50 ms): node 5's connection is dropped.
-        tokio::time::sleep(Duration::from_millis(600)).await;
+        // Held past the grace (4 × 50 ms, at least 1 s): node 5's
+        // connection is dropped.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
         lock.release().await.unwrap();
     }
     // Thawed: node 5 applies the acquire it had buffered; nothing else has
