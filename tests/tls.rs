@@ -252,8 +252,19 @@ async fn tls_to_a_plain_port_is_named_per_node_never_a_hang() {
     .expect("build hung")
     .expect("a node whose handshake is unanswered is no build error");
     // A plain-text server never answers a ClientHello: each node says so
-    // once its connect attempt gives up (1 s).
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // once its connect attempt gives up (1 s). Wait for that, bounded.
+    let start = Instant::now();
+    loop {
+        let health = redlock.probe(Duration::from_millis(100)).await;
+        let named = |h: &redquorum::NodeHealth| {
+            matches!(&h.reachable, Err(e) if e.to_string().contains("TLS handshake"))
+        };
+        if health.iter().all(named) {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "{health:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let refused = tokio::time::timeout(
         Duration::from_secs(10),
         redlock.try_lock("tls-to-plain", Duration::from_secs(5)),
