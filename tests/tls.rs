@@ -256,9 +256,7 @@ async fn tls_to_a_plain_port_is_named_per_node_never_a_hang() {
     let start = Instant::now();
     loop {
         let health = redlock.probe(Duration::from_millis(100)).await;
-        let named = |h: &redquorum::NodeHealth| {
-            matches!(&h.reachable, Err(e) if e.to_string().contains("TLS handshake"))
-        };
+        let named = |h: &redquorum::NodeHealth| matches!(&h.reachable, Err(e) if e.to_string().contains("TLS handshake"));
         if health.iter().all(named) {
             break;
         }
