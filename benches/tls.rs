@@ -1,0 +1,79 @@
+//! Lone lock+release over TLS against plain TCP, on the same five servers in
+//! one run: `scripts/tls-nodes up` with `REDQUORUM_TLS_PLAIN=1` opens a
+//! plain-text port beside each TLS port (7111–7115; the suite's nodes are
+//! TLS-only).
+//!
+//! `REDQUORUM_TLS_PLAIN=1 scripts/tls-nodes up && cargo bench --bench tls`
+//! (`REDQUORUM_TLS_DIR` defaults to `target/tls-nodes`). Under `cargo test`
+//! (no `--bench`) it only says so.
+
+use std::time::{Duration, Instant};
+
+use redquorum::{Redlock, Retry};
+
+const CYCLES: usize = 2000;
+
+fn p(samples: &mut [Duration], q: usize) -> f64 {
+    samples.sort_unstable();
+    samples[(samples.len() - 1) * q / 100].as_secs_f64() * 1e6
+}
+
+async fn lone(redlock: &Redlock, label: &str) -> Vec<Duration> {
+    let mut samples = Vec::with_capacity(CYCLES);
+    for i in 0..CYCLES {
+        let start = Instant::now();
+        let lock = redlock
+            .try_lock(&format!("bench:tls:{label}:{i}"), Duration::from_secs(10))
+            .await
+            .expect("lock");
+        lock.release().await.expect("release");
+        samples.push(start.elapsed());
+    }
+    samples
+}
+
+fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("tls bench: run with `cargo bench --bench tls`; skipped under cargo test");
+        return;
+    }
+    let dir = std::env::var("REDQUORUM_TLS_DIR").unwrap_or_else(|_| "target/tls-nodes".to_owned());
+    let read = |name: &str| {
+        std::fs::read(format!("{dir}/{name}")).expect("certificates (scripts/tls-nodes up)")
+    };
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let tls = Redlock::builder()
+            .nodes((1..=5).map(|n| format!("rediss://127.0.0.1:{}", 7100 + n)))
+            .tls_ca(read("ca.crt"))
+            .tls_client_cert(read("client.crt"), read("client.key"))
+            .node_timeout(Duration::from_secs(1))
+            .retry(Retry::none())
+            .require_quorum(true)
+            .build()
+            .await
+            .expect("TLS nodes");
+        let plain = Redlock::builder()
+            .nodes((1..=5).map(|n| format!("redis://127.0.0.1:{}", 7110 + n)))
+            .node_timeout(Duration::from_secs(1))
+            .retry(Retry::none())
+            .require_quorum(true)
+            .build()
+            .await
+            .expect("plain ports (REDQUORUM_TLS_PLAIN=1 scripts/tls-nodes up)");
+        // Interleaved halves, so that machine load hits both alike.
+        let (mut t, mut c) = (Vec::new(), Vec::new());
+        for _ in 0..2 {
+            t.extend(lone(&tls, "tls").await);
+            c.extend(lone(&plain, "tcp").await);
+        }
+        let (t50, c50) = (p(&mut t, 50), p(&mut c, 50));
+        println!(
+            "lone lock+release, same five servers, {} cycles each: TLS p50 {t50:.0} µs p99 {:.0} µs; TCP p50 {c50:.0} µs p99 {:.0} µs; TLS/TCP p50 {:.2}x",
+            2 * CYCLES,
+            p(&mut t, 99),
+            p(&mut c, 99),
+            t50 / c50
+        );
+    });
+}
