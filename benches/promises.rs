@@ -58,35 +58,10 @@ fn unique(prefix: &str) -> String {
     format!("bench:{prefix}:{:016x}", rand::random::<u64>())
 }
 
-/// Busy threads until dropped.
-struct Burners(Arc<AtomicBool>, Vec<std::thread::JoinHandle<()>>);
-
-impl Burners {
-    fn start(n: usize) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let threads = (0..n)
-            .map(|_| {
-                let stop = stop.clone();
-                std::thread::spawn(move || {
-                    let mut x = 0u64;
-                    while !stop.load(Ordering::Relaxed) {
-                        x = std::hint::black_box(x.wrapping_add(1));
-                    }
-                })
-            })
-            .collect();
-        Burners(stop, threads)
-    }
-}
-
-impl Drop for Burners {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Relaxed);
-        for t in self.1.drain(..) {
-            let _ = t.join();
-        }
-    }
-}
+// The suite's load generator, shared with tests/delivery.rs.
+#[path = "../tests/support/load.rs"]
+mod load;
+use load::Burners;
 
 /// Whether every node shows `lock` (extended: with a PTTL above 10 s)
 /// within 100 ms.
@@ -120,7 +95,7 @@ async fn spread(urls: &[String]) {
     let conns = Arc::new(conns);
     let (missed_grants, missed_extends) =
         (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let _load = Burners::start(2);
+    let _load = Burners::start(2, Duration::from_secs(120));
     let tasks: Vec<_> = (0..16)
         .map(|_| {
             let (redlock, conns) = (redlock.clone(), conns.clone());

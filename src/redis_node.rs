@@ -432,8 +432,7 @@ fn classify(e: &RedisError) -> NodeError {
 /// Whether an error's text is rustls' (a handshake, certificate or record
 /// failure) rather than the network's.
 fn is_tls(text: &str) -> bool {
-    const MARKS: [&str; 6] = [
-        "invalid peer certificate",
+    const MARKS: [&str; 5] = [
         "certificate",
         "received fatal alert",
         "corrupt message",
