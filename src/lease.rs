@@ -288,7 +288,17 @@ impl Redlock {
         let lease = Lease::new(&lock);
         // Ends the lease for subtasks even if this future is dropped.
         let _ending = EndOnDrop(lease.clone());
-        let work = work(lease.clone());
+        let mut work = std::pin::pin!(work(lease.clone()));
+        // Never polled once the deadline has passed, whatever order the
+        // timers fire in: the keeper's own timer may land a tick after the
+        // work's, and the keeper then ends the lease.
+        let work = std::future::poll_fn(|cx| {
+            if lease.is_valid() {
+                work.as_mut().poll(cx)
+            } else {
+                std::task::Poll::Pending
+            }
+        });
         let outcome = tokio::select! {
             // The keeper first: once the deadline has passed, the work is not
             // polled again.
