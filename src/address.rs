@@ -19,7 +19,16 @@ use crate::error::ConfigError;
 pub(crate) struct Address {
     client: redis::Client,
     name: Arc<str>,
+    /// `redis+cluster://` or `rediss+cluster://`: the seed of a Redis
+    /// Cluster that is one member.
+    cluster: bool,
 }
+
+/// The schemes of a cluster member, and the scheme each one's nodes speak.
+const CLUSTER_SCHEMES: [(&str, &str); 2] = [
+    ("redis+cluster://", "redis://"),
+    ("rediss+cluster://", "rediss://"),
+];
 
 impl std::fmt::Debug for Address {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -35,6 +44,8 @@ impl std::fmt::Debug for Address {
 pub(crate) struct TlsMaterial {
     pub(crate) ca: Option<Vec<u8>>,
     pub(crate) client: Option<(Vec<u8>, Vec<u8>)>,
+    /// `#insecure` URLs are allowed (certificate verification off).
+    pub(crate) accept_invalid: bool,
 }
 
 impl std::fmt::Debug for TlsMaterial {
@@ -43,6 +54,7 @@ impl std::fmt::Debug for TlsMaterial {
         f.debug_struct("TlsMaterial")
             .field("ca", &self.ca.as_ref().map(|_| "custom"))
             .field("client_cert", &self.client.as_ref().map(|_| "set"))
+            .field("accept_invalid", &self.accept_invalid)
             .finish()
     }
 }
@@ -81,11 +93,11 @@ impl Address {
     /// Parses `url`, with `tls` for a `rediss://` one (ignored otherwise);
     /// the error shows the URL [`redact`]ed.
     pub(crate) fn parse_with(url: &str, tls: &TlsMaterial) -> Result<Self, ConfigError> {
-        let address = Self::parse(url)?;
+        let address = Self::parse_allowing(url, tls.accept_invalid)?;
         #[cfg(feature = "tls")]
         tls.check()?;
         #[cfg(feature = "tls")]
-        if *tls != TlsMaterial::default()
+        if (tls.ca.is_some() || tls.client.is_some())
             && matches!(
                 address.client.get_connection_info().addr(),
                 redis::ConnectionAddr::TcpTls { .. }
@@ -101,12 +113,10 @@ impl Address {
                     }),
                 root_cert: tls.ca.clone(),
             };
-            let client = redis::Client::build_with_tls(url, certificates)
+            let info = address.client.get_connection_info().clone();
+            let client = redis::Client::build_with_tls(info, certificates)
                 .map_err(|e| ConfigError::Tls(without_detail(&e)))?;
-            return Ok(Address {
-                client,
-                name: address.name,
-            });
+            return Ok(Address { client, ..address });
         }
         #[cfg(not(feature = "tls"))]
         let _ = tls;
@@ -119,6 +129,11 @@ impl Address {
     /// unencoded `#`, `/` or `?` (`redis://p#w@host` parses as host `p`), and
     /// connecting would show the password as a host name.
     pub(crate) fn parse(url: &str) -> Result<Self, ConfigError> {
+        Self::parse_allowing(url, false)
+    }
+
+    /// [`parse`](Self::parse), accepting `#insecure` if `insecure`.
+    fn parse_allowing(url: &str, insecure: bool) -> Result<Self, ConfigError> {
         if url.contains('@') && !authority_ends_at_last_at(url) {
             return Err(ConfigError::InvalidUrl {
                 url: redact(url),
@@ -127,28 +142,42 @@ impl Address {
                     .to_owned(),
             });
         }
-        let client = redis::Client::open(url).map_err(|e| ConfigError::InvalidUrl {
-            url: redact(url),
-            // redis-rs' parse errors name the part that is wrong, never the
-            // URL; the detail (e.g. a bad `protocol=`) is left out all the
-            // same, as it is part of the URL.
-            reason: without_detail(&e),
+        // A cluster member's seed is a node like any other.
+        let cluster = CLUSTER_SCHEMES
+            .iter()
+            .find_map(|(ours, theirs)| Some(format!("{theirs}{}", url.strip_prefix(ours)?)));
+        let client = redis::Client::open(cluster.as_deref().unwrap_or(url)).map_err(|e| {
+            ConfigError::InvalidUrl {
+                url: redact(url),
+                // redis-rs' parse errors name the part that is wrong, never the
+                // URL; the detail (e.g. a bad `protocol=`) is left out all the
+                // same, as it is part of the URL.
+                reason: without_detail(&e),
+            }
         })?;
         let info = client.get_connection_info();
-        if let redis::ConnectionAddr::TcpTls { insecure: true, .. } = info.addr() {
+        if let redis::ConnectionAddr::TcpTls { insecure: true, .. } = info.addr()
+            && !insecure
+        {
+            return Err(ConfigError::Insecure { url: redact(url) });
+        }
+        let db = info.redis_settings().db();
+        let cluster = cluster.is_some();
+        if cluster && (db != 0 || matches!(info.addr(), redis::ConnectionAddr::Unix(_))) {
             return Err(ConfigError::InvalidUrl {
                 url: redact(url),
-                reason: "#insecure would turn certificate verification off; give the \
-                         nodes' CA with Builder::tls_ca instead"
+                reason: "a cluster member is named by one of its nodes' host and port, \
+                         and a cluster has only database 0"
                     .to_owned(),
             });
         }
-        let scheme = match info.addr() {
-            redis::ConnectionAddr::Tcp(..) => "redis://",
-            redis::ConnectionAddr::TcpTls { .. } => "rediss://",
+        let scheme = match (info.addr(), cluster) {
+            (redis::ConnectionAddr::Tcp(..), false) => "redis://",
+            (redis::ConnectionAddr::TcpTls { .. }, false) => "rediss://",
+            (redis::ConnectionAddr::Tcp(..), true) => "redis+cluster://",
+            (redis::ConnectionAddr::TcpTls { .. }, true) => "rediss+cluster://",
             _ => "unix:",
         };
-        let db = info.redis_settings().db();
         let name = if db == 0 {
             format!("{scheme}{}", info.addr())
         } else {
@@ -157,7 +186,55 @@ impl Address {
         Ok(Address {
             client,
             name: name.into(),
+            cluster,
         })
+    }
+
+    /// Whether certificate verification is off (`#insecure`).
+    pub(crate) fn is_insecure(&self) -> bool {
+        matches!(
+            self.client.get_connection_info().addr(),
+            redis::ConnectionAddr::TcpTls { insecure: true, .. }
+        )
+    }
+
+    /// Whether this names a Redis Cluster (one member, many shards).
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.cluster
+    }
+
+    /// The node at `host:port` of the same cluster: the same scheme,
+    /// credentials and TLS settings as this one, database 0.
+    pub(crate) fn node_at(&self, host: &str, port: u16) -> Result<Address, redis::RedisError> {
+        let info = self.client.get_connection_info();
+        let mut addr = info.addr().clone();
+        let scheme = if let redis::ConnectionAddr::TcpTls {
+            host: h, port: p, ..
+        } = &mut addr
+        {
+            (*h, *p) = (host.to_owned(), port);
+            "rediss://"
+        } else {
+            addr = redis::ConnectionAddr::Tcp(host.to_owned(), port);
+            "redis://"
+        };
+        let name = format!("{scheme}{addr}");
+        let client = redis::Client::open(info.clone().set_addr(addr))?;
+        Ok(Address {
+            client,
+            name: name.into(),
+            cluster: false,
+        })
+    }
+
+    /// The host this address connects to (empty for a Unix socket).
+    pub(crate) fn node_host(&self) -> String {
+        match self.client.get_connection_info().addr() {
+            redis::ConnectionAddr::Tcp(host, _) | redis::ConnectionAddr::TcpTls { host, .. } => {
+                host.clone()
+            }
+            _ => String::new(),
+        }
     }
 
     /// The client for this address (for other connections to the node).
@@ -302,6 +379,66 @@ mod tests {
         assert!(!format!("{t:?}").contains("pw"));
         let t = Address::parse("redis+unix:///tmp/r.sock?pass=pw").unwrap();
         assert_eq!(&**t.name(), "unix:/tmp/r.sock");
+    }
+
+    #[test]
+    fn cluster_members() {
+        let t = Address::parse("redis+cluster://:pw@127.0.0.1:7301").unwrap();
+        assert!(t.is_cluster());
+        assert_eq!(&**t.name(), "redis+cluster://127.0.0.1:7301");
+        let shard = t.node_at("127.0.0.1", 7302).unwrap();
+        assert!(!shard.is_cluster());
+        assert_eq!(&**shard.name(), "redis://127.0.0.1:7302");
+        // The credentials go with it.
+        assert_eq!(
+            shard
+                .client()
+                .get_connection_info()
+                .redis_settings()
+                .password(),
+            Some("pw")
+        );
+        assert!(!Address::parse("redis://h:1").unwrap().is_cluster());
+        for url in [
+            "redis+cluster://h:1/2",
+            "redis+cluster://",
+            "redis+cluster://:pw@",
+        ] {
+            assert!(
+                matches!(Address::parse(url), Err(ConfigError::InvalidUrl { .. })),
+                "{url}"
+            );
+        }
+        assert_eq!(
+            redact("rediss+cluster://u:pw@h:1"),
+            "rediss+cluster://***@h:1"
+        );
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn tls_cluster_members_keep_their_scheme() {
+        let t = Address::parse("rediss+cluster://h:6380").unwrap();
+        assert_eq!(&**t.name(), "rediss+cluster://h:6380");
+        assert_eq!(
+            &**t.node_at("10.0.0.2", 6381).unwrap().name(),
+            "rediss://10.0.0.2:6381"
+        );
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn insecure_only_by_opt_in() {
+        let url = "rediss://:pw@h:1/#insecure";
+        match Address::parse(url) {
+            Err(ConfigError::Insecure { url }) => assert!(!url.contains("pw")),
+            other => panic!("{other:?}"),
+        }
+        let opted = TlsMaterial {
+            accept_invalid: true,
+            ..TlsMaterial::default()
+        };
+        assert!(Address::parse_with(url, &opted).unwrap().is_insecure());
     }
 
     #[test]

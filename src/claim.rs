@@ -5,6 +5,7 @@ use std::collections::HashSet;
 
 use crate::error::ConfigError;
 use crate::node::Op;
+use crate::slot::slot;
 use crate::token::Token;
 
 /// The kind of lock, which decides the scripts used.
@@ -104,6 +105,20 @@ impl Keys {
             lock: LockKeys::Many(lock),
             fence: None,
         })
+    }
+
+    /// Whether every key of the lock hashes to one Redis Cluster slot, as a
+    /// script on a cluster member needs.
+    pub(crate) fn one_slot(&self) -> bool {
+        let mut keys = self
+            .lock
+            .as_slice()
+            .iter()
+            .map(String::as_str)
+            .chain(self.fence.as_deref())
+            .map(|key| slot(key.as_bytes()));
+        let first = keys.next();
+        keys.all(|slot| Some(slot) == first)
     }
 
     /// The first lock key (for logs).
@@ -295,6 +310,18 @@ mod tests {
         let b = Keys::many(&["a", "bc"]).unwrap();
         assert_ne!(a.lock, b.lock);
         assert_eq!(a.resources().collect::<Vec<_>>(), ["ab", "c"]);
+    }
+
+    #[test]
+    fn which_locks_fit_in_one_cluster_slot() {
+        assert!(Keys::single("orders", true).unwrap().one_slot());
+        assert!(Keys::reentrant("orders").unwrap().one_slot());
+        assert!(Keys::many(&["{acct}:1", "{acct}:2"]).unwrap().one_slot());
+        assert!(!Keys::many(&["account:1", "account:2"]).unwrap().one_slot());
+        // `{}x}:lock` has an empty hash tag: the whole key is hashed, and the
+        // fence counter lands elsewhere.
+        assert!(!Keys::single("}x", true).unwrap().one_slot());
+        assert!(Keys::single("}x", false).unwrap().one_slot());
     }
 
     #[test]

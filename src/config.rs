@@ -7,6 +7,7 @@ use std::time::Duration;
 use rand::RngExt;
 
 use crate::address::{Address, TlsMaterial, redact};
+use crate::cluster::ClusterNode;
 use crate::dispatch::{DEFAULT_MAX_IN_FLIGHT, Dispatcher, Limits, Member};
 use crate::error::{ConfigError, NodeError};
 use crate::node::Node;
@@ -216,10 +217,14 @@ impl Builder {
     /// `rediss://…` for TLS (feature `tls`, on by default: the system roots,
     /// or [`tls_ca`](Builder::tls_ca) and
     /// [`tls_client_cert`](Builder::tls_client_cert); `#insecure` is
-    /// refused), or a Unix socket: `redis+unix:///path?db=N&user=U&pass=P`.
-    /// Each must be an independent
-    /// master: no replicas, no cluster, and no server twice under two names
-    /// ([`ConfigError::SameServer`]). Passwords never appear in errors,
+    /// refused unless you opt in), or a Unix socket:
+    /// `redis+unix:///path?db=N&user=U&pass=P`.
+    /// Each must be an independent master — no replicas, and no server twice
+    /// under two names ([`ConfigError::SameServer`]) — or a whole Redis
+    /// Cluster named by one of its nodes: `redis+cluster://host:port`
+    /// (`rediss+cluster://` with TLS), one member however many shards it
+    /// has; a lock's resources must then share a hash slot
+    /// ([`ConfigError::CrossSlot`]). Passwords never appear in errors,
     /// `Debug` or logs.
     pub fn nodes<I, S>(mut self, urls: I) -> Self
     where
@@ -324,6 +329,34 @@ impl Builder {
         self
     }
 
+    /// **Dangerous.** Accepts `rediss://…/#insecure` URLs, which turn
+    /// certificate verification off for those nodes: anyone on the path can
+    /// then impersonate a node, read the lock traffic and its credentials,
+    /// and grant or steal locks. Without this call such URLs are refused
+    /// ([`ConfigError::Insecure`]). Meant for a throw-away test server with a
+    /// self-signed certificate; give a real deployment's CA with
+    /// [`tls_ca`](Builder::tls_ca) instead. Each node connected this way is
+    /// logged at `warn` level when the client is built.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let url = "rediss://127.0.0.1:1/#insecure";
+    /// let refused = redquorum::Redlock::builder().nodes([url]).build().await;
+    /// assert!(matches!(refused, Err(redquorum::ConfigError::Insecure { .. })));
+    /// let built = redquorum::Redlock::builder()
+    ///     .nodes([url])
+    ///     .danger_accept_invalid_certificates()
+    ///     .build()
+    ///     .await;
+    /// assert!(built.is_ok());
+    /// # }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn danger_accept_invalid_certificates(mut self) -> Self {
+        self.tls.accept_invalid = true;
+        self
+    }
+
     /// Makes [`build`](Builder::build) fail with
     /// [`ConfigError::TooFewNodes`] unless a quorum of nodes answers within
     /// the node timeout (default: off — nodes that are down at start join
@@ -389,6 +422,9 @@ impl Builder {
         if targets.is_empty() && self.custom.is_empty() {
             return Err(ConfigError::NoNodes);
         }
+        for target in targets.iter().filter(|t| t.is_insecure()) {
+            tracing::warn!(node = %target.name(), "certificate verification is off for this node (#insecure)");
+        }
         let mut names: Vec<&str> = targets
             .iter()
             .map(|t| &**t.name())
@@ -412,26 +448,34 @@ impl Builder {
         } else {
             wait
         };
-        let connected = futures::future::join_all(
-            targets
-                .into_iter()
-                .enumerate()
-                .map(|(i, t)| RedisNode::connect(t, i, Arc::clone(&servers), wait, max_in_flight)),
-        )
+        let connected = futures::future::join_all(targets.into_iter().enumerate().map(|(i, t)| {
+            let servers = Arc::clone(&servers);
+            async move {
+                Ok::<_, ConfigError>(if t.is_cluster() {
+                    let (node, first) =
+                        ClusterNode::connect(t, i, servers, wait, max_in_flight).await?;
+                    (Member::Cluster(Arc::new(node)), first)
+                } else {
+                    let (node, first) =
+                        RedisNode::connect(t, i, servers, wait, max_in_flight).await?;
+                    (Member::Redis(Arc::new(node)), first)
+                })
+            }
+        }))
         .await;
         let limits = Limits::new(max_in_flight, wait);
         let mut nodes = Vec::with_capacity(connected.len() + self.custom.len());
         let (mut tls_failures, mut other_failures, mut up) = (Vec::new(), 0, 0);
         for node in connected {
-            let (node, first) = node?;
+            let (member, first) = node?;
             match first {
                 Some(NodeError::Tls(message)) => {
-                    tls_failures.push(format!("{}: {message}", node.name()));
+                    tls_failures.push(format!("{}: {message}", member.name()));
                 }
                 Some(_) => other_failures += 1,
-                None => up += usize::from(node.ready().is_ok()),
+                None => up += usize::from(member.ready().is_ok()),
             }
-            nodes.push(Dispatcher::start(Member::Redis(Arc::new(node)), limits));
+            nodes.push(Dispatcher::start(member, limits));
         }
         // Every node that answered failing its handshake, and none up: a
         // configuration error, not an outage — say so now rather than vote
@@ -449,11 +493,9 @@ impl Builder {
             let needed = quorum(nodes.len());
             let down: Vec<String> = nodes
                 .iter()
-                .filter_map(|node| match node.member() {
-                    Member::Redis(redis) => {
-                        redis.ready().err().map(|e| format!("{}: {e}", node.name()))
-                    }
-                    Member::Custom(_) => None,
+                .filter_map(|node| {
+                    let ready = node.member().ready();
+                    ready.err().map(|e| format!("{}: {e}", node.name()))
                 })
                 .collect();
             let reachable = nodes.len() - down.len();

@@ -47,6 +47,7 @@ use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc;
 
 use crate::claim::{Claim, Step};
+use crate::cluster::ClusterNode;
 use crate::error::NodeError;
 use crate::node::{Node, Reply};
 use crate::redis_node::RedisNode;
@@ -89,6 +90,8 @@ impl Limits {
 #[derive(Clone)]
 pub(crate) enum Member {
     Redis(Arc<RedisNode>),
+    /// A Redis Cluster: one vote, many shards.
+    Cluster(Arc<ClusterNode>),
     Custom(Arc<dyn Node>),
 }
 
@@ -96,7 +99,18 @@ impl Member {
     pub(crate) fn name(&self) -> &Arc<str> {
         match self {
             Member::Redis(node) => node.name(),
+            Member::Cluster(node) => node.name(),
             Member::Custom(node) => node.name(),
+        }
+    }
+
+    /// `Ok` while the member can take calls (for a cluster: every master);
+    /// otherwise why not. Nodes of your own are always ready.
+    pub(crate) fn ready(&self) -> Result<(), NodeError> {
+        match self {
+            Member::Redis(node) => node.ready(),
+            Member::Cluster(node) => node.ready(),
+            Member::Custom(_) => Ok(()),
         }
     }
 
@@ -113,6 +127,7 @@ impl Member {
             let op = claim.op(step, ttl_ms);
             match &member {
                 Member::Redis(node) => node.run(op, grace).await,
+                Member::Cluster(node) => node.run(op, grace).await,
                 Member::Custom(node) => tokio::time::timeout(grace, node.call(op))
                     .await
                     .unwrap_or(Err(NodeError::TimedOut)),
@@ -125,6 +140,7 @@ impl fmt::Debug for Member {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Member::Redis(node) => node.fmt(f),
+            Member::Cluster(node) => node.fmt(f),
             Member::Custom(node) => node.fmt(f),
         }
     }

@@ -177,6 +177,28 @@ pub enum ConfigError {
     /// A per-node bound on calls in flight of zero.
     #[error("max_in_flight must be at least 1")]
     InvalidMaxInFlight,
+    /// A lock whose keys hash to different slots of a Redis Cluster member
+    /// (`redis+cluster://`): one script cannot set them all atomically
+    /// there, so the lock is refused before anything is sent. Resources that
+    /// begin with one hash tag share a slot: `{acct}:1` and `{acct}:2`.
+    #[error(
+        "the keys of {resources:?} hash to different slots of a cluster member; \
+         give the resources one hash tag (\"{{tag}}:a\", \"{{tag}}:b\")"
+    )]
+    CrossSlot {
+        /// The resources of the lock.
+        resources: Vec<String>,
+    },
+    /// `#insecure` on a `rediss://` URL (certificate verification off)
+    /// without [`Builder::danger_accept_invalid_certificates`](crate::Builder::danger_accept_invalid_certificates).
+    #[error(
+        "{url}: #insecure would turn certificate verification off; give the nodes' CA with \
+         Builder::tls_ca, or opt in with Builder::danger_accept_invalid_certificates"
+    )]
+    Insecure {
+        /// The URL, redacted.
+        url: String,
+    },
     /// An explicit token (for [`Redlock::release_token`](crate::Redlock::release_token))
     /// that is empty.
     #[error("token is empty")]

@@ -45,6 +45,7 @@
 mod address;
 mod admin;
 mod claim;
+mod cluster;
 mod config;
 mod dispatch;
 mod error;
@@ -56,6 +57,7 @@ pub mod quorum;
 mod redis_node;
 mod redlock;
 mod scripts;
+mod slot;
 mod token;
 mod wakeup;
 

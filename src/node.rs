@@ -139,6 +139,26 @@ pub enum Op<'a> {
     },
 }
 
+impl Op<'_> {
+    /// The first key the operation touches (all of an operation's keys share
+    /// one Redis Cluster slot).
+    pub(crate) fn first_key(&self) -> &str {
+        match *self {
+            Op::Acquire { key, .. }
+            | Op::Extend { key, .. }
+            | Op::Release { key, .. }
+            | Op::AcquireReentrant { key, .. }
+            | Op::ExtendReentrant { key, .. }
+            | Op::ReleaseReentrant { key, .. }
+            | Op::AcquireFenced { key, .. }
+            | Op::FenceWriteBack { key, .. } => key,
+            Op::AcquireMany { keys, .. }
+            | Op::ExtendMany { keys, .. }
+            | Op::ReleaseMany { keys, .. } => keys.first().map_or("", String::as_str),
+        }
+    }
+}
+
 /// A node's answer to an [`Op`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]

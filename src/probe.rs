@@ -62,13 +62,8 @@ impl Redlock {
             .members()
             .map(|(member, in_flight)| async move {
                 let (reachable, server) = match member {
-                    Member::Redis(node) => {
-                        let start = Instant::now();
-                        let answer = tokio::time::timeout(timeout, node.ping())
-                            .await
-                            .unwrap_or(Err(NodeError::TimedOut));
-                        (answer.map(|()| start.elapsed()), node.server())
-                    }
+                    Member::Redis(node) => (timed(node.ping(), timeout).await, node.server()),
+                    Member::Cluster(node) => (timed(node.ping(), timeout).await, node.server()),
                     Member::Custom(_) => (Ok(Duration::ZERO), None),
                 };
                 NodeHealth {
@@ -80,4 +75,16 @@ impl Redlock {
             });
         futures::future::join_all(probes).await
     }
+}
+
+/// How long `ping` took, if it answered within `timeout`.
+async fn timed(
+    ping: impl Future<Output = Result<(), NodeError>>,
+    timeout: Duration,
+) -> Result<Duration, NodeError> {
+    let start = Instant::now();
+    tokio::time::timeout(timeout, ping)
+        .await
+        .unwrap_or(Err(NodeError::TimedOut))
+        .map(|()| start.elapsed())
 }

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use rand::RngExt;
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, ErrorKind, RedisError, Value};
+use redis::{AsyncConnectionConfig, Cmd, ErrorKind, RedisError, Value};
 use tokio::sync::{Notify, oneshot};
 use tokio::task::AbortHandle;
 
@@ -125,7 +125,7 @@ impl Servers {
 
     /// Records that member `index` is the server `run_id`, unless another
     /// member already is: then that member's name.
-    fn claim(&self, index: usize, run_id: &str) -> Result<(), Arc<str>> {
+    pub(crate) fn claim(&self, index: usize, run_id: &str) -> Result<(), Arc<str>> {
         let mut ids = self.run_ids.lock().unwrap_or_else(PoisonError::into_inner);
         let other = ids
             .iter()
@@ -237,43 +237,116 @@ impl RedisNode {
     /// One `PING` on the current connection (for readiness probes; the
     /// caller bounds it).
     pub(crate) async fn ping(&self) -> Result<(), NodeError> {
+        self.query(&redis::cmd("PING")).await.map(drop)
+    }
+
+    /// One command on the current connection, outside any lock round (the
+    /// caller bounds it).
+    pub(crate) async fn query(&self, command: &Cmd) -> Result<Value, NodeError> {
         let (_, mut conn) = self.slot.get()?;
-        conn.send_packed_command(&redis::cmd("PING"))
+        conn.send_packed_command(command)
             .await
             .and_then(Value::extract_error)
-            .map(drop)
             .map_err(|e| classify(&e))
     }
 
     /// Performs `op` on the node: its script, or a native command where one
     /// is atomic enough — one message, written in the order calls are made.
-    /// Waits at
-    /// most `grace` for the answer; a node that takes longer is unresponsive,
-    /// and its connection is dropped (freeing whatever is queued on it) and
-    /// re-established in the background.
+    /// Waits at most `grace` for the answer; a node that takes longer is
+    /// unresponsive, and its connection is dropped (freeing whatever is
+    /// queued on it) and re-established in the background.
     pub(crate) async fn run(&self, op: Op<'_>, grace: Duration) -> Result<Reply, NodeError> {
+        let value = self
+            .exchange(&scripts::command(&op), false, grace)
+            .await
+            .map_err(|failure| match failure {
+                Failure::Node(error) => error,
+                Failure::Redirect { text, .. } => NodeError::Server(
+                    format!(
+                        "{text} (this node is in cluster mode: name its member \
+                         redis+cluster://host:port)"
+                    )
+                    .into(),
+                ),
+            })?;
+        parse_reply(&op, value)
+    }
+
+    /// Sends `command` (after `ASKING`, if `asking`: the answer to an `ASK`
+    /// redirection) and waits at most `grace` for the answer, as
+    /// [`run`](Self::run) does. The first poll writes it.
+    pub(crate) async fn exchange(
+        &self,
+        command: &Cmd,
+        asking: bool,
+        grace: Duration,
+    ) -> Result<Value, Failure> {
         let (generation, mut conn) = self.slot.get()?;
-        let command = scripts::command(&op);
         let exchange = async {
-            conn.send_packed_command(&command)
-                .await
-                .and_then(Value::extract_error)
+            if asking {
+                let mut pipe = redis::pipe();
+                pipe.cmd("ASKING").add_command(command.clone());
+                conn.send_packed_commands(&pipe, 1, 1)
+                    .await
+                    .and_then(|mut values| values.pop().ok_or_else(no_answer))
+                    .and_then(Value::extract_error)
+            } else {
+                conn.send_packed_command(command)
+                    .await
+                    .and_then(Value::extract_error)
+            }
         };
         let Ok(result) = tokio::time::timeout(grace, exchange).await else {
             let error = NodeError::TimedOut;
             tracing::debug!(node = %self.name, ?grace, "no answer within the grace: dropping the connection");
             self.slot.mark_broken(generation, &error);
-            return Err(error);
+            return Err(Failure::Node(error));
         };
-        let value = result.map_err(|e| {
+        result.map_err(|e| {
+            if let (Some(code @ ("MOVED" | "ASK")), Some((to, slot))) =
+                (e.code(), e.redirect_node())
+            {
+                return Failure::Redirect {
+                    ask: code == "ASK",
+                    slot,
+                    to: to.to_owned(),
+                    text: e.to_string(),
+                };
+            }
             let error = classify(&e);
             if e.is_unrecoverable_error() || e.is_connection_dropped() || e.is_io_error() {
                 self.slot.mark_broken(generation, &error);
             }
-            error
-        })?;
-        parse_reply(&op, value)
+            Failure::Node(error)
+        })
     }
+}
+
+/// Why an [`exchange`](RedisNode::exchange) brought no value.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// The node failed, or answered with an error.
+    Node(NodeError),
+    /// A cluster node sent the command elsewhere (`MOVED`, or `ASK` while
+    /// `slot` migrates); it did nothing.
+    Redirect {
+        ask: bool,
+        slot: u16,
+        /// `host:port`.
+        to: String,
+        /// The error as the node gave it.
+        text: String,
+    },
+}
+
+impl From<NodeError> for Failure {
+    fn from(error: NodeError) -> Self {
+        Failure::Node(error)
+    }
+}
+
+fn no_answer() -> RedisError {
+    RedisError::from((ErrorKind::Parse, "no answer in the pipeline"))
 }
 
 /// Who a node is among the members, for its reconnector.
@@ -442,7 +515,7 @@ fn is_tls(text: &str) -> bool {
     MARKS.iter().any(|mark| text.contains(mark))
 }
 
-fn parse_reply(op: &Op<'_>, value: Value) -> Result<Reply, NodeError> {
+pub(crate) fn parse_reply(op: &Op<'_>, value: Value) -> Result<Reply, NodeError> {
     let acquire = matches!(
         op,
         Op::Acquire { .. } | Op::AcquireReentrant { .. } | Op::AcquireMany { .. }

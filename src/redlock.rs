@@ -61,6 +61,8 @@ pub(crate) struct Inner {
     pub(crate) settings: Settings,
     /// Release notifications, for Redis nodes with notifications on.
     hub: Option<Arc<Hub>>,
+    /// Some member is a Redis Cluster: a lock's keys must share a slot.
+    clustered: bool,
 }
 
 impl fmt::Debug for Redlock {
@@ -197,11 +199,15 @@ impl Redlock {
     }
 
     pub(crate) fn new(nodes: Vec<Dispatcher>, settings: Settings, hub: Option<Arc<Hub>>) -> Self {
+        let clustered = nodes
+            .iter()
+            .any(|node| matches!(node.member(), Member::Cluster(_)));
         Redlock {
             inner: Arc::new(Inner {
                 nodes: nodes.into(),
                 settings,
                 hub,
+                clustered,
             }),
         }
     }
@@ -255,6 +261,7 @@ impl Redlock {
     /// ```
     pub async fn try_lock(&self, resource: &str, ttl: Duration) -> Result<Lock, LockError> {
         let keys = Keys::single(resource, false)?;
+        self.inner.check_slots(&keys)?;
         let ttl = self.inner.check_ttl(ttl)?;
         self.acquire(&Arc::new(Claim::new(keys)), ttl, false).await
     }
@@ -341,6 +348,7 @@ impl Redlock {
         options: &LockOptions,
     ) -> Result<Lock, LockError> {
         let keys = Keys::single(resource, options.is_fenced())?;
+        self.inner.check_slots(&keys)?;
         let ttl = self.inner.check_ttl(ttl)?;
         let attempts = match options.max_wait() {
             None => Attempts::Policy,
@@ -364,6 +372,7 @@ impl Redlock {
     /// ```
     pub async fn lock_many(&self, resources: &[&str], ttl: Duration) -> Result<Lock, LockError> {
         let keys = Keys::many(resources)?;
+        self.inner.check_slots(&keys)?;
         let ttl = self.inner.check_ttl(ttl)?;
         self.acquire_repeatedly(keys, None, ttl, Attempts::Policy)
             .await
@@ -395,6 +404,7 @@ impl Redlock {
         owner: &str,
     ) -> Result<Lock, LockError> {
         let keys = Keys::reentrant(resource)?;
+        self.inner.check_slots(&keys)?;
         let ttl = self.inner.check_ttl(ttl)?;
         self.acquire_repeatedly(keys, Some(owner), ttl, Attempts::Policy)
             .await
@@ -592,6 +602,17 @@ fn may_have_applied(answer: &Answer) -> bool {
 }
 
 impl Inner {
+    /// Refuses a lock whose keys a cluster member would spread over
+    /// several slots ([`ConfigError::CrossSlot`]), before anything is sent.
+    pub(crate) fn check_slots(&self, keys: &Keys) -> Result<(), ConfigError> {
+        if !self.clustered || keys.one_slot() {
+            return Ok(());
+        }
+        Err(ConfigError::CrossSlot {
+            resources: keys.resources().map(str::to_owned).collect(),
+        })
+    }
+
     /// Checks a TTL: 1 ms to 2^40 ms (sub-millisecond parts are dropped, as
     /// Redis would), and longer than its drift allowance.
     pub(crate) fn check_ttl(&self, ttl: Duration) -> Result<Ttl, ConfigError> {

@@ -368,3 +368,30 @@ async fn unix_socket_nodes_work() {
     lock.extend(Duration::from_secs(5)).await.unwrap();
     lock.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn certificate_verification_is_off_only_by_explicit_opt_in() {
+    let _serial = SERIAL.lock().await;
+    let insecure: Vec<String> = urls().iter().map(|u| format!("{u}/#insecure")).collect();
+    let refused = Redlock::builder()
+        .nodes(&insecure)
+        .tls_client_cert(file("client.crt"), file("client.key"))
+        .build()
+        .await;
+    assert!(
+        matches!(refused, Err(ConfigError::Insecure { .. })),
+        "{refused:?}"
+    );
+    // Opted in: no CA given (the test CA is in no system store), yet the
+    // handshakes succeed.
+    let redlock = Redlock::builder()
+        .nodes(&insecure)
+        .tls_client_cert(file("client.crt"), file("client.key"))
+        .danger_accept_invalid_certificates()
+        .node_timeout(Duration::from_secs(1))
+        .retry(Retry::none())
+        .build()
+        .await
+        .unwrap();
+    ready(&redlock).await;
+}

@@ -1,0 +1,525 @@
+//! Redis Cluster members: three members, each a three-master cluster of local
+//! `redis-server --cluster-enabled yes` processes (`scripts/cluster-nodes`,
+//! started by `scripts/test`). Every lock kind works; resources that hash to
+//! different slots are refused before anything is sent; one frozen master of
+//! one member costs a round nothing; a slot migration during a run loses no
+//! lock; one cluster named twice is one member.
+//!
+//! Needs `REDQUORUM_CLUSTER_NODES` (the three seed URLs) and
+//! `REDQUORUM_SCRIPTS_CLUSTER` (the path of `scripts/cluster-nodes`); fails
+//! loudly without them.
+
+mod support;
+
+use std::process::Command;
+use std::time::Duration;
+
+use redis::Value;
+use redis::aio::MultiplexedConnection;
+use redquorum::{ConfigError, LockError, LockOptions, Redlock, Retry};
+
+fn urls() -> Vec<String> {
+    let urls = std::env::var("REDQUORUM_CLUSTER_NODES").expect(
+        "REDQUORUM_CLUSTER_NODES is not set: these tests need three Redis Clusters; run \
+         scripts/test (or scripts/cluster-nodes up and export \
+         REDQUORUM_CLUSTER_NODES=$(scripts/cluster-nodes urls) \
+         REDQUORUM_SCRIPTS_CLUSTER=$PWD/scripts/cluster-nodes)",
+    );
+    let urls: Vec<String> = urls.split(',').map(str::to_owned).collect();
+    assert_eq!(
+        urls.len(),
+        3,
+        "REDQUORUM_CLUSTER_NODES must list three clusters"
+    );
+    urls
+}
+
+/// One test at a time: two of them freeze or reshape a cluster.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+async fn members() -> Redlock {
+    Redlock::builder()
+        .nodes(urls())
+        .node_timeout(Duration::from_secs(1))
+        .retry(Retry::none())
+        .require_quorum(true)
+        .build()
+        .await
+        .expect("the three clusters")
+}
+
+/// `scripts/cluster-nodes ARGS…`.
+fn script(args: &[&str]) -> String {
+    let path = std::env::var("REDQUORUM_SCRIPTS_CLUSTER").expect("REDQUORUM_SCRIPTS_CLUSTER");
+    let out = Command::new(path)
+        .args(args)
+        .output()
+        .expect("scripts/cluster-nodes");
+    assert!(out.status.success(), "cluster-nodes {args:?}: {out:?}");
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+fn port(cluster: u16, master: u16) -> u16 {
+    7300 + 10 * (cluster - 1) + master
+}
+
+async fn connect(port: u16) -> MultiplexedConnection {
+    redis::Client::open(format!("redis://127.0.0.1:{port}"))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// On how many masters of `cluster` `key` exists (a master that does not
+/// serve its slot answers `MOVED`: not there).
+async fn copies(cluster: u16, key: &str) -> usize {
+    let mut n = 0;
+    for master in 1..=3 {
+        let mut conn = connect(port(cluster, master)).await;
+        let exists: redis::RedisResult<i64> =
+            redis::cmd("EXISTS").arg(key).query_async(&mut conn).await;
+        n += usize::from(exists == Ok(1));
+    }
+    n
+}
+
+/// On how many members `key` exists.
+async fn members_holding(key: &str) -> usize {
+    let mut n = 0;
+    for cluster in 1..=3 {
+        n += usize::from(copies(cluster, key).await == 1);
+    }
+    n
+}
+
+async fn query(port: u16, args: &[&str]) -> Value {
+    let mut conn = connect(port).await;
+    let mut cmd = redis::cmd(args[0]);
+    for arg in &args[1..] {
+        cmd.arg(*arg);
+    }
+    cmd.query_async(&mut conn)
+        .await
+        .unwrap_or_else(|e| panic!("{args:?} on {port}: {e}"))
+}
+
+fn text(value: &Value) -> String {
+    match value {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::SimpleString(s) => s.clone(),
+        Value::VerbatimString { text, .. } => text.clone(),
+        Value::Int(n) => n.to_string(),
+        other => panic!("not text: {other:?}"),
+    }
+}
+
+/// The slot of `key`, as the cluster computes it.
+async fn keyslot(key: &str) -> u16 {
+    match query(port(2, 1), &["CLUSTER", "KEYSLOT", key]).await {
+        Value::Int(slot) => slot as u16,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Which master of `cluster` serves `slot`.
+async fn owner(cluster: u16, slot: u16) -> u16 {
+    let Value::Array(ranges) = query(port(cluster, 1), &["CLUSTER", "SLOTS"]).await else {
+        panic!("CLUSTER SLOTS");
+    };
+    for range in ranges {
+        let Value::Array(fields) = range else {
+            panic!()
+        };
+        let (Value::Int(start), Value::Int(end), Value::Array(master)) =
+            (&fields[0], &fields[1], &fields[2])
+        else {
+            panic!("{fields:?}")
+        };
+        if (*start..=*end).contains(&i64::from(slot)) {
+            let Value::Int(p) = master[1] else { panic!() };
+            return (1..=3).find(|m| i64::from(port(cluster, *m)) == p).unwrap();
+        }
+    }
+    panic!("no master serves slot {slot}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_lock_kind_works_on_cluster_members() {
+    let _serial = SERIAL.lock().await;
+    let redlock = members().await;
+    assert_eq!(redlock.quorum(), 2);
+    let ttl = Duration::from_secs(10);
+
+    // Plain: granted on every member, refused to a rival, gone on release.
+    // Resources spread over many slots, so every master of every member is
+    // used.
+    for i in 0..12 {
+        let resource = support::unique(&format!("cluster-plain-{i}"));
+        let key = support::lock_key(&resource);
+        let lock = redlock.try_lock(&resource, ttl).await.unwrap();
+        assert_eq!(members_holding(&key).await, 3, "{resource}");
+        assert!(matches!(
+            redlock.try_lock(&resource, ttl).await,
+            Err(LockError::Taken { .. })
+        ));
+        lock.release().await.unwrap();
+        assert_eq!(members_holding(&key).await, 0, "{resource}");
+    }
+
+    // Extend.
+    let resource = support::unique("cluster-extend");
+    let mut lock = redlock.try_lock(&resource, ttl).await.unwrap();
+    lock.extend(Duration::from_secs(20)).await.unwrap();
+    assert!(lock.remaining() > Duration::from_secs(10));
+    lock.release().await.unwrap();
+
+    // Fenced: the lock key and the counter share a slot.
+    let resource = support::unique("cluster-fenced");
+    let first = redlock.lock_fenced(&resource, ttl).await.unwrap();
+    let a = first.fence().unwrap();
+    first.release().await.unwrap();
+    let second = redlock.lock_fenced(&resource, ttl).await.unwrap();
+    assert!(second.fence().unwrap() > a);
+    second.release().await.unwrap();
+
+    // Reentrant.
+    let resource = support::unique("cluster-reentrant");
+    let outer = redlock.lock_reentrant(&resource, ttl, "me").await.unwrap();
+    let inner = redlock.lock_reentrant(&resource, ttl, "me").await.unwrap();
+    assert!(matches!(
+        redlock.lock_reentrant(&resource, ttl, "other").await,
+        Err(LockError::Taken { .. })
+    ));
+    inner.release().await.unwrap();
+    assert_eq!(members_holding(&support::lock_key(&resource)).await, 3);
+    outer.release().await.unwrap();
+    assert_eq!(members_holding(&support::lock_key(&resource)).await, 0);
+
+    // Several resources under one hash tag: one slot, all or nothing.
+    let tag = support::unique("acct");
+    let a = format!("{{{tag}}}:1");
+    let b = format!("{{{tag}}}:2");
+    let both = redlock.lock_many(&[&a, &b], ttl).await.unwrap();
+    assert!(matches!(
+        redlock.lock_many(&[&b], ttl).await,
+        Err(LockError::Taken { .. })
+    ));
+    both.release().await.unwrap();
+
+    // Resources in different slots: refused before anything is sent.
+    let (x, y) = (support::unique("cross-x"), support::unique("cross-y"));
+    match redlock.lock_many(&[&x, &y], ttl).await {
+        Err(LockError::Config(ConfigError::CrossSlot { resources })) => {
+            assert_eq!(resources, [x.clone(), y.clone()]);
+        }
+        other => panic!("expected CrossSlot, got {other:?}"),
+    }
+    assert_eq!(members_holding(&support::lock_key(&x)).await, 0);
+
+    // A release wakes a waiter (pub/sub through each cluster's seed): its
+    // pauses between rounds are drawn up to 10 minutes, so only a wake-up
+    // lets it in within seconds.
+    let resource = support::unique("cluster-wake");
+    let long = Duration::from_secs(600);
+    let held = redlock.try_lock(&resource, long).await.unwrap();
+    let waiter = Redlock::builder()
+        .nodes(urls())
+        .node_timeout(Duration::from_secs(1))
+        .retry(Retry::new(3, long))
+        .require_quorum(true)
+        .build()
+        .await
+        .unwrap();
+    let waiting = {
+        let resource = resource.clone();
+        tokio::spawn(async move {
+            waiter
+                .lock_with(&resource, ttl, &LockOptions::new().wait(long))
+                .await
+        })
+    };
+    // Let the waiter be refused once and listen.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    held.release().await.unwrap();
+    let lock = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the waiter was not woken within 10 s")
+        .unwrap()
+        .unwrap();
+    lock.release().await.unwrap();
+}
+
+/// Thaws a frozen master even when the test fails.
+struct Frozen(u16, u16);
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        script(&["thaw", &self.0.to_string(), &self.1.to_string()]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_master_of_one_member_costs_a_round_nothing() {
+    let _serial = SERIAL.lock().await;
+    let redlock = members().await;
+    let ttl = Duration::from_secs(10);
+    script(&["freeze", "1", "1"]);
+    let _thaw = Frozen(1, 1);
+    let mut on_frozen = 0;
+    for i in 0..24 {
+        let resource = support::unique(&format!("cluster-frozen-{i}"));
+        let key = support::lock_key(&resource);
+        // Granted by the other members (Retry::none: one round).
+        let lock = redlock.try_lock(&resource, ttl).await.unwrap();
+        // Member 1 still takes the locks whose slot a healthy master serves.
+        match owner_without(1, keyslot(&key).await).await {
+            Some(1) => on_frozen += 1,
+            Some(master) => {
+                let mut conn = connect(port(1, master)).await;
+                let exists: i64 = redis::cmd("EXISTS")
+                    .arg(&key)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                assert_eq!(exists, 1, "{resource} not on member 1");
+            }
+            None => panic!("no master serves {key}"),
+        }
+        assert_eq!(copies(2, &key).await, 1);
+        assert_eq!(copies(3, &key).await, 1);
+        lock.release().await.unwrap();
+    }
+    assert!(on_frozen > 0, "no resource hashed to the frozen master");
+    assert!(on_frozen < 24, "every resource hashed to the frozen master");
+}
+
+/// Which master of `cluster` serves `slot`, asking only masters 2 and 3
+/// (master 1 may be frozen).
+async fn owner_without(cluster: u16, slot: u16) -> Option<u16> {
+    let Value::Array(ranges) = query(port(cluster, 2), &["CLUSTER", "SLOTS"]).await else {
+        panic!("CLUSTER SLOTS");
+    };
+    for range in ranges {
+        let Value::Array(fields) = range else {
+            panic!()
+        };
+        let (Value::Int(start), Value::Int(end), Value::Array(master)) =
+            (&fields[0], &fields[1], &fields[2])
+        else {
+            panic!("{fields:?}")
+        };
+        if (*start..=*end).contains(&i64::from(slot)) {
+            let Value::Int(p) = master[1] else { panic!() };
+            return (1..=3).find(|m| i64::from(port(cluster, *m)) == p);
+        }
+    }
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_migration_during_a_run_loses_no_lock() {
+    let _serial = SERIAL.lock().await;
+    let redlock = members().await;
+    let rival = members().await;
+    let resource = support::unique("cluster-migrate");
+    let key = support::lock_key(&resource);
+    let slot = keyslot(&key).await;
+    let from = owner(1, slot).await;
+    let to = from % 3 + 1;
+    let id = |master| async move { text(&query(port(1, master), &["CLUSTER", "MYID"]).await) };
+    let (from_id, to_id) = (id(from).await, id(to).await);
+
+    let (migrated_tx, migrated_rx) = tokio::sync::oneshot::channel::<()>();
+    let ttl = Duration::from_secs(1);
+    let options = LockOptions::new().extend_every(Duration::from_millis(200));
+    let run = {
+        let redlock = redlock.clone();
+        let resource = resource.clone();
+        tokio::spawn(async move {
+            redlock
+                .run_with(&resource, ttl, &options, |lease| async move {
+                    let _ = migrated_rx.await;
+                    lease.is_valid()
+                })
+                .await
+        })
+    };
+    let refused = |rival: Redlock, resource: String| async move {
+        match rival.try_lock(&resource, ttl).await {
+            Err(LockError::Taken { .. }) => {}
+            other => panic!("the rival was not refused: {other:?}"),
+        }
+    };
+    // Held before anything moves.
+    while members_holding(&key).await < 3 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    refused(rival.clone(), resource.clone()).await;
+
+    // The slot migrates, each step outliving several extensions (every
+    // 200 ms against a 1 s TTL): while the key is still on `from`, after it
+    // moved but before the slot did (`from` answers ASK), and after (the
+    // client's map is stale: MOVED).
+    let slot_s = slot.to_string();
+    query(
+        port(1, to),
+        &["CLUSTER", "SETSLOT", &slot_s, "IMPORTING", &from_id],
+    )
+    .await;
+    query(
+        port(1, from),
+        &["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &to_id],
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    refused(rival.clone(), resource.clone()).await;
+    let to_port = port(1, to).to_string();
+    query(
+        port(1, from),
+        &[
+            "MIGRATE",
+            "127.0.0.1",
+            &to_port,
+            "",
+            "0",
+            "5000",
+            "KEYS",
+            &key,
+        ],
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    refused(rival.clone(), resource.clone()).await;
+    for master in 1..=3 {
+        query(
+            port(1, master),
+            &["CLUSTER", "SETSLOT", &slot_s, "NODE", &to_id],
+        )
+        .await;
+    }
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    refused(rival.clone(), resource.clone()).await;
+    assert_eq!(owner(1, slot).await, to);
+    assert_eq!(
+        copies(1, &key).await,
+        1,
+        "the key lives on the new master only"
+    );
+
+    migrated_tx.send(()).unwrap();
+    let still_valid = run
+        .await
+        .unwrap()
+        .expect("the lease was kept through the migration");
+    assert!(still_valid);
+    assert_eq!(members_holding(&key).await, 0, "released everywhere");
+    // And the slot is usable afterwards.
+    let lock = rival.try_lock(&resource, ttl).await.unwrap();
+    lock.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_cluster_named_twice_is_one_member() {
+    let _serial = SERIAL.lock().await;
+    let urls = urls();
+    let built = Redlock::builder()
+        .nodes([
+            urls[0].clone(),
+            urls[0].replace("7301", "7302"),
+            urls[1].clone(),
+        ])
+        .node_timeout(Duration::from_secs(1))
+        .build()
+        .await;
+    assert!(
+        matches!(built, Err(ConfigError::SameServer { .. })),
+        "{built:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_reports_each_cluster() {
+    let _serial = SERIAL.lock().await;
+    let redlock = members().await;
+    let health = redlock.probe(Duration::from_secs(2)).await;
+    assert_eq!(health.len(), 3);
+    for member in &health {
+        assert!(member.is_reachable(), "{member:?}");
+        let server = member.server.as_deref().unwrap_or_default();
+        assert!(server.contains("cluster of 3 masters"), "{server}");
+        assert!(
+            member.node.starts_with("redis+cluster://"),
+            "{}",
+            member.node
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_node_named_as_a_plain_master_says_so() {
+    let _serial = SERIAL.lock().await;
+    // Three cluster masters named redis://: each answers MOVED for the slots
+    // it does not serve, and the vote says what to write instead.
+    let redlock = Redlock::builder()
+        .nodes((1..=3).map(|m| format!("redis://127.0.0.1:{}", port(1, m))))
+        .node_timeout(Duration::from_secs(1))
+        .retry(Retry::none())
+        .build()
+        .await
+        .unwrap();
+    let resource = support::unique("plain-named");
+    match redlock.try_lock(&resource, Duration::from_secs(5)).await {
+        Err(LockError::Unavailable { votes }) => {
+            let said = format!("{votes:?}");
+            assert!(said.contains("redis+cluster://"), "{said}");
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+}
+
+#[cfg(feature = "tls")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_cluster_is_a_member_like_any_other() {
+    let _serial = SERIAL.lock().await;
+    let dir =
+        std::env::var("REDQUORUM_TLS_DIR").expect("REDQUORUM_TLS_DIR (scripts/tls-nodes dir)");
+    let read = |name: &str| std::fs::read(format!("{dir}/{name}")).unwrap();
+    let tls = script(&["tls-url"]);
+    assert!(tls.starts_with("rediss+cluster://"));
+    // The TLS cluster alone: every grant is its vote.
+    let redlock = Redlock::builder()
+        .nodes([tls])
+        .tls_ca(read("ca.crt"))
+        .tls_client_cert(read("client.crt"), read("client.key"))
+        .node_timeout(Duration::from_secs(1))
+        .retry(Retry::none())
+        .require_quorum(true)
+        .build()
+        .await
+        .expect("the TLS cluster");
+    let health = redlock.probe(Duration::from_secs(2)).await;
+    assert!(health[0].is_reachable(), "{:?}", health[0]);
+    assert!(
+        health[0]
+            .server
+            .as_deref()
+            .unwrap_or_default()
+            .contains("cluster of 3 masters"),
+        "{:?}",
+        health[0]
+    );
+    let ttl = Duration::from_secs(10);
+    for i in 0..6 {
+        let resource = support::unique(&format!("tls-cluster-{i}"));
+        let lock = redlock.lock_fenced(&resource, ttl).await.unwrap();
+        assert!(lock.fence().is_some());
+        assert!(matches!(
+            redlock.try_lock(&resource, ttl).await,
+            Err(LockError::Taken { .. })
+        ));
+        lock.release().await.unwrap();
+        let again = redlock.lock_reentrant(&resource, ttl, "me").await.unwrap();
+        again.release().await.unwrap();
+    }
+}
