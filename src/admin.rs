@@ -4,8 +4,9 @@ use std::sync::Arc;
 
 use crate::claim::{Claim, Keys};
 use crate::error::{LockError, Votes};
+use crate::proto::round::Wait;
 use crate::quorum::{self, DEFAULT_NODE_TIMEOUT};
-use crate::redlock::{Redlock, Wait};
+use crate::redlock::Redlock;
 
 impl Redlock {
     /// Releases the lock on `resource` held under `token`, on behalf of
@@ -48,18 +49,18 @@ impl Redlock {
     pub async fn release_token(&self, resource: &str, token: &str) -> Result<Votes, LockError> {
         let keys = Keys::single(resource, false)?;
         let claim = Arc::new(Claim::with_token(keys, token)?);
-        let inner = self.inner();
+        let driver = self.driver();
         // The TTL is unknown: take one whose default node timeout is the
         // client's default.
         let ttl_ms = u64::try_from(DEFAULT_NODE_TIMEOUT.as_millis() * 20).unwrap_or(1000);
         let everyone = vec![true; self.nodes().count()];
-        let tally = inner
+        let tally = driver
             .release(&claim, ttl_ms, Wait::Nodes(&everyone), None)
             .await;
         match tally.decision {
-            quorum::Decision::Granted => Ok(inner.votes(tally.answers)),
+            quorum::Decision::Granted => Ok(driver.votes(tally.answers)),
             _ => Err(LockError::Unavailable {
-                votes: inner.votes(tally.answers),
+                votes: driver.votes(tally.answers),
             }),
         }
     }

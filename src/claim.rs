@@ -5,7 +5,9 @@ use std::collections::HashSet;
 
 use crate::error::ConfigError;
 use crate::node::Op;
-use crate::slot::slot;
+use crate::proto::keys::{self, resource_of};
+use crate::proto::round::Step;
+use crate::proto::slot::slot;
 use crate::token::Token;
 
 /// The kind of lock, which decides the scripts used.
@@ -47,19 +49,12 @@ impl LockKeys {
     }
 }
 
-/// The lock key of a resource: `{resource}:lock`. The hash tag keeps every
-/// key of one resource in one slot; the mapping is injective, so distinct
-/// resources never share a key.
+/// The lock key of a resource, refusing an empty one.
 fn lock_key(resource: &str) -> Result<String, ConfigError> {
     if resource.is_empty() {
         return Err(ConfigError::EmptyResource);
     }
-    Ok(format!("{{{resource}}}:lock"))
-}
-
-/// The resource a key from [`lock_key`] was made from.
-fn resource_of(key: &str) -> &str {
-    key.get(1..key.len().saturating_sub(6)).unwrap_or_default()
+    Ok(keys::lock_key(resource))
 }
 
 impl Keys {
@@ -67,7 +62,7 @@ impl Keys {
     pub(crate) fn single(resource: &str, fenced: bool) -> Result<Self, ConfigError> {
         let lock = LockKeys::One(lock_key(resource)?);
         let (flavor, fence) = if fenced {
-            (Flavor::Fenced, Some(format!("{{{resource}}}:fence")))
+            (Flavor::Fenced, Some(keys::fence_key(resource)))
         } else {
             (Flavor::Plain, None)
         };
@@ -129,31 +124,6 @@ impl Keys {
     /// The resources, in the order given.
     pub(crate) fn resources(&self) -> impl ExactSizeIterator<Item = &str> {
         self.lock.as_slice().iter().map(|k| resource_of(k))
-    }
-}
-
-/// What one node operation does to a claim.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Step {
-    /// `holder_ttl`: a refusal must say how long the holder's key lives (for
-    /// a waiter, which sleeps on it).
-    Acquire {
-        holder_ttl: bool,
-    },
-    Extend,
-    Release,
-    /// Fenced phase 2, carrying the fencing token to write back.
-    WriteBack(u64),
-}
-
-impl Step {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Step::Acquire { .. } => "acquire",
-            Step::Extend => "extend",
-            Step::Release => "release",
-            Step::WriteBack(_) => "fence-write-back",
-        }
     }
 }
 

@@ -2,7 +2,7 @@
 //! seed URL: `redis+cluster://host:port`, `rediss+cluster://…` with TLS.
 //!
 //! The member votes like a single master: every key of one lock lives in one
-//! hash slot (see [`crate::slot`]), so each call is one script on the shard
+//! hash slot (see [`crate::proto::slot`]), so each call is one script on the shard
 //! that serves the slot, atomic there. More shards per member spread lock
 //! traffic over more masters; the quorum stays a quorum of members.
 //!
@@ -34,9 +34,9 @@ use tokio::task::AbortHandle;
 use crate::address::Address;
 use crate::error::{ConfigError, NodeError};
 use crate::node::{Op, Reply};
+use crate::proto::slot::{SLOTS, slot};
 use crate::redis_node::{Failure, RedisNode, Servers, parse_reply};
 use crate::scripts;
-use crate::slot::{SLOTS, slot};
 
 /// Redirections one call follows at most.
 pub(crate) const MAX_REDIRECTS: usize = 3;

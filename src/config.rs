@@ -4,79 +4,17 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rand::RngExt;
+pub use crate::proto::retry::Retry;
 
 use crate::address::{Address, TlsMaterial, redact};
 use crate::cluster::ClusterNode;
 use crate::dispatch::{DEFAULT_MAX_IN_FLIGHT, Dispatcher, Limits, Member};
+use crate::driver::{Driver, Settings};
 use crate::error::{ConfigError, NodeError};
 use crate::node::Node;
 use crate::quorum::{DEFAULT_NODE_TIMEOUT, DriftFactor, MAX_TTL_MS, quorum};
 use crate::redis_node::{RedisNode, Servers};
-use crate::redlock::Redlock;
 use crate::wakeup::Hub;
-
-/// How many rounds [`Redlock::lock`] tries, and how long it pauses between
-/// them.
-///
-/// The pause is drawn uniformly from `[0, max_delay]` (full jitter), so that
-/// clients that collided once are unlikely to collide again. Before pausing,
-/// the failed round's keys are released, so a retry never waits on the
-/// caller's own leftovers.
-///
-/// ```
-/// use std::time::Duration;
-/// use redquorum::Retry;
-/// let retry = Retry::new(5, Duration::from_millis(100));
-/// assert_eq!(retry.attempts(), 5);
-/// assert_eq!(Retry::none().attempts(), 1);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Retry {
-    attempts: u32,
-    max_delay: Duration,
-}
-
-impl Retry {
-    /// At most `attempts` rounds in all (the first included), pausing a random
-    /// time up to `max_delay` between them. `attempts` of 0 is rejected by
-    /// [`Builder::build`].
-    pub const fn new(attempts: u32, max_delay: Duration) -> Self {
-        Retry {
-            attempts,
-            max_delay,
-        }
-    }
-
-    /// Exactly one round: `lock` behaves like `try_lock`.
-    pub const fn none() -> Self {
-        Retry::new(1, Duration::ZERO)
-    }
-
-    /// The total number of rounds.
-    pub const fn attempts(&self) -> u32 {
-        self.attempts
-    }
-
-    /// The upper bound of the pause between rounds.
-    pub const fn max_delay(&self) -> Duration {
-        self.max_delay
-    }
-
-    /// A pause drawn from `[0, min(max_delay, cap)]`.
-    pub(crate) fn jitter(&self, cap: Duration) -> Duration {
-        let max = self.max_delay.min(cap).as_micros();
-        let max = u64::try_from(max).unwrap_or(u64::MAX);
-        Duration::from_micros(rand::rng().random_range(0..=max))
-    }
-}
-
-impl Default for Retry {
-    /// Three rounds, up to 200 ms apart.
-    fn default() -> Self {
-        Retry::new(3, Duration::from_millis(200))
-    }
-}
 
 /// Options of one lock call: how long to wait for the lock, whether it
 /// carries a fencing token, and — for [`Redlock::run_with`] — how the lease
@@ -153,14 +91,6 @@ impl LockOptions {
     pub fn extension_cap(&self) -> Option<u32> {
         self.max_extensions
     }
-}
-
-/// The validated settings every operation reads.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Settings {
-    pub(crate) node_timeout: Option<Duration>,
-    pub(crate) drift_factor: DriftFactor,
-    pub(crate) retry: Retry,
 }
 
 /// Builds a [`Redlock`]: nodes, timeouts, drift and retries.
@@ -378,15 +308,8 @@ impl Builder {
         self
     }
 
-    /// Checks the settings, then connects to every node concurrently, waiting
-    /// at most the node timeout: a node that is down or frozen now is retried
-    /// in the background and simply votes no until it is back. Credentials a
-    /// node rejects are an error here, and so are two URLs that reach one
-    /// server (compared by `run_id`; a node that is down now is checked when
-    /// it connects, and refused a vote if it is a duplicate).
-    ///
-    /// Must be called inside a tokio runtime.
-    pub async fn build(self) -> Result<Redlock, ConfigError> {
+    /// Checks the settings and connects (see [`build`](Builder::build)).
+    pub(crate) async fn connect(self) -> Result<Driver, ConfigError> {
         #[cfg(feature = "tls")]
         {
             // One crypto provider for rustls, unless the process chose one:
@@ -407,7 +330,7 @@ impl Builder {
         if self.retry.max_delay() > longest {
             return Err(ConfigError::InvalidRetry);
         }
-        if self.retry.attempts == 0 {
+        if self.retry.attempts() == 0 {
             return Err(ConfigError::InvalidRetry);
         }
         let max_in_flight = self.max_in_flight.unwrap_or(DEFAULT_MAX_IN_FLIGHT);
@@ -509,7 +432,7 @@ impl Builder {
                 });
             }
         }
-        Ok(Redlock::new(
+        Ok(Driver::new(
             nodes,
             Settings {
                 node_timeout: self.node_timeout,

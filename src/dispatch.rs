@@ -46,10 +46,11 @@ use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc;
 
-use crate::claim::{Claim, Step};
+use crate::claim::Claim;
 use crate::cluster::ClusterNode;
 use crate::error::NodeError;
 use crate::node::{Node, Reply};
+use crate::proto::round::Step;
 use crate::redis_node::RedisNode;
 
 /// A node call's outcome.

@@ -16,8 +16,10 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::config::LockOptions;
+use crate::driver::Driver;
 use crate::error::{ConfigError, LockError};
 use crate::lock::Lock;
+use crate::proto::round::gone_for_good;
 use crate::quorum;
 use crate::redlock::Redlock;
 
@@ -156,8 +158,8 @@ struct Keeping {
 }
 
 impl Keeping {
-    fn new(redlock: &Redlock, ttl: Duration, options: &LockOptions) -> Result<Self, ConfigError> {
-        let validity = redlock.inner().check_ttl(ttl)?.validity;
+    fn new(driver: &Driver, ttl: Duration, options: &LockOptions) -> Result<Self, ConfigError> {
+        let validity = driver.check_ttl(ttl)?.validity;
         let every = options.extend_interval().unwrap_or(ttl / 3);
         if every.is_zero() || every >= validity {
             return Err(ConfigError::InvalidExtendInterval { every, validity });
@@ -173,7 +175,7 @@ impl Keeping {
 /// Extends `lock` every `keeping.every` until the lease cannot be kept; then
 /// marks `lease` lost and returns. Never returns while the lease holds.
 async fn keep(lock: &mut Lock, keeping: Keeping, lease: &Lease) {
-    let quorum = lock.redlock().quorum();
+    let quorum = lock.driver().quorum();
     let mut extensions = 0u32;
     let mut next = Instant::now() + keeping.every;
     loop {
@@ -195,12 +197,8 @@ async fn keep(lock: &mut Lock, keeping: Keeping, lease: &Lease) {
                 lease.set_deadline(lock.deadline_at());
                 next = Instant::now() + keeping.every;
             }
-            // Too few nodes still hold our token to ever make a quorum: gone,
-            // whatever the clock says (an operator released it, or nodes
-            // lost their data). No votes at all: the extend found the lease
-            // already expired. (Written without a subtraction: `len − quorum`
-            // underflowed for the empty votes of an expired lease.)
-            Ok(Err(LockError::Expired { votes })) if votes.not_held() + quorum > votes.len() => {
+            // Gone, whatever the clock says.
+            Ok(Err(LockError::Expired { votes })) if gone_for_good(&votes, quorum) => {
                 break;
             }
             Ok(Err(e)) => {
@@ -283,7 +281,7 @@ impl Redlock {
         F: FnOnce(Lease) -> Fut,
         Fut: Future<Output = T>,
     {
-        let keeping = Keeping::new(self, ttl, options)?;
+        let keeping = Keeping::new(self.driver(), ttl, options)?;
         let mut lock = self.lock_with(resource, ttl, options).await?;
         let lease = Lease::new(&lock);
         // Ends the lease for subtasks even if this future is dropped.
@@ -349,7 +347,7 @@ impl Lock {
             Some(_) => options.clone(),
             None => options.clone().extend_every(ttl / 3),
         };
-        let keeping = Keeping::new(self.redlock(), ttl, &options)?;
+        let keeping = Keeping::new(self.driver(), ttl, &options)?;
         let lease = Lease::new(&self);
         let (stop, stopped) = oneshot::channel::<()>();
         let task_lease = lease.clone();

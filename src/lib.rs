@@ -48,16 +48,16 @@ mod claim;
 mod cluster;
 mod config;
 mod dispatch;
+mod driver;
 mod error;
 mod lease;
 mod lock;
 pub mod node;
 mod probe;
-pub mod quorum;
+mod proto;
 mod redis_node;
 mod redlock;
 mod scripts;
-mod slot;
 mod token;
 mod wakeup;
 
@@ -66,6 +66,7 @@ pub use error::{Answer, ConfigError, LockError, NodeError, Votes};
 pub use lease::{KeepAlive, Lease};
 pub use lock::Lock;
 pub use probe::NodeHealth;
+pub use proto::quorum;
 pub use redlock::Redlock;
 
 // The README's example is compiled as a doctest, so it stays true.

@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::claim::{Claim, Step};
-use crate::error::{LockError, Votes};
-use crate::quorum::{self, Decision};
-use crate::redlock::{Redlock, Wait, refusal};
+use crate::claim::Claim;
+use crate::driver::{Driver, Held};
+use crate::error::LockError;
+use crate::proto::quorum::{self, Decision};
+use crate::proto::round::Wait;
 
 /// A lock held on a quorum of nodes, valid until [`deadline`](Lock::deadline).
 ///
@@ -21,7 +22,7 @@ use crate::redlock::{Redlock, Wait, refusal};
 /// the background if a tokio runtime is running; otherwise its keys expire
 /// after the TTL.
 pub struct Lock {
-    redlock: Redlock,
+    driver: Arc<Driver>,
     claim: Arc<Claim>,
     /// The longest TTL set on the keys so far: bounds background clean-up.
     ttl_ms: u64,
@@ -48,19 +49,13 @@ impl fmt::Debug for Lock {
 }
 
 impl Lock {
-    pub(crate) fn new(
-        redlock: Redlock,
-        claim: Arc<Claim>,
-        ttl_ms: u64,
-        deadline: Instant,
-        fence: Option<u64>,
-    ) -> Self {
+    pub(crate) fn new(driver: Arc<Driver>, held: Held) -> Self {
         Lock {
-            redlock,
-            claim,
-            ttl_ms,
-            deadline,
-            fence,
+            driver,
+            claim: held.claim,
+            ttl_ms: held.ttl_ms,
+            deadline: held.deadline,
+            fence: held.fence,
             released: false,
         }
     }
@@ -73,8 +68,8 @@ impl Lock {
         self.ttl_ms
     }
 
-    pub(crate) fn redlock(&self) -> &Redlock {
-        &self.redlock
+    pub(crate) fn driver(&self) -> &Arc<Driver> {
+        &self.driver
     }
 
     /// The resource this lock holds (the first one, for
@@ -141,35 +136,14 @@ impl Lock {
     /// # Ok(()) }
     /// ```
     pub async fn extend(&mut self, ttl: Duration) -> Result<(), LockError> {
-        let inner = self.redlock.inner();
-        let ttl = inner.check_ttl(ttl)?;
-        let t1 = Instant::now();
-        if t1 >= self.deadline {
-            return Err(LockError::Expired {
-                votes: Votes::new(Box::new([])),
-            });
+        let ttl = self.driver.check_ttl(ttl)?;
+        if Instant::now() < self.deadline {
+            // Made at the first poll, whatever becomes of this future: a
+            // release must cover the longer TTL.
+            self.ttl_ms = self.ttl_ms.max(ttl.ms);
         }
-        let new_deadline = t1 + ttl.validity;
-        let per_node = quorum::node_timeout(inner.settings.node_timeout, ttl.ms, ttl.validity);
-        // Handed to every node at once: nodes that answer after the decision
-        // get the extension all the same.
-        self.ttl_ms = self.ttl_ms.max(ttl.ms);
-        let mut calls = inner.submit(&self.claim, Step::Extend, ttl.ms, None);
-        let tally = inner
-            .collect(
-                Step::Extend,
-                &self.claim,
-                &mut calls,
-                t1 + per_node,
-                Wait::Decision,
-            )
-            .await;
-        if tally.decision == Decision::Granted && Instant::now() < new_deadline {
-            self.deadline = self.deadline.max(new_deadline);
-            Ok(())
-        } else {
-            Err(refusal(tally.decision, inner.votes(tally.answers)))
-        }
+        self.deadline = self.driver.extend(&self.claim, ttl, self.deadline).await?;
+        Ok(())
     }
 
     /// Releases the lock on every node (compare-and-delete). Returns once a
@@ -192,14 +166,13 @@ impl Lock {
         // on `Drop` must not release a second time.
         self.released = true;
         let tally = self
-            .redlock
-            .inner()
+            .driver
             .release(&self.claim, self.ttl_ms, Wait::Decision, None)
             .await;
         match tally.decision {
             Decision::Granted => Ok(()),
             _ => Err(LockError::Unavailable {
-                votes: self.redlock.inner().votes(tally.answers),
+                votes: self.driver.votes(tally.answers),
             }),
         }
     }
@@ -208,9 +181,7 @@ impl Lock {
 impl Drop for Lock {
     fn drop(&mut self) {
         if !self.released {
-            self.redlock
-                .inner()
-                .release_detached(&self.claim, self.ttl_ms, None);
+            self.driver.release_detached(&self.claim, self.ttl_ms, None);
         }
     }
 }

@@ -58,7 +58,7 @@ impl Redlock {
     /// ```
     pub async fn probe(&self, timeout: Duration) -> Vec<NodeHealth> {
         let probes = self
-            .inner()
+            .driver()
             .members()
             .map(|(member, in_flight)| async move {
                 let (reachable, server) = match member {

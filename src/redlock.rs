@@ -1,35 +1,21 @@
-//! The coordinator: fans each operation out to every node at once, feeds the
-//! replies to [`quorum::Round`], and returns at the decision.
-//!
-//! The shell around the pure quorum logic is deliberately thin. Its duties
-//! are the ones the pure part cannot do: reading the clock before the first
-//! request leaves, bounding the round by one timer, and cleaning up after a
-//! failure on *every* node — including those that have not answered yet. A
-//! round hands its calls to each node's [`Dispatcher`], which writes every one
-//! whether or not the round still listens; the round only collects answers.
-//! A node applies one client's calls in the order submitted, so a release
-//! submitted after an acquire that is still in flight removes whatever that
-//! acquire sets.
+//! The public face: [`Redlock`], its lock calls, and the loop that retries
+//! or waits between rounds. Each round is the driver's
+//! ([`crate::driver`]); what it decides, and how long to pause after a
+//! failed one, is the protocol's ([`crate::proto`]).
 
 use std::fmt;
-use std::future::{Future, poll_fn};
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use smallvec::{SmallVec, smallvec};
 use tokio::time::Instant;
-use tracing::Instrument;
 
-use crate::claim::{Claim, Keys, Step};
-use crate::config::{Builder, LockOptions, Settings};
-use crate::dispatch::{Call, Dispatcher, Member, Outcome};
-use crate::error::{Answer, ConfigError, LockError, NodeError, Votes};
+use crate::claim::{Claim, Keys};
+use crate::config::{Builder, LockOptions};
+use crate::driver::{Driver, Ttl};
+use crate::error::{ConfigError, LockError, Votes};
 use crate::lock::Lock;
-use crate::node::Reply;
-use crate::quorum::{self, Decision, MAX_TTL_MS, Round, Vote};
-use crate::wakeup::{Hub, Interest};
+use crate::proto::retry::{Backoff, Budget, Last, Next, WAKE_SPREAD};
+use crate::wakeup::Interest;
 
 /// A Redlock client over N independent Redis masters.
 ///
@@ -53,130 +39,26 @@ use crate::wakeup::{Hub, Interest};
 /// ```
 #[derive(Clone)]
 pub struct Redlock {
-    inner: Arc<Inner>,
-}
-
-pub(crate) struct Inner {
-    nodes: Box<[Dispatcher]>,
-    pub(crate) settings: Settings,
-    /// Release notifications, for Redis nodes with notifications on.
-    hub: Option<Arc<Hub>>,
-    /// Some member is a Redis Cluster: a lock's keys must share a slot.
-    clustered: bool,
+    driver: Arc<Driver>,
 }
 
 impl fmt::Debug for Redlock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Redlock")
-            .field("nodes", &self.inner.nodes)
+            .field("nodes", &self.driver.nodes())
             .field("quorum", &self.quorum())
-            .field("settings", &self.inner.settings)
+            .field("settings", &self.driver.settings)
             .finish()
     }
 }
-
-/// Whether a reply counts towards the quorum. For a release, a node that no
-/// longer holds our key has confirmed what we wanted.
-fn vote(step: Step, reply: &Result<Reply, NodeError>) -> Vote {
-    match (step, reply) {
-        (_, Ok(Reply::Done | Reply::Fence(_))) | (Step::Release, Ok(Reply::NotHeld)) => Vote::Yes,
-        _ => Vote::No,
-    }
-}
-
-/// A validated TTL: whole milliseconds as Redis sees them, and the validity a
-/// holder may rely on (`ttl − drift`).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Ttl {
-    pub(crate) ms: u64,
-    pub(crate) validity: Duration,
-}
-
-/// When a round may stop listening (the rest finishes in the background or
-/// is dropped).
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Wait<'a> {
-    /// As soon as the vote decides.
-    Decision,
-    /// Once every node marked `true` has answered.
-    Nodes(&'a [bool]),
-}
-
-/// Nodes a round keeps inline (enough for 3 or 5 nodes); more spill to
-/// the heap.
-const INLINE: usize = 5;
-
-/// One round's calls, by node index (`None`: not asked, or answered).
-/// Dropping it stops listening, never the calls: each unfinished one is
-/// driven to its end by its node's delivery task (see [`Dispatcher`]).
-#[derive(Debug)]
-pub(crate) struct Calls<'a> {
-    calls: SmallVec<[Option<Call<'a>>; INLINE]>,
-    asked: SmallVec<[bool; INLINE]>,
-}
-
-impl Calls<'_> {
-    /// The nodes the calls were made to (not refused before being sent):
-    /// only there can they take effect.
-    fn made(&self) -> SmallVec<[bool; INLINE]> {
-        self.calls
-            .iter()
-            .map(|call| call.as_ref().is_some_and(Call::made))
-            .collect()
-    }
-
-    /// Whether node `i` was asked.
-    fn asked(&self, i: usize) -> bool {
-        self.asked[i]
-    }
-
-    /// The next answer, `None` once every node asked has answered.
-    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<(usize, Outcome)>> {
-        let mut waiting = false;
-        for (i, slot) in self.calls.iter_mut().enumerate() {
-            let Some(call) = slot else { continue };
-            match Pin::new(call).poll(cx) {
-                Poll::Ready(answer) => {
-                    *slot = None;
-                    return Poll::Ready(Some((i, answer)));
-                }
-                Poll::Pending => waiting = true,
-            }
-        }
-        if waiting {
-            Poll::Pending
-        } else {
-            Poll::Ready(None)
-        }
-    }
-
-    async fn next(&mut self) -> Option<(usize, Outcome)> {
-        poll_fn(|cx| self.poll_next(cx)).await
-    }
-}
-
-/// Every node's answer in one round, by node index: inline for up to
-/// [`INLINE`] nodes, so a round that succeeds allocates nothing for them.
-pub(crate) type Answers = SmallVec<[Answer; INLINE]>;
-
-/// The outcome of one round.
-pub(crate) struct Tally {
-    pub(crate) decision: Decision,
-    /// Named as [`Votes`] only when someone reads them ([`Inner::votes`]).
-    pub(crate) answers: Answers,
-    /// The largest fencing counter among the grants, for fenced acquires.
-    pub(crate) fence: Option<u64>,
-}
-
-/// The spread of woken waiters' retries, doubled after each collision.
-const WAKE_SPREAD: Duration = Duration::from_millis(3);
 
 /// How many rounds an acquisition may take.
 #[derive(Debug, Clone, Copy)]
 enum Attempts {
     /// The retry policy's count, with jittered pauses.
     Policy,
-    /// Until a deadline, sleeping no longer than the holder's TTL.
+    /// Until a deadline (`None`: forever), sleeping no longer than the
+    /// holder's TTL.
     Until(Option<Instant>),
 }
 
@@ -198,23 +80,16 @@ impl Redlock {
         Redlock::builder().nodes(urls).build().await
     }
 
-    pub(crate) fn new(nodes: Vec<Dispatcher>, settings: Settings, hub: Option<Arc<Hub>>) -> Self {
-        let clustered = nodes
-            .iter()
-            .any(|node| matches!(node.member(), Member::Cluster(_)));
+    /// The client over a connected driver.
+    pub(crate) fn from_driver(driver: Driver) -> Self {
         Redlock {
-            inner: Arc::new(Inner {
-                nodes: nodes.into(),
-                settings,
-                hub,
-                clustered,
-            }),
+            driver: Arc::new(driver),
         }
     }
 
     /// The configured nodes' names (passwords masked), in order.
     pub fn nodes(&self) -> impl Iterator<Item = &str> {
-        self.inner.nodes.iter().map(|n| &**n.name())
+        self.driver.nodes().iter().map(|n| &**n.name())
     }
 
     /// Per node (name, in configured order): the calls queued or awaiting an
@@ -230,15 +105,15 @@ impl Redlock {
     /// # }
     /// ```
     pub fn in_flight(&self) -> impl Iterator<Item = (&str, usize)> {
-        self.inner
-            .nodes
+        self.driver
+            .nodes()
             .iter()
             .map(|node| (&**node.name(), node.in_flight()))
     }
 
     /// How many nodes must agree: `N / 2 + 1` of the configured `N`.
     pub fn quorum(&self) -> usize {
-        quorum::quorum(self.inner.nodes.len())
+        self.driver.quorum()
     }
 
     /// One round: the lock if a quorum grants it in time, else the reason.
@@ -261,8 +136,8 @@ impl Redlock {
     /// ```
     pub async fn try_lock(&self, resource: &str, ttl: Duration) -> Result<Lock, LockError> {
         let keys = Keys::single(resource, false)?;
-        self.inner.check_slots(&keys)?;
-        let ttl = self.inner.check_ttl(ttl)?;
+        self.driver.check_slots(&keys)?;
+        let ttl = self.driver.check_ttl(ttl)?;
         self.acquire(&Arc::new(Claim::new(keys)), ttl, false).await
     }
 
@@ -348,8 +223,8 @@ impl Redlock {
         options: &LockOptions,
     ) -> Result<Lock, LockError> {
         let keys = Keys::single(resource, options.is_fenced())?;
-        self.inner.check_slots(&keys)?;
-        let ttl = self.inner.check_ttl(ttl)?;
+        self.driver.check_slots(&keys)?;
+        let ttl = self.driver.check_ttl(ttl)?;
         let attempts = match options.max_wait() {
             None => Attempts::Policy,
             Some(max_wait) => Attempts::Until(Instant::now().checked_add(max_wait)),
@@ -372,8 +247,8 @@ impl Redlock {
     /// ```
     pub async fn lock_many(&self, resources: &[&str], ttl: Duration) -> Result<Lock, LockError> {
         let keys = Keys::many(resources)?;
-        self.inner.check_slots(&keys)?;
-        let ttl = self.inner.check_ttl(ttl)?;
+        self.driver.check_slots(&keys)?;
+        let ttl = self.driver.check_ttl(ttl)?;
         self.acquire_repeatedly(keys, None, ttl, Attempts::Policy)
             .await
     }
@@ -404,8 +279,8 @@ impl Redlock {
         owner: &str,
     ) -> Result<Lock, LockError> {
         let keys = Keys::reentrant(resource)?;
-        self.inner.check_slots(&keys)?;
-        let ttl = self.inner.check_ttl(ttl)?;
+        self.driver.check_slots(&keys)?;
+        let ttl = self.driver.check_ttl(ttl)?;
         self.acquire_repeatedly(keys, Some(owner), ttl, Attempts::Policy)
             .await
     }
@@ -418,7 +293,7 @@ impl Redlock {
         ttl: Ttl,
         attempts: Attempts,
     ) -> Result<Lock, LockError> {
-        let retry = self.inner.settings.retry;
+        let retry = self.driver.settings.retry;
         let start = Instant::now();
         // A waiter listens for releases from its first refusal on, for as
         // long as it waits (registered only then: a lock had at once costs
@@ -427,8 +302,7 @@ impl Redlock {
         // A waiter sleeps until the holder's keys expire, so it asks how
         // long they live.
         let holder_ttl = matches!(attempts, Attempts::Until(_));
-        let mut round = 1;
-        let mut collisions = 0;
+        let mut backoff = Backoff::default();
         loop {
             let claim = Arc::new(match owner {
                 Some(owner) => Claim::owned(keys, owner)?,
@@ -443,45 +317,32 @@ impl Redlock {
             };
             // Only a retry pays for a copy of the keys.
             keys = claim.keys().clone();
-            if let (Attempts::Until(_), Some(hub), None) = (attempts, &self.inner.hub, &interest) {
+            if let (Attempts::Until(_), Some(hub), None) = (attempts, self.driver.hub(), &interest)
+            {
                 interest = Some(hub.register(keys.first()));
             }
-            // A round that won some nodes but lost collided with another
-            // contender: no release will announce the end of that, so retry
-            // after a short random pause, doubled per collision (binary
-            // backoff). One that won none lost to a holder, whose release
-            // will wake us.
-            let collided = error.votes().is_some_and(|v| v.yes() > 0);
-            collisions = if collided { (collisions + 1).min(6) } else { 0 };
-            let pause = match attempts {
-                Attempts::Policy if round >= retry.attempts() => return Err(error),
-                Attempts::Policy => retry.jitter(Duration::MAX),
+            let now = Instant::now();
+            let budget = match attempts {
+                Attempts::Policy => Budget::Attempts,
                 Attempts::Until(give_up) => {
-                    let now = Instant::now();
-                    let left = give_up.map_or(Duration::MAX, |g| g.saturating_duration_since(now));
-                    if left.is_zero() {
-                        return Err(LockError::Timeout {
-                            waited: now - start,
-                            last: Box::new(error),
-                        });
-                    }
-                    let holder_left = error.votes().and_then(Votes::min_pttl);
-                    let woken = interest.as_ref().is_some_and(Interest::listening);
-                    match holder_left {
-                        _ if woken && collided => retry.jitter(WAKE_SPREAD * 2u32.pow(collisions)),
-                        // A release wakes us; otherwise the holder's keys
-                        // expire then (spread a little so waiters do not all
-                        // arrive at once).
-                        Some(holder_left) if woken => {
-                            holder_left + retry.jitter(holder_left / 8 + Duration::from_millis(1))
-                        }
-                        // Polling: never past the holder's expiry.
-                        _ => retry.jitter(holder_left.unwrap_or(Duration::MAX)),
-                    }
-                    .min(left)
+                    Budget::Until(give_up.map(|g| g.saturating_duration_since(now)))
                 }
             };
-            round += 1;
+            let last = Last {
+                collided: error.votes().is_some_and(|v| v.yes() > 0),
+                holder_left: error.votes().and_then(Votes::min_pttl),
+                woken: interest.as_ref().is_some_and(Interest::listening),
+            };
+            let pause = match backoff.next(&retry, budget, last, rand::random()) {
+                Next::After(pause) => pause,
+                Next::Stop => return Err(error),
+                Next::TimedOut => {
+                    return Err(LockError::Timeout {
+                        waited: now - start,
+                        last: Box::new(error),
+                    });
+                }
+            };
             match &mut interest {
                 Some(interest) => {
                     tokio::select! {
@@ -490,7 +351,7 @@ impl Redlock {
                             // Every waiter hears the same release: stagger
                             // them so that one wins the nodes instead of all
                             // splitting the vote.
-                            tokio::time::sleep(retry.jitter(WAKE_SPREAD)).await;
+                            tokio::time::sleep(retry.jitter(WAKE_SPREAD, rand::random())).await;
                         }
                     }
                 }
@@ -499,327 +360,33 @@ impl Redlock {
         }
     }
 
-    /// One acquisition: one round, or two for a fenced lock. `holder_ttl`:
-    /// a refusal must say how long the holder's keys live.
+    /// One acquisition (see [`Driver::acquire`]), as a [`Lock`].
     async fn acquire(
         &self,
         claim: &Arc<Claim>,
         ttl: Ttl,
         holder_ttl: bool,
     ) -> Result<Lock, LockError> {
-        let inner = &self.inner;
-        // The clock is read before the first request leaves.
-        let t0 = Instant::now();
-        let deadline = t0 + ttl.validity;
-        let per_node = quorum::node_timeout(inner.settings.node_timeout, ttl.ms, ttl.validity);
-        let step = Step::Acquire { holder_ttl };
-        let mut calls = inner.submit(claim, step, ttl.ms, None);
-        // If this future is dropped from here on, the guard releases whatever
-        // the round may have set: on every node the acquire was handed to,
-        // behind it. (A reentrant release names its hold, so where the hold
-        // was not counted it changes nothing.)
-        let mut guard = Abandoned {
-            inner,
-            claim,
-            ttl_ms: ttl.ms,
-            only: calls.made(),
-            armed: true,
-        };
-        let mut tally = inner
-            .collect(step, claim, &mut calls, t0 + per_node, Wait::Decision)
-            .await;
-        // Calls still in flight go on: the lock reaches every node that
-        // answers, not a bare quorum.
-        drop(calls);
-        // The first round's votes, once a second round has replaced them.
-        let mut phase1 = None;
-        let mut fence = None;
-        if let (Decision::Granted, Some(t)) = (tally.decision, tally.fence) {
-            // Fenced phase 2: write the largest counter back where we hold
-            // the lease; the token stands only if a quorum confirms in time.
-            let granted = granted_mask(&tally.answers);
-            let now = Instant::now();
-            let per_node = quorum::node_timeout(
-                inner.settings.node_timeout,
-                ttl.ms,
-                deadline.saturating_duration_since(now),
-            );
-            let step = Step::WriteBack(t);
-            let mut calls = inner.submit(claim, step, ttl.ms, Some(&granted));
-            let phase2 = inner
-                .collect(step, claim, &mut calls, now + per_node, Wait::Decision)
-                .await;
-            phase1 = Some(std::mem::replace(&mut tally, phase2).answers);
-            fence = Some(t);
-        }
-        let phase1 = phase1.as_ref().unwrap_or(&tally.answers);
-        if tally.decision == Decision::Granted && Instant::now() < deadline {
-            guard.armed = false; // the Lock owns the keys now
-            return Ok(Lock::new(
-                self.clone(),
-                Arc::clone(claim),
-                ttl.ms,
-                deadline,
-                fence,
-            ));
-        }
-        // Release wherever the acquire may have taken effect. Wait for the
-        // nodes that granted, so that a retry never meets our own leftovers
-        // there; the others (silent, possibly frozen) get the release behind
-        // the acquire, without waiting.
-        let granted = granted_mask(phase1);
-        let touched: SmallVec<[bool; INLINE]> = phase1.iter().map(may_have_applied).collect();
-        guard.armed = false; // the release below is handed over at its first poll
-        inner
-            .release(claim, ttl.ms, Wait::Nodes(&granted), Some(&touched))
-            .await;
-        Err(refusal(tally.decision, inner.votes(tally.answers)))
+        let held = self.driver.acquire(claim, ttl, holder_ttl).await?;
+        Ok(Lock::new(Arc::clone(&self.driver), held))
     }
 
-    pub(crate) fn inner(&self) -> &Arc<Inner> {
-        &self.inner
+    /// The driver under this client.
+    pub(crate) fn driver(&self) -> &Arc<Driver> {
+        &self.driver
     }
 }
 
-/// Nodes that answered yes.
-fn granted_mask(answers: &[Answer]) -> SmallVec<[bool; INLINE]> {
-    answers.iter().map(|a| *a == Answer::Yes).collect()
-}
-
-/// Whether an acquire may have changed the node: it granted, its answer
-/// never came, or the answer was unreadable. A node that refused, or that
-/// refused the call before it was sent (not connected, overloaded), or
-/// failed before running the script, changed nothing.
-fn may_have_applied(answer: &Answer) -> bool {
-    matches!(
-        answer,
-        Answer::Yes
-            | Answer::Undecided
-            | Answer::Failed(
-                NodeError::TimedOut | NodeError::Connection(_) | NodeError::Protocol(_)
-            )
-    )
-}
-
-impl Inner {
-    /// Refuses a lock whose keys a cluster member would spread over
-    /// several slots ([`ConfigError::CrossSlot`]), before anything is sent.
-    pub(crate) fn check_slots(&self, keys: &Keys) -> Result<(), ConfigError> {
-        if !self.clustered || keys.one_slot() {
-            return Ok(());
-        }
-        Err(ConfigError::CrossSlot {
-            resources: keys.resources().map(str::to_owned).collect(),
-        })
-    }
-
-    /// Checks a TTL: 1 ms to 2^40 ms (sub-millisecond parts are dropped, as
-    /// Redis would), and longer than its drift allowance.
-    pub(crate) fn check_ttl(&self, ttl: Duration) -> Result<Ttl, ConfigError> {
-        let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-        if ms == 0 || ms > MAX_TTL_MS {
-            return Err(ConfigError::InvalidTtl(ttl));
-        }
-        let factor = self.settings.drift_factor;
-        let validity = factor.validity(ms).ok_or(ConfigError::TtlNotAboveDrift {
-            ttl,
-            drift: factor.drift(ms),
-        })?;
-        Ok(Ttl { ms, validity })
-    }
-
-    /// Makes one operation on every node at once (or on those marked in
-    /// `only`). Each call is written whatever becomes of the returned
-    /// [`Calls`]; a node that cannot take it answers at once.
-    pub(crate) fn submit(
-        &self,
-        claim: &Arc<Claim>,
-        step: Step,
-        ttl_ms: u64,
-        only: Option<&[bool]>,
-    ) -> Calls<'_> {
-        let asked: SmallVec<[bool; INLINE]> = (0..self.nodes.len())
-            .map(|i| only.is_none_or(|only| only[i]))
-            .collect();
-        let calls = self
-            .nodes
-            .iter()
-            .zip(&asked)
-            .map(|(node, &asked)| asked.then(|| node.call(claim, step, ttl_ms)))
-            .collect();
-        Calls { calls, asked }
-    }
-
-    /// Counts answers from `calls` until `wait` is satisfied or `until`
-    /// passes; nodes silent by then count as timed out. Nodes not asked
-    /// count as no.
-    pub(crate) async fn collect(
-        &self,
-        step: Step,
-        claim: &Claim,
-        calls: &mut Calls<'_>,
-        until: Instant,
-        wait: Wait<'_>,
-    ) -> Tally {
-        let n = self.nodes.len();
-        let span = tracing::debug_span!(
-            "redquorum.round",
-            op = step.name(),
-            key = claim.keys().first(),
-            nodes = n
-        );
-        async move {
-            // A round whose every node refuses at once (none connected)
-            // never waits on anything: it still counts against the task's
-            // budget, so a caller looping on it lets the runtime run the
-            // reconnects (and timers) it needs.
-            tokio::task::coop::consume_budget().await;
-            let started = Instant::now();
-            let mut round = Round::new(n);
-            let mut answers: Answers = smallvec![Answer::Undecided; n];
-            // A node asked and not yet answered (no reply is `Undecided`).
-            let waiting = |calls: &Calls, answers: &[Answer], i: usize| {
-                calls.asked(i) && matches!(answers[i], Answer::Undecided)
-            };
-            for i in 0..n {
-                if !calls.asked(i) {
-                    round.record(Vote::No);
-                }
-            }
-            let mut fence = None;
-            let timer = tokio::time::sleep_until(until);
-            tokio::pin!(timer);
-            loop {
-                let done = match wait {
-                    Wait::Decision => round.decision() != Decision::Pending,
-                    Wait::Nodes(nodes) => (0..n).all(|i| !nodes[i] || !waiting(calls, &answers, i)),
-                };
-                if done {
-                    break;
-                }
-                tokio::select! {
-                    biased;
-                    next = calls.next() => {
-                        let Some((i, reply)) = next else { break };
-                        round.record(vote(step, &reply));
-                        if let Ok(Reply::Fence(c)) = reply {
-                            fence = fence.max(Some(c));
-                        }
-                        answers[i] = answer(reply);
-                        tracing::debug!(
-                            node = %self.nodes[i].name(),
-                            answer = ?answers[i],
-                            latency_us = started.elapsed().as_micros() as u64,
-                        );
-                    }
-                    _ = &mut timer => {
-                        for i in 0..n {
-                            if waiting(calls, &answers, i) {
-                                answers[i] = Answer::Failed(NodeError::TimedOut);
-                                round.record(Vote::No);
-                            }
-                        }
-                        break;
-                    }
-                }
-            }
-            tracing::debug!(decision = ?round.decision(), yes = round.yes(), no = round.no());
-            Tally {
-                decision: round.decision(),
-                answers,
-                fence,
-            }
-        }
-        .instrument(span)
-        .await
-    }
-
-    /// Every node and its calls in flight, in configured order.
-    pub(crate) fn members(&self) -> impl Iterator<Item = (&Member, usize)> {
-        self.nodes
-            .iter()
-            .map(|node| (node.member(), node.in_flight()))
-    }
-
-    /// A round's answers with the nodes' names, as errors report them.
-    pub(crate) fn votes(&self, answers: Answers) -> Votes {
-        let names = self.nodes.iter().map(|node| Arc::clone(node.name()));
-        Votes::new(names.zip(answers).collect())
-    }
-
-    /// Releases `claim` on every node (or those marked in `only`). Returns
-    /// once `wait` is satisfied or the node timeout passed; the calls still
-    /// in flight then reach their nodes all the same (bounded by each node's
-    /// grace), with no task of their own.
+impl Builder {
+    /// Checks the settings, then connects to every node concurrently, waiting
+    /// at most the node timeout: a node that is down or frozen now is retried
+    /// in the background and simply votes no until it is back. Credentials a
+    /// node rejects are an error here, and so are two URLs that reach one
+    /// server (compared by `run_id`; a node that is down now is checked when
+    /// it connects, and refused a vote if it is a duplicate).
     ///
-    /// The calls are handed over at the first poll: from then on, dropping
-    /// this future changes nothing on the nodes.
-    pub(crate) async fn release(
-        &self,
-        claim: &Arc<Claim>,
-        ttl_ms: u64,
-        wait: Wait<'_>,
-        only: Option<&[bool]>,
-    ) -> Tally {
-        let per_node = quorum::node_timeout(self.settings.node_timeout, ttl_ms, Duration::MAX);
-        let until = Instant::now() + per_node;
-        let mut calls = self.submit(claim, Step::Release, ttl_ms, only);
-        self.collect(Step::Release, claim, &mut calls, until, wait)
-            .await
-    }
-
-    /// Makes a release of `claim` on every node (or those marked in `only`)
-    /// without waiting, for `Drop`. Outside a tokio runtime nothing is sent
-    /// (the keys expire at their TTL).
-    pub(crate) fn release_detached(&self, claim: &Arc<Claim>, ttl_ms: u64, only: Option<&[bool]>) {
-        if tokio::runtime::Handle::try_current().is_ok() {
-            drop(self.submit(claim, Step::Release, ttl_ms, only));
-        }
-    }
-}
-
-/// Releases an acquisition's keys if the acquiring future is dropped
-/// before it produced a `Lock` or handed over its clean-up: cancelling a
-/// `lock()` call never leaves a key behind for the TTL.
-struct Abandoned<'a> {
-    inner: &'a Arc<Inner>,
-    claim: &'a Arc<Claim>,
-    ttl_ms: u64,
-    /// The nodes the acquire was handed to.
-    only: SmallVec<[bool; INLINE]>,
-    armed: bool,
-}
-
-impl Drop for Abandoned<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.inner
-                .release_detached(self.claim, self.ttl_ms, Some(&self.only));
-        }
-    }
-}
-
-fn answer(reply: Result<Reply, NodeError>) -> Answer {
-    match reply {
-        Ok(Reply::Done | Reply::Fence(_)) => Answer::Yes,
-        Ok(Reply::Held { pttl_ms }) => Answer::Held {
-            pttl: pttl_ms.map(Duration::from_millis),
-        },
-        Ok(Reply::NotHeld) => Answer::NotHeld,
-        Err(e) => Answer::Failed(e),
-    }
-}
-
-/// The error for a round that did not produce a lock.
-pub(crate) fn refusal(decision: Decision, votes: Votes) -> LockError {
-    if decision == Decision::Granted {
-        // A quorum agreed, but after the validity window closed.
-        LockError::Expired { votes }
-    } else if votes.held() > 0 {
-        LockError::Taken { votes }
-    } else if votes.iter().any(|(_, a)| *a == Answer::NotHeld) {
-        LockError::Expired { votes }
-    } else {
-        LockError::Unavailable { votes }
+    /// Must be called inside a tokio runtime.
+    pub async fn build(self) -> Result<Redlock, ConfigError> {
+        self.connect().await.map(Redlock::from_driver)
     }
 }

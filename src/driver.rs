@@ -1,0 +1,427 @@
+//! The driver: runs the protocol's rounds over the nodes. It makes the calls
+//! (through each node's [`Dispatcher`], which delivers every call whether
+//! or not a round still listens), reads the clock, arms the round's one
+//! timer and feeds what the nodes answer to a [`Collector`]; what a round
+//! decides from that is [`proto::round`](crate::proto::round)'s.
+//!
+//! Its own duties are the ones pure code cannot do: reading the clock
+//! before the first request leaves, bounding a round by one timer, and
+//! cleaning up after a failure on *every* node — including those that have
+//! not answered yet, and when the caller drops the operation midway. A node
+//! applies one client's calls in the order made, so a release made after an
+//! acquire still in flight removes whatever that acquire sets.
+
+use std::fmt;
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use smallvec::SmallVec;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::claim::{Claim, Keys};
+use crate::dispatch::{Call, Dispatcher, Member, Outcome};
+use crate::error::{Answer, ConfigError, LockError, Votes};
+use crate::proto::per_node::PerNode;
+use crate::proto::quorum::{self, Decision, DriftFactor, MAX_TTL_MS};
+use crate::proto::retry::Retry;
+use crate::proto::round::{Collector, Step, Tally, Wait, refusal};
+use crate::wakeup::Hub;
+
+/// The validated settings every operation reads.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Settings {
+    pub(crate) node_timeout: Option<Duration>,
+    pub(crate) drift_factor: DriftFactor,
+    pub(crate) retry: Retry,
+}
+
+/// A checked TTL and the validity it leaves.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ttl {
+    pub(crate) ms: u64,
+    pub(crate) validity: Duration,
+}
+
+/// What an acquisition holds: the claim, until when, and its fencing token.
+#[derive(Debug)]
+pub(crate) struct Held {
+    pub(crate) claim: Arc<Claim>,
+    pub(crate) ttl_ms: u64,
+    pub(crate) deadline: Instant,
+    pub(crate) fence: Option<u64>,
+}
+
+/// Node masks, inline for up to this many nodes.
+const INLINE: usize = 5;
+type Mask = SmallVec<[bool; INLINE]>;
+
+/// The nodes and what every operation shares.
+pub(crate) struct Driver {
+    nodes: Box<[Dispatcher]>,
+    pub(crate) settings: Settings,
+    /// Release notifications, for Redis nodes with notifications on.
+    hub: Option<Arc<Hub>>,
+    /// Some member is a Redis Cluster: a lock's keys must share a slot.
+    clustered: bool,
+}
+
+impl fmt::Debug for Driver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Driver")
+            .field("nodes", &self.nodes)
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
+impl Driver {
+    pub(crate) fn new(nodes: Vec<Dispatcher>, settings: Settings, hub: Option<Arc<Hub>>) -> Self {
+        let clustered = nodes
+            .iter()
+            .any(|node| matches!(node.member(), Member::Cluster(_)));
+        Driver {
+            nodes: nodes.into(),
+            settings,
+            hub,
+            clustered,
+        }
+    }
+
+    /// The quorum of the nodes.
+    pub(crate) fn quorum(&self) -> usize {
+        quorum::quorum(self.nodes.len())
+    }
+
+    /// The nodes, in configured order.
+    pub(crate) fn nodes(&self) -> &[Dispatcher] {
+        &self.nodes
+    }
+
+    /// Every node and its calls in flight, in configured order.
+    pub(crate) fn members(&self) -> impl Iterator<Item = (&Member, usize)> {
+        self.nodes
+            .iter()
+            .map(|node| (node.member(), node.in_flight()))
+    }
+
+    /// The release notifications, if on.
+    pub(crate) fn hub(&self) -> Option<&Arc<Hub>> {
+        self.hub.as_ref()
+    }
+
+    /// Refuses a lock whose keys a cluster member would spread over
+    /// several slots ([`ConfigError::CrossSlot`]), before anything is sent.
+    pub(crate) fn check_slots(&self, keys: &Keys) -> Result<(), ConfigError> {
+        if !self.clustered || keys.one_slot() {
+            return Ok(());
+        }
+        Err(ConfigError::CrossSlot {
+            resources: keys.resources().map(str::to_owned).collect(),
+        })
+    }
+
+    /// Checks a TTL: 1 ms to 2^40 ms (sub-millisecond parts are dropped, as
+    /// Redis would), and longer than its drift allowance.
+    pub(crate) fn check_ttl(&self, ttl: Duration) -> Result<Ttl, ConfigError> {
+        let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        if ms == 0 || ms > MAX_TTL_MS {
+            return Err(ConfigError::InvalidTtl(ttl));
+        }
+        let factor = self.settings.drift_factor;
+        let validity = factor.validity(ms).ok_or(ConfigError::TtlNotAboveDrift {
+            ttl,
+            drift: factor.drift(ms),
+        })?;
+        Ok(Ttl { ms, validity })
+    }
+
+    /// A round's answers with the nodes' names, as errors report them.
+    pub(crate) fn votes(&self, answers: PerNode<Answer>) -> Votes {
+        let names = self.nodes.iter().map(|node| Arc::clone(node.name()));
+        Votes::new(names.zip(answers).collect())
+    }
+
+    /// One acquisition: one round, or two for a fenced lock. `holder_ttl`:
+    /// a refusal must say how long the holder's keys live.
+    ///
+    /// On failure every key the round may have set is released before it
+    /// returns (waiting for the nodes that granted; the others get the
+    /// release behind the acquire), and so it is if this future is dropped.
+    pub(crate) async fn acquire(
+        &self,
+        claim: &Arc<Claim>,
+        ttl: Ttl,
+        holder_ttl: bool,
+    ) -> Result<Held, LockError> {
+        // The clock is read before the first request leaves.
+        let t0 = Instant::now();
+        let deadline = t0 + ttl.validity;
+        let per_node = quorum::node_timeout(self.settings.node_timeout, ttl.ms, ttl.validity);
+        let step = Step::Acquire { holder_ttl };
+        let mut calls = self.submit(claim, step, ttl.ms, None);
+        // If this future is dropped from here on, the guard releases whatever
+        // the round may have set: on every node the acquire was handed to,
+        // behind it. (A reentrant release names its hold, so where the hold
+        // was not counted it changes nothing.)
+        let mut guard = Abandoned {
+            driver: self,
+            claim,
+            ttl_ms: ttl.ms,
+            only: calls.made(),
+            armed: true,
+        };
+        let mut tally = self
+            .collect(step, claim, &mut calls, t0 + per_node, Wait::Decision)
+            .await;
+        // Calls still in flight go on: the lock reaches every node that
+        // answers, not a bare quorum.
+        drop(calls);
+        // The first round's tally, once a second round has replaced it.
+        let mut phase1 = None;
+        let mut fence = None;
+        if let (Decision::Granted, Some(t)) = (tally.decision, tally.fence) {
+            // Fenced phase 2: write the largest counter back where we hold
+            // the lease; the token stands only if a quorum confirms in time.
+            let granted = tally.granted();
+            let now = Instant::now();
+            let per_node = quorum::node_timeout(
+                self.settings.node_timeout,
+                ttl.ms,
+                deadline.saturating_duration_since(now),
+            );
+            let step = Step::WriteBack(t);
+            let mut calls = self.submit(claim, step, ttl.ms, Some(&granted));
+            let phase2 = self
+                .collect(step, claim, &mut calls, now + per_node, Wait::Decision)
+                .await;
+            phase1 = Some(std::mem::replace(&mut tally, phase2));
+            fence = Some(t);
+        }
+        if tally.decision == Decision::Granted && Instant::now() < deadline {
+            guard.armed = false; // the Lock owns the keys now
+            return Ok(Held {
+                claim: Arc::clone(claim),
+                ttl_ms: ttl.ms,
+                deadline,
+                fence,
+            });
+        }
+        // Release wherever the acquire may have taken effect. Wait for the
+        // nodes that granted, so that a retry never meets our own leftovers
+        // there; the others (silent, possibly frozen) get the release behind
+        // the acquire, without waiting.
+        let phase1 = phase1.as_ref().unwrap_or(&tally);
+        let (granted, touched) = (phase1.granted(), phase1.touched());
+        guard.armed = false; // the release below is handed over at its first poll
+        self.release(claim, ttl.ms, Wait::Nodes(&granted), Some(&touched))
+            .await;
+        Err(refusal(tally.decision, self.votes(tally.answers)))
+    }
+
+    /// Extends `claim` to `ttl` from now, if it is still valid at
+    /// `deadline`: the new deadline (the later of the two) once a quorum
+    /// confirmed before it.
+    pub(crate) async fn extend(
+        &self,
+        claim: &Arc<Claim>,
+        ttl: Ttl,
+        deadline: Instant,
+    ) -> Result<Instant, LockError> {
+        let t1 = Instant::now();
+        if t1 >= deadline {
+            return Err(LockError::Expired {
+                votes: Votes::new(Box::new([])),
+            });
+        }
+        let new_deadline = t1 + ttl.validity;
+        let per_node = quorum::node_timeout(self.settings.node_timeout, ttl.ms, ttl.validity);
+        // Handed to every node at once: nodes that answer after the decision
+        // get the extension all the same.
+        let mut calls = self.submit(claim, Step::Extend, ttl.ms, None);
+        let tally = self
+            .collect(
+                Step::Extend,
+                claim,
+                &mut calls,
+                t1 + per_node,
+                Wait::Decision,
+            )
+            .await;
+        if tally.decision == Decision::Granted && Instant::now() < new_deadline {
+            Ok(deadline.max(new_deadline))
+        } else {
+            Err(refusal(tally.decision, self.votes(tally.answers)))
+        }
+    }
+
+    /// Releases `claim` on every node (or those marked in `only`). Returns
+    /// once `wait` is satisfied or the node timeout passed; the calls still
+    /// in flight then reach their nodes all the same (bounded by each node's
+    /// grace), with no task of their own.
+    ///
+    /// The calls are handed over at the first poll: from then on, dropping
+    /// this future changes nothing on the nodes.
+    pub(crate) async fn release(
+        &self,
+        claim: &Arc<Claim>,
+        ttl_ms: u64,
+        wait: Wait<'_>,
+        only: Option<&[bool]>,
+    ) -> Tally {
+        let per_node = quorum::node_timeout(self.settings.node_timeout, ttl_ms, Duration::MAX);
+        let until = Instant::now() + per_node;
+        let mut calls = self.submit(claim, Step::Release, ttl_ms, only);
+        self.collect(Step::Release, claim, &mut calls, until, wait)
+            .await
+    }
+
+    /// Makes a release of `claim` on every node (or those marked in `only`)
+    /// without waiting, for `Drop`. Outside a tokio runtime nothing is sent
+    /// (the keys expire at their TTL).
+    pub(crate) fn release_detached(&self, claim: &Arc<Claim>, ttl_ms: u64, only: Option<&[bool]>) {
+        if tokio::runtime::Handle::try_current().is_ok() {
+            drop(self.submit(claim, Step::Release, ttl_ms, only));
+        }
+    }
+
+    /// Makes one operation on every node at once (or on those marked in
+    /// `only`). Each call is written whatever becomes of the returned
+    /// [`Calls`]; a node that cannot take it answers at once.
+    fn submit(
+        &self,
+        claim: &Arc<Claim>,
+        step: Step,
+        ttl_ms: u64,
+        only: Option<&[bool]>,
+    ) -> Calls<'_> {
+        let asked: Mask = (0..self.nodes.len())
+            .map(|i| only.is_none_or(|only| only[i]))
+            .collect();
+        let calls = self
+            .nodes
+            .iter()
+            .zip(&asked)
+            .map(|(node, &asked)| asked.then(|| node.call(claim, step, ttl_ms)))
+            .collect();
+        Calls { calls, asked }
+    }
+
+    /// Feeds the answers from `calls` to a round until it may stop
+    /// listening (`wait`) or `until` passes; nodes silent by then count as
+    /// timed out.
+    async fn collect(
+        &self,
+        step: Step,
+        claim: &Claim,
+        calls: &mut Calls<'_>,
+        until: Instant,
+        wait: Wait<'_>,
+    ) -> Tally {
+        let span = tracing::debug_span!(
+            "redquorum.round",
+            op = step.name(),
+            key = claim.keys().first(),
+            nodes = self.nodes.len()
+        );
+        async move {
+            // A round whose every node refuses at once (none connected)
+            // never waits on anything: it still counts against the task's
+            // budget, so a caller looping on it lets the runtime run the
+            // reconnects (and timers) it needs.
+            tokio::task::coop::consume_budget().await;
+            let started = Instant::now();
+            let mut round = Collector::new(step, &calls.asked);
+            let timer = tokio::time::sleep_until(until);
+            tokio::pin!(timer);
+            while !round.is_done(wait) {
+                tokio::select! {
+                    biased;
+                    next = calls.next() => {
+                        let Some((i, reply)) = next else { break };
+                        round.on_reply(i, reply);
+                        tracing::debug!(
+                            node = %self.nodes[i].name(),
+                            answer = ?round.answer(i),
+                            latency_us = started.elapsed().as_micros() as u64,
+                        );
+                    }
+                    _ = &mut timer => {
+                        round.on_timeout();
+                        break;
+                    }
+                }
+            }
+            let (decision, yes, no) = round.counts();
+            tracing::debug!(?decision, yes, no);
+            round.finish()
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+/// One round's calls, by node.
+#[derive(Debug)]
+struct Calls<'a> {
+    calls: SmallVec<[Option<Call<'a>>; INLINE]>,
+    asked: Mask,
+}
+
+impl Calls<'_> {
+    /// The nodes a call was made to (not refused at once).
+    fn made(&self) -> Mask {
+        self.calls
+            .iter()
+            .map(|call| call.as_ref().is_some_and(Call::made))
+            .collect()
+    }
+
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<(usize, Outcome)>> {
+        let mut waiting = false;
+        for (i, slot) in self.calls.iter_mut().enumerate() {
+            let Some(call) = slot else { continue };
+            match Pin::new(call).poll(cx) {
+                Poll::Ready(answer) => {
+                    *slot = None;
+                    return Poll::Ready(Some((i, answer)));
+                }
+                Poll::Pending => waiting = true,
+            }
+        }
+        if waiting {
+            Poll::Pending
+        } else {
+            Poll::Ready(None)
+        }
+    }
+
+    /// The next answer, and from which node; `None` once all have answered.
+    async fn next(&mut self) -> Option<(usize, Outcome)> {
+        poll_fn(|cx| self.poll_next(cx)).await
+    }
+}
+
+/// Releases an acquisition's keys if the acquiring future is dropped
+/// before it produced a `Lock` or handed over its clean-up: cancelling a
+/// `lock()` call never leaves a key behind for the TTL.
+struct Abandoned<'a> {
+    driver: &'a Driver,
+    claim: &'a Arc<Claim>,
+    ttl_ms: u64,
+    /// The nodes the acquire was handed to.
+    only: Mask,
+    armed: bool,
+}
+
+impl Drop for Abandoned<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.driver
+                .release_detached(self.claim, self.ttl_ms, Some(&self.only));
+        }
+    }
+}

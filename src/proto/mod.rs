@@ -1,0 +1,25 @@
+//! The protocol, pure: what every round decides, with no I/O, no runtime,
+//! no clock and no randomness that is not handed in.
+//!
+//! - [`quorum`]: the arithmetic — quorum size, validity, the per-node
+//!   timeout, the votes of one round and its decision;
+//! - [`keys`]: which Redis keys a lock uses, and [`slot`]: which cluster
+//!   slot a key lives in;
+//! - [`op`]: the operations a node performs and its replies;
+//! - [`round`]: one round's tally — replies and timeouts in, the decision,
+//!   each node's answer, the fencing maximum, which nodes to clean up and the
+//!   error a failed round reports out;
+//! - [`per_node`]: a value per node, in place for small clusters;
+//! - [`retry`]: the retry policy, and the pause before the next round as a
+//!   function of the last outcome, the time left and a random draw.
+//!
+//! The driver (`crate::driver`) feeds these with what the nodes answered and
+//! what the clock says, and does what they say.
+
+pub mod keys;
+pub mod op;
+pub mod per_node;
+pub mod quorum;
+pub mod retry;
+pub mod round;
+pub mod slot;

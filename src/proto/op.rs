@@ -1,0 +1,168 @@
+//! The operations a node performs, and its replies: the whole vocabulary
+//! between a round and a node.
+
+/// An atomic operation on one node.
+///
+/// Each is compare-and-act on the lock key: only the holder of `token` can
+/// extend or release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Op<'a> {
+    /// Set `key` to `token` with a TTL of `ttl_ms`, only if `key` is absent.
+    Acquire {
+        /// The lock key.
+        key: &'a str,
+        /// The holder's random token.
+        token: &'a str,
+        /// Time to live in milliseconds.
+        ttl_ms: u64,
+        /// Whether a refusal must say how long the holder's key lives
+        /// ([`Reply::Held`] with `Some` TTL): waiters sleep on it. Redis
+        /// answers a plain acquire with one native `SET NX PX` and needs a
+        /// script for this.
+        holder_ttl: bool,
+    },
+    /// If `key` holds `token`, make it live at least `ttl_ms` from now
+    /// (never shorter than it already does). Never re-creates `key`.
+    Extend {
+        /// The lock key.
+        key: &'a str,
+        /// The holder's random token.
+        token: &'a str,
+        /// Time to live in milliseconds.
+        ttl_ms: u64,
+    },
+    /// Delete `key` if it holds `token`.
+    Release {
+        /// The lock key.
+        key: &'a str,
+        /// The holder's random token.
+        token: &'a str,
+    },
+    /// Reentrant acquire: `key` is a hash of `{owner: hold count}` plus one
+    /// entry per hold. Create it with count 1 if absent; if `owner` holds
+    /// it, count + 1 (once per `hold`, however often this is applied) and make
+    /// it live at least `ttl_ms`; otherwise refuse with the holder's TTL.
+    AcquireReentrant {
+        /// The lock key.
+        key: &'a str,
+        /// The owner's identity.
+        owner: &'a str,
+        /// This hold's random token: what makes acquire and release of one
+        /// hold happen at most once on a node.
+        hold: &'a str,
+        /// Time to live in milliseconds.
+        ttl_ms: u64,
+    },
+    /// If `owner` holds `key`, make it live at least `ttl_ms` from now.
+    ExtendReentrant {
+        /// The lock key.
+        key: &'a str,
+        /// The owner's identity.
+        owner: &'a str,
+        /// Time to live in milliseconds.
+        ttl_ms: u64,
+    },
+    /// If `hold` of `owner` is counted in `key`, count − 1 and forget the
+    /// hold (so a second release of it changes nothing); delete `key` at
+    /// zero.
+    ReleaseReentrant {
+        /// The lock key.
+        key: &'a str,
+        /// The owner's identity.
+        owner: &'a str,
+        /// The hold being given back.
+        hold: &'a str,
+    },
+    /// Set every key in `keys` to `token` with a TTL of `ttl_ms` if none of
+    /// them exists; otherwise set none and refuse with the smallest TTL.
+    AcquireMany {
+        /// The lock keys.
+        keys: &'a [String],
+        /// The holder's random token.
+        token: &'a str,
+        /// Time to live in milliseconds.
+        ttl_ms: u64,
+    },
+    /// If every key holds `token`, make each live at least `ttl_ms`.
+    ExtendMany {
+        /// The lock keys.
+        keys: &'a [String],
+        /// The holder's random token.
+        token: &'a str,
+        /// Time to live in milliseconds.
+        ttl_ms: u64,
+    },
+    /// Delete each of `keys` that holds `token`.
+    ReleaseMany {
+        /// The lock keys.
+        keys: &'a [String],
+        /// The holder's random token.
+        token: &'a str,
+    },
+    /// Fenced acquire (phase 1): if `key` is absent, increment the counter
+    /// `fence_key` and set `key` to `token` with a TTL of `ttl_ms`, answering
+    /// [`Reply::Fence`] with the counter; otherwise refuse with the TTL.
+    AcquireFenced {
+        /// The lock key.
+        key: &'a str,
+        /// The fencing counter's key (no TTL).
+        fence_key: &'a str,
+        /// The holder's random token.
+        token: &'a str,
+        /// Time to live in milliseconds.
+        ttl_ms: u64,
+    },
+    /// Fenced acquire (phase 2): if `key` still holds `token`, raise the
+    /// counter `fence_key` to at least `fence`.
+    FenceWriteBack {
+        /// The lock key.
+        key: &'a str,
+        /// The fencing counter's key.
+        fence_key: &'a str,
+        /// The holder's random token.
+        token: &'a str,
+        /// The fencing token granted.
+        fence: u64,
+    },
+}
+
+impl Op<'_> {
+    /// The first key the operation touches (all of an operation's keys share
+    /// one Redis Cluster slot).
+    pub(crate) fn first_key(&self) -> &str {
+        match *self {
+            Op::Acquire { key, .. }
+            | Op::Extend { key, .. }
+            | Op::Release { key, .. }
+            | Op::AcquireReentrant { key, .. }
+            | Op::ExtendReentrant { key, .. }
+            | Op::ReleaseReentrant { key, .. }
+            | Op::AcquireFenced { key, .. }
+            | Op::FenceWriteBack { key, .. } => key,
+            Op::AcquireMany { keys, .. }
+            | Op::ExtendMany { keys, .. }
+            | Op::ReleaseMany { keys, .. } => keys.first().map_or("", String::as_str),
+        }
+    }
+}
+
+/// A node's answer to an [`Op`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Reply {
+    /// The operation took effect (set, extended, deleted).
+    Done,
+    /// An acquire found the key held; `pttl_ms` is its remaining TTL in
+    /// milliseconds.
+    Held {
+        /// The remaining TTL; `None` when the key has no expiry, or when the
+        /// operation did not ask ([`Op::Acquire`] without `holder_ttl`).
+        pttl_ms: Option<u64>,
+    },
+    /// An extend, release or write-back found the key absent or held by
+    /// another token (or owner).
+    NotHeld,
+    /// [`Op::AcquireFenced`] took the lease; the node's counter is now this.
+    Fence(u64),
+}

@@ -1,0 +1,298 @@
+//! One round's tally: the replies and timeouts of the nodes in, the
+//! decision, each node's answer, the fencing maximum, the nodes to clean up
+//! and the error a failed round reports out.
+//!
+//! The driver makes the calls and reads the clock; everything a round
+//! decides from what it heard is here:
+//!
+//! ```text
+//! Collector::new(step, asked)         nodes not asked count as no
+//!   on_reply(i, reply)  ...           a reply is a vote (see `vote`)
+//!   on_timeout()                      every silent node counts as timed out
+//!   is_done(wait)                     stop listening? (a decision, or named nodes heard)
+//! finish() -> Tally                   decision, answers, fence
+//! Tally::granted() / touched()        who to release, waiting / behind the acquire
+//! refusal(decision, votes)            the error of a round with no lock
+//! ```
+
+use std::time::Duration;
+
+use crate::error::{Answer, LockError, NodeError, Votes};
+use crate::proto::op::Reply;
+use crate::proto::per_node::PerNode;
+use crate::proto::quorum::{Decision, Round, Vote};
+
+/// What one node operation does to a claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// `holder_ttl`: a refusal must say how long the holder's key lives (for
+    /// a waiter, which sleeps on it).
+    Acquire {
+        holder_ttl: bool,
+    },
+    Extend,
+    Release,
+    /// Fenced phase 2, carrying the fencing token to write back.
+    WriteBack(u64),
+}
+
+impl Step {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Step::Acquire { .. } => "acquire",
+            Step::Extend => "extend",
+            Step::Release => "release",
+            Step::WriteBack(_) => "fence-write-back",
+        }
+    }
+}
+
+/// When a round stops listening.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Wait<'a> {
+    /// At the quorum decision (the calls still in flight go on).
+    Decision,
+    /// Once every node marked has answered (or the timer fired).
+    Nodes(&'a [bool]),
+}
+
+/// A reply as a vote: done (or, for a release, already gone) is yes.
+pub(crate) fn vote(step: Step, reply: &Result<Reply, NodeError>) -> Vote {
+    match (step, reply) {
+        (_, Ok(Reply::Done | Reply::Fence(_))) | (Step::Release, Ok(Reply::NotHeld)) => Vote::Yes,
+        _ => Vote::No,
+    }
+}
+
+/// A reply as the answer an error reports.
+pub(crate) fn answer(reply: Result<Reply, NodeError>) -> Answer {
+    match reply {
+        Ok(Reply::Done | Reply::Fence(_)) => Answer::Yes,
+        Ok(Reply::Held { pttl_ms }) => Answer::Held {
+            pttl: pttl_ms.map(Duration::from_millis),
+        },
+        Ok(Reply::NotHeld) => Answer::NotHeld,
+        Err(e) => Answer::Failed(e),
+    }
+}
+
+/// One round in progress.
+#[derive(Debug)]
+pub(crate) struct Collector {
+    step: Step,
+    round: Round,
+    asked: PerNode<bool>,
+    answers: PerNode<Answer>,
+    fence: Option<u64>,
+}
+
+impl Collector {
+    /// A round of `step` on the nodes marked in `asked` (the others count
+    /// as no at once).
+    pub(crate) fn new(step: Step, asked: &[bool]) -> Self {
+        let mut round = Round::new(asked.len());
+        for _ in asked.iter().filter(|asked| !**asked) {
+            round.record(Vote::No);
+        }
+        Collector {
+            step,
+            round,
+            asked: asked.iter().copied().collect(),
+            answers: PerNode::filled(Answer::Undecided, asked.len()),
+            fence: None,
+        }
+    }
+
+    /// Node `i` was asked and has not answered.
+    pub(crate) fn waiting(&self, i: usize) -> bool {
+        self.asked[i] && matches!(self.answers[i], Answer::Undecided)
+    }
+
+    /// Node `i` replied (once per node; a second reply is ignored).
+    pub(crate) fn on_reply(&mut self, i: usize, reply: Result<Reply, NodeError>) {
+        if !self.waiting(i) {
+            return;
+        }
+        self.round.record(vote(self.step, &reply));
+        if let Ok(Reply::Fence(counter)) = reply {
+            self.fence = self.fence.max(Some(counter));
+        }
+        self.answers[i] = answer(reply);
+    }
+
+    /// The round's timer fired: every node still silent timed out.
+    pub(crate) fn on_timeout(&mut self) {
+        for i in 0..self.answers.len() {
+            if self.waiting(i) {
+                self.answers[i] = Answer::Failed(NodeError::TimedOut);
+                self.round.record(Vote::No);
+            }
+        }
+    }
+
+    /// Whether the round may stop listening.
+    pub(crate) fn is_done(&self, wait: Wait<'_>) -> bool {
+        match wait {
+            Wait::Decision => self.round.decision() != Decision::Pending,
+            Wait::Nodes(nodes) => (0..self.answers.len()).all(|i| !nodes[i] || !self.waiting(i)),
+        }
+    }
+
+    /// Node `i`'s answer so far.
+    pub(crate) fn answer(&self, i: usize) -> &Answer {
+        &self.answers[i]
+    }
+
+    /// The decision so far, and the yes and no votes.
+    pub(crate) fn counts(&self) -> (Decision, usize, usize) {
+        (self.round.decision(), self.round.yes(), self.round.no())
+    }
+
+    /// The round's result.
+    pub(crate) fn finish(self) -> Tally {
+        Tally {
+            decision: self.round.decision(),
+            answers: self.answers,
+            fence: self.fence,
+        }
+    }
+}
+
+/// A finished round.
+#[derive(Debug)]
+pub(crate) struct Tally {
+    pub(crate) decision: Decision,
+    /// Per node, in configured order.
+    pub(crate) answers: PerNode<Answer>,
+    /// The largest fencing counter granted.
+    pub(crate) fence: Option<u64>,
+}
+
+impl Tally {
+    /// The nodes that answered yes.
+    pub(crate) fn granted(&self) -> PerNode<bool> {
+        self.answers.iter().map(|a| *a == Answer::Yes).collect()
+    }
+
+    /// The nodes an acquire may have changed: granted, no answer, or an
+    /// unreadable one. A node that refused, that refused the call before it
+    /// was sent (not connected, overloaded) or failed before running the
+    /// script changed nothing.
+    pub(crate) fn touched(&self) -> PerNode<bool> {
+        self.answers.iter().map(may_have_applied).collect()
+    }
+}
+
+fn may_have_applied(answer: &Answer) -> bool {
+    matches!(
+        answer,
+        Answer::Yes
+            | Answer::Undecided
+            | Answer::Failed(
+                NodeError::TimedOut | NodeError::Connection(_) | NodeError::Protocol(_)
+            )
+    )
+}
+
+/// Whether a failed extension shows the lock gone for good: too few nodes
+/// still hold the token to ever make a quorum of `quorum` (an operator
+/// released it, or nodes lost their data), or no votes at all (it had
+/// already expired). Written without a subtraction: `len − quorum` would
+/// underflow for the empty votes of an expired lock.
+pub(crate) fn gone_for_good(votes: &Votes, quorum: usize) -> bool {
+    votes.not_held() + quorum > votes.len()
+}
+
+/// The error for a round that did not produce a lock.
+pub(crate) fn refusal(decision: Decision, votes: Votes) -> LockError {
+    if decision == Decision::Granted {
+        // A quorum agreed, but after the validity window closed.
+        LockError::Expired { votes }
+    } else if votes.held() > 0 {
+        LockError::Taken { votes }
+    } else if votes.iter().any(|(_, a)| *a == Answer::NotHeld) {
+        LockError::Expired { votes }
+    } else {
+        LockError::Unavailable { votes }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held() -> Result<Reply, NodeError> {
+        Ok(Reply::Held { pttl_ms: Some(5) })
+    }
+
+    #[test]
+    fn decides_at_the_quorum_and_keeps_every_answer() {
+        let step = Step::Acquire { holder_ttl: false };
+        let mut c = Collector::new(step, &[true; 5]);
+        c.on_reply(0, Ok(Reply::Done));
+        c.on_reply(1, Ok(Reply::Done));
+        assert!(!c.is_done(Wait::Decision));
+        c.on_reply(1, held()); // a second reply changes nothing
+        c.on_reply(2, Ok(Reply::Done));
+        assert!(c.is_done(Wait::Decision));
+        assert!(!c.is_done(Wait::Nodes(&[false, false, false, true, false])));
+        c.on_timeout();
+        let tally = c.finish();
+        assert_eq!(tally.decision, Decision::Granted);
+        assert_eq!(*tally.granted(), [true, true, true, false, false]);
+        // Silent nodes may have applied it: they are released too.
+        assert_eq!(*tally.touched(), [true; 5]);
+        assert_eq!(tally.answers[4], Answer::Failed(NodeError::TimedOut));
+    }
+
+    #[test]
+    fn nodes_not_asked_vote_no_and_are_never_waited_for() {
+        let mut c = Collector::new(Step::Release, &[true, false, true]);
+        assert!(!c.waiting(1));
+        c.on_reply(0, Ok(Reply::NotHeld)); // gone already: a yes for a release
+        c.on_reply(2, Ok(Reply::Done));
+        assert!(c.is_done(Wait::Nodes(&[true, true, true])));
+        assert_eq!(c.finish().decision, Decision::Granted);
+    }
+
+    #[test]
+    fn fences_keep_the_maximum_and_refusals_are_classified() {
+        let step = Step::Acquire { holder_ttl: true };
+        let mut c = Collector::new(step, &[true; 3]);
+        c.on_reply(0, Ok(Reply::Fence(7)));
+        c.on_reply(1, Ok(Reply::Fence(9)));
+        c.on_reply(2, Err(NodeError::NotConnected("down".into())));
+        let tally = c.finish();
+        assert_eq!(tally.fence, Some(9));
+        // Refused before it was sent: nothing to release there.
+        assert_eq!(*tally.touched(), [true, true, false]);
+
+        let votes = |answers: Vec<Answer>| {
+            Votes::new(answers.into_iter().map(|a| ("n".into(), a)).collect())
+        };
+        let taken = votes(vec![Answer::Held { pttl: None }, Answer::Yes]);
+        assert!(matches!(
+            refusal(Decision::Refused, taken),
+            LockError::Taken { .. }
+        ));
+        let gone = votes(vec![Answer::NotHeld, Answer::Yes]);
+        assert!(matches!(
+            refusal(Decision::Refused, gone),
+            LockError::Expired { .. }
+        ));
+        let late = votes(vec![Answer::Yes, Answer::Yes]);
+        assert!(matches!(
+            refusal(Decision::Granted, late),
+            LockError::Expired { .. }
+        ));
+        let down = votes(vec![Answer::Failed(NodeError::TimedOut)]);
+        assert!(!gone_for_good(&down, 1));
+        let released = votes(vec![Answer::NotHeld, Answer::NotHeld, Answer::Yes]);
+        assert!(gone_for_good(&released, 2));
+        assert!(gone_for_good(&votes(vec![]), 2));
+        assert!(matches!(
+            refusal(Decision::Refused, down),
+            LockError::Unavailable { .. }
+        ));
+    }
+}
