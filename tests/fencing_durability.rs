@@ -17,12 +17,7 @@ const TTL: Duration = Duration::from_secs(10);
 
 /// A fresh client that waits for every node's first connection.
 async fn client() -> Redlock {
-    Redlock::builder()
-        .nodes(node_urls())
-        .node_timeout(Duration::from_secs(1))
-        .build()
-        .await
-        .unwrap()
+    support::patient().build().await.unwrap()
 }
 
 async fn fenced(redlock: &Redlock, resource: &str) -> u64 {

@@ -200,9 +200,7 @@ async fn lock_many_is_all_or_nothing() {
     assert!(quorum >= 3, "both keys on {quorum} nodes");
     // Overlapping set: refused. A node that holds `b` refuses it as a
     // whole, so `c` is never set there and `b` stays ours.
-    let bc = Redlock::builder()
-        .nodes(node_urls())
-        .node_timeout(Duration::from_secs(1))
+    let bc = support::patient()
         .retry(redquorum::Retry::none())
         .build()
         .await
@@ -303,9 +301,7 @@ async fn fencing_tokens_increase_across_contending_holders() {
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for _ in 0..4 {
-        let redlock = Redlock::builder()
-            .nodes(node_urls())
-            .node_timeout(Duration::from_secs(1))
+        let redlock = support::patient()
             .retry(redquorum::Retry::new(3, Duration::from_millis(5)))
             .build()
             .await

@@ -22,12 +22,7 @@ const FOREIGN: &str = "another-holder-token";
 async fn every_subset_of_prelocked_nodes() {
     // A long node timeout makes the clean-up of a refused round finish
     // before try_lock returns, even on a loaded machine.
-    let redlock = Redlock::builder()
-        .nodes(node_urls())
-        .node_timeout(Duration::from_secs(1))
-        .build()
-        .await
-        .unwrap();
+    let redlock = support::patient().build().await.unwrap();
     let mut conns = raw_all().await;
     for mask in 0u32..32 {
         let resource = unique(&format!("subset{mask}"));
@@ -92,12 +87,7 @@ fn undecided(votes: &redquorum::Votes) -> usize {
 #[tokio::test]
 async fn release_removes_only_our_keys() {
     // A long node timeout lets a refused round wait for all five nodes.
-    let redlock = Redlock::builder()
-        .nodes(node_urls())
-        .node_timeout(Duration::from_secs(1))
-        .build()
-        .await
-        .unwrap();
+    let redlock = support::patient().build().await.unwrap();
     let mut conns = raw_all().await;
     let ours = unique("release-ours");
     let other = unique("release-other");
@@ -408,9 +398,7 @@ async fn lock_wait_outlasts_an_abandoned_holder() {
 /// Many tasks contending for one resource never overlap.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn contending_tasks_never_overlap() {
-    let redlock = Redlock::builder()
-        .nodes(node_urls())
-        .node_timeout(Duration::from_secs(1))
+    let redlock = support::patient()
         .retry(Retry::new(3, Duration::from_millis(5)))
         .build()
         .await
@@ -539,29 +527,12 @@ async fn bad_input_gives_typed_errors() {
 /// Wrong credentials are a `ConfigError::Auth` at build time.
 #[tokio::test]
 async fn wrong_password_is_an_auth_error() {
-    let mut conn = raw(0).await;
-    let user = format!("rq{:08x}", rand::random::<u32>());
-    let _: () = redis::cmd("ACL")
-        .arg("SETUSER")
-        .arg(&user)
-        .arg("on")
-        .arg(">right-password")
-        .arg("~*")
-        .arg("+@all")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let port = node_urls()[0].rsplit(':').next().unwrap().to_owned();
-    let wrong = format!("redis://{user}:wrong-password@127.0.0.1:{port}");
-    let right = format!("redis://{user}:right-password@127.0.0.1:{port}");
+    let user = support::acl::AclUser::create("rq", &["on", ">right-password", "~*", "+@all"]).await;
+    let wrong = &user.urls("wrong-password")[0];
+    let right = &user.urls("right-password")[0];
     let result = Redlock::connect([wrong.as_str()]).await;
     let ok = Redlock::connect([right.as_str()]).await;
-    let _: () = redis::cmd("ACL")
-        .arg("DELUSER")
-        .arg(&user)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    drop(user);
 
     match result {
         Err(ConfigError::Auth { node, message }) => {

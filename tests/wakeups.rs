@@ -109,26 +109,20 @@ async fn a_release_wakes_the_waiter_at_once() {
 /// allows (here 300 ms, far below the holder's 30 s TTL).
 #[tokio::test]
 async fn without_notifications_a_waiter_falls_back_to_polling() {
-    let user = format!("rq-nosub-{:08x}", rand::random::<u32>());
-    let mut urls = Vec::new();
-    let mut conns = raw_all().await;
-    for (i, c) in conns.iter_mut().enumerate() {
-        let _: () = redis::cmd("ACL")
-            .arg("SETUSER")
-            .arg(&user)
-            .arg("on")
-            .arg(">pw")
-            .arg("~*")
-            .arg("&*")
-            .arg("+@all")
-            .arg("-subscribe")
-            .arg("-psubscribe")
-            .query_async(c)
-            .await
-            .unwrap();
-        let port = node_urls()[i].rsplit(':').next().unwrap().to_owned();
-        urls.push(format!("redis://{user}:pw@127.0.0.1:{port}"));
-    }
+    let user = support::acl::AclUser::create(
+        "rq-nosub",
+        &[
+            "on",
+            ">pw",
+            "~*",
+            "&*",
+            "+@all",
+            "-subscribe",
+            "-psubscribe",
+        ],
+    )
+    .await;
+    let urls = user.urls("pw");
     let holder = support::redlock().await;
     let waiter = Redlock::builder()
         .nodes(&urls)
@@ -153,14 +147,7 @@ async fn without_notifications_a_waiter_falls_back_to_polling() {
     let after = Instant::now() - release_at;
     releaser.await.unwrap();
     got.release().await.unwrap();
-    for c in conns.iter_mut() {
-        let _: () = redis::cmd("ACL")
-            .arg("DELUSER")
-            .arg(&user)
-            .query_async(c)
-            .await
-            .unwrap();
-    }
+    drop(user);
     assert!(
         after < Duration::from_secs(2),
         "granted {after:?} after the release"

@@ -5,6 +5,7 @@
 //! passes without Redis proves nothing.
 #![allow(dead_code)] // each test binary uses a different part
 
+pub mod acl;
 pub mod load;
 pub mod memory;
 pub mod proxy;
@@ -29,17 +30,20 @@ pub fn node_urls() -> Vec<String> {
     urls
 }
 
+/// A builder over the five nodes with a patient node timeout (1 s; see
+/// [`redlock`]), for tests that change another setting.
+pub fn patient() -> redquorum::Builder {
+    Redlock::builder()
+        .nodes(node_urls())
+        .node_timeout(Duration::from_secs(1))
+}
+
 /// A client over the five nodes with default settings but a patient node
 /// timeout (1 s, capped by each lock's validity as always): tests that are
 /// not about timing must not fail because a loaded CI machine answered in
 /// 60 ms. Tests about timeouts build their own client.
 pub async fn redlock() -> Redlock {
-    Redlock::builder()
-        .nodes(node_urls())
-        .node_timeout(Duration::from_secs(1))
-        .build()
-        .await
-        .expect("connect")
+    patient().build().await.expect("connect")
 }
 
 /// A resource name no other test (or earlier run) uses.
