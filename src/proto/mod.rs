@@ -3,6 +3,7 @@
 //!
 //! - [`quorum`]: the arithmetic — quorum size, validity, the per-node
 //!   timeout, the votes of one round and its decision;
+//! - [`error`]: every error and vote a caller sees;
 //! - [`keys`]: which Redis keys a lock uses, and [`slot`]: which cluster
 //!   slot a key lives in;
 //! - [`op`]: the operations a node performs and its replies;
@@ -16,6 +17,7 @@
 //! The driver (`crate::driver`) feeds these with what the nodes answered and
 //! what the clock says, and does what they say.
 
+pub mod error;
 pub mod keys;
 pub mod op;
 pub mod per_node;

@@ -17,7 +17,7 @@
 
 use std::time::Duration;
 
-use crate::error::{Answer, LockError, NodeError, Votes};
+use crate::proto::error::{Answer, LockError, NodeError, Votes};
 use crate::proto::op::Reply;
 use crate::proto::per_node::PerNode;
 use crate::proto::quorum::{Decision, Round, Vote};

@@ -9,19 +9,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// The error of every lock operation.
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum LockError {
     /// Other holders kept a quorum out of reach: at least one node holds the
     /// resource under another token.
-    #[error("resource is taken: {votes}")]
     Taken {
         /// Every node's answer.
         votes: Votes,
     },
     /// Too many nodes failed or did not answer in time to reach a quorum, and
     /// no node reported another holder.
-    #[error("too few nodes available: {votes}")]
     Unavailable {
         /// Every node's answer.
         votes: Votes,
@@ -30,14 +28,12 @@ pub enum LockError {
     /// quorum came only after its window had closed (whatever it set has been
     /// released), or an extend started after the deadline (nothing sent) or
     /// refused because nodes no longer hold our token.
-    #[error("validity window closed before a quorum agreed: {votes}")]
     Expired {
         /// Every node's answer (empty when the lock had expired beforehand).
         votes: Votes,
     },
     /// [`Redlock::lock_wait`](crate::Redlock::lock_wait) waited its maximum and
     /// the resource was still not had.
-    #[error("gave up after waiting {waited:?}; last attempt: {last}")]
     Timeout {
         /// How long was waited.
         waited: Duration,
@@ -46,14 +42,12 @@ pub enum LockError {
     },
     /// A held lease could not be kept alive before its validity ran out; the
     /// work under it was stopped.
-    #[error("lease on {resource:?} was lost")]
     Lost {
         /// The resource whose lease was lost.
         resource: String,
     },
     /// Invalid input: nothing was sent to any node.
-    #[error("invalid configuration: {0}")]
-    Config(#[from] ConfigError),
+    Config(ConfigError),
 }
 
 impl LockError {
@@ -71,18 +65,15 @@ impl LockError {
 
 /// Bad input, detected before anything is sent to a node (or, for
 /// credentials, on the first connection).
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum ConfigError {
     /// No node URLs were given.
-    #[error("no nodes configured")]
     NoNodes,
     /// The same node appears twice: it would vote twice.
-    #[error("node {0} is listed more than once")]
     DuplicateNode(String),
     /// A node URL that does not parse, or is not `redis://`, `unix://`,
     /// `redis+unix://` (or `valkey://`, `valkey+unix://`).
-    #[error("invalid node URL {url:?}: {reason}")]
     InvalidUrl {
         /// The URL with its user info, query values and fragment masked
         /// (only the scheme, for one that does not parse at all).
@@ -91,7 +82,6 @@ pub enum ConfigError {
         reason: String,
     },
     /// A node refused our credentials (wrong password or user).
-    #[error("node {node} rejected the credentials: {message}")]
     Auth {
         /// The node, with any password masked.
         node: String,
@@ -100,11 +90,9 @@ pub enum ConfigError {
     },
     /// The TTL is zero, not a whole number of milliseconds ≥ 1, or above
     /// [`MAX_TTL_MS`](crate::quorum::MAX_TTL_MS).
-    #[error("invalid TTL {0:?}: must be between 1 ms and 2^40 ms")]
     InvalidTtl(Duration),
     /// The TTL is not longer than the clock-drift allowance, so no lock with
     /// it could ever be valid.
-    #[error("TTL {ttl:?} is not above the clock-drift allowance {drift:?}")]
     TtlNotAboveDrift {
         /// The TTL given.
         ttl: Duration,
@@ -112,25 +100,17 @@ pub enum ConfigError {
         drift: Duration,
     },
     /// The resource name is empty.
-    #[error("resource name is empty")]
     EmptyResource,
     /// A multi-resource lock over no resources.
-    #[error("no resources given")]
     NoResources,
     /// A multi-resource lock naming one resource twice.
-    #[error("resource {0:?} is listed more than once")]
     DuplicateResource(String),
     /// A background task was asked for outside a tokio runtime.
-    #[error("no tokio runtime is running")]
     NoRuntime,
     /// A reentrant lock with an empty owner name.
-    #[error("reentrant owner name is empty")]
     EmptyOwner,
     /// A lease extension interval that is zero or not shorter than the
     /// lease's validity (the lease would lapse before its first extension).
-    #[error(
-        "lease extension interval {every:?} must be above zero and below the validity {validity:?}"
-    )]
     InvalidExtendInterval {
         /// The interval given.
         every: Duration,
@@ -138,17 +118,13 @@ pub enum ConfigError {
         validity: Duration,
     },
     /// The drift factor is not a finite number in `[0, 1)`.
-    #[error("drift factor {0} is not a finite number in [0, 1)")]
     InvalidDriftFactor(f64),
     /// The node timeout is below 1 ms or above 2^40 ms.
-    #[error("node timeout must be between 1 ms and 2^40 ms")]
     InvalidNodeTimeout,
     /// A retry policy with zero attempts, or a delay above 2^40 ms.
-    #[error("retry policy must allow at least one attempt, at most 2^40 ms apart")]
     InvalidRetry,
     /// Two members are the same server (the same `run_id`), so it would
     /// vote twice: `redis://localhost:7001` and `redis://127.0.0.1:7001`.
-    #[error("nodes {first} and {second} are the same server")]
     SameServer {
         /// The member that connected first.
         first: String,
@@ -159,11 +135,9 @@ pub enum ConfigError {
     /// not parse, or — when every node failed its TLS handshake the same
     /// way — a certificate the client rejects, a server that requires a
     /// client certificate, or TLS spoken to a port that does not speak it.
-    #[error("TLS: {0}")]
     Tls(String),
     /// [`Builder::require_quorum`](crate::Builder::require_quorum): fewer
     /// than a quorum of nodes answered at connect.
-    #[error("only {reachable} of {nodes} nodes reachable at connect, {quorum} needed: {detail}")]
     TooFewNodes {
         /// Nodes that answered.
         reachable: usize,
@@ -175,67 +149,49 @@ pub enum ConfigError {
         detail: String,
     },
     /// A per-node bound on calls in flight of zero.
-    #[error("max_in_flight must be at least 1")]
     InvalidMaxInFlight,
     /// A lock whose keys hash to different slots of a Redis Cluster member
     /// (`redis+cluster://`): one script cannot set them all atomically
     /// there, so the lock is refused before anything is sent. Resources that
     /// begin with one hash tag share a slot: `{acct}:1` and `{acct}:2`.
-    #[error(
-        "the keys of {resources:?} hash to different slots of a cluster member; \
-         give the resources one hash tag (\"{{tag}}:a\", \"{{tag}}:b\")"
-    )]
     CrossSlot {
         /// The resources of the lock.
         resources: Vec<String>,
     },
     /// `#insecure` on a `rediss://` URL (certificate verification off)
     /// without [`Builder::danger_accept_invalid_certificates`](crate::Builder::danger_accept_invalid_certificates).
-    #[error(
-        "{url}: #insecure would turn certificate verification off; give the nodes' CA with \
-         Builder::tls_ca, or opt in with Builder::danger_accept_invalid_certificates"
-    )]
     Insecure {
         /// The URL, redacted.
         url: String,
     },
     /// An explicit token (for [`Redlock::release_token`](crate::Redlock::release_token))
     /// that is empty.
-    #[error("token is empty")]
     EmptyToken,
 }
 
 /// Why one node did not do what was asked.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum NodeError {
     /// No connection to the node right now (it is being re-established in the
     /// background, off the timed path).
-    #[error("not connected ({0})")]
     NotConnected(Arc<str>),
     /// The node did not answer within the per-node timeout.
-    #[error("timed out")]
     TimedOut,
     /// The node answered with an error (e.g. `OOM`, `READONLY`, `NOPERM`).
-    #[error("node error: {0}")]
     Server(Arc<str>),
     /// The node rejected our credentials.
-    #[error("authentication failed: {0}")]
     Auth(Arc<str>),
     /// The connection failed while the request was in flight.
-    #[error("connection error: {0}")]
     Connection(Arc<str>),
     /// The node answered something this library did not expect.
-    #[error("unexpected reply: {0}")]
     Protocol(Arc<str>),
     /// The TLS handshake failed: a certificate the client rejects, a server
     /// that requires a client certificate, or TLS spoken to a plain port.
-    #[error("TLS: {0}")]
     Tls(Arc<str>),
     /// This many calls to the node were already queued or awaiting an answer
     /// (the per-node bound, [`Builder::max_in_flight`](crate::Builder::max_in_flight)):
     /// the call was refused without being sent, so it changed nothing.
-    #[error("overloaded: {0} calls already in flight")]
     Overloaded(usize),
 }
 
@@ -351,3 +307,125 @@ impl fmt::Display for Votes {
         Ok(())
     }
 }
+
+impl fmt::Display for LockError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LockError::Taken { votes, .. } => write!(f, "resource is taken: {votes}"),
+            LockError::Unavailable { votes, .. } => write!(f, "too few nodes available: {votes}"),
+            LockError::Expired { votes, .. } => {
+                write!(f, "validity window closed before a quorum agreed: {votes}")
+            }
+            LockError::Timeout { last, waited, .. } => {
+                write!(f, "gave up after waiting {waited:?}; last attempt: {last}")
+            }
+            LockError::Lost { resource, .. } => write!(f, "lease on {resource:?} was lost"),
+            LockError::Config(a) => write!(f, "invalid configuration: {0}", a),
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::NoNodes => write!(f, "no nodes configured"),
+            ConfigError::DuplicateNode(a) => write!(f, "node {0} is listed more than once", a),
+            ConfigError::InvalidUrl { reason, url, .. } => {
+                write!(f, "invalid node URL {url:?}: {reason}")
+            }
+            ConfigError::Auth { message, node, .. } => {
+                write!(f, "node {node} rejected the credentials: {message}")
+            }
+            ConfigError::InvalidTtl(a) => {
+                write!(f, "invalid TTL {0:?}: must be between 1 ms and 2^40 ms", a)
+            }
+            ConfigError::TtlNotAboveDrift { drift, ttl, .. } => write!(
+                f,
+                "TTL {ttl:?} is not above the clock-drift allowance {drift:?}"
+            ),
+            ConfigError::EmptyResource => write!(f, "resource name is empty"),
+            ConfigError::NoResources => write!(f, "no resources given"),
+            ConfigError::DuplicateResource(a) => {
+                write!(f, "resource {0:?} is listed more than once", a)
+            }
+            ConfigError::NoRuntime => write!(f, "no tokio runtime is running"),
+            ConfigError::EmptyOwner => write!(f, "reentrant owner name is empty"),
+            ConfigError::InvalidExtendInterval {
+                every, validity, ..
+            } => write!(
+                f,
+                "lease extension interval {every:?} must be above zero and below the validity {validity:?}"
+            ),
+            ConfigError::InvalidDriftFactor(a) => {
+                write!(f, "drift factor {0} is not a finite number in [0, 1)", a)
+            }
+            ConfigError::InvalidNodeTimeout => {
+                write!(f, "node timeout must be between 1 ms and 2^40 ms")
+            }
+            ConfigError::InvalidRetry => write!(
+                f,
+                "retry policy must allow at least one attempt, at most 2^40 ms apart"
+            ),
+            ConfigError::SameServer { first, second, .. } => {
+                write!(f, "nodes {first} and {second} are the same server")
+            }
+            ConfigError::Tls(a) => write!(f, "TLS: {0}", a),
+            ConfigError::TooFewNodes {
+                detail,
+                nodes,
+                quorum,
+                reachable,
+                ..
+            } => write!(
+                f,
+                "only {reachable} of {nodes} nodes reachable at connect, {quorum} needed: {detail}"
+            ),
+            ConfigError::InvalidMaxInFlight => write!(f, "max_in_flight must be at least 1"),
+            ConfigError::CrossSlot { resources, .. } => write!(
+                f,
+                "the keys of {resources:?} hash to different slots of a cluster member; \
+         give the resources one hash tag (\"{{tag}}:a\", \"{{tag}}:b\")"
+            ),
+            ConfigError::Insecure { url, .. } => write!(
+                f,
+                "{url}: #insecure would turn certificate verification off; give the nodes' CA with \
+         Builder::tls_ca, or opt in with Builder::danger_accept_invalid_certificates"
+            ),
+            ConfigError::EmptyToken => write!(f, "token is empty"),
+        }
+    }
+}
+
+impl fmt::Display for NodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeError::NotConnected(a) => write!(f, "not connected ({0})", a),
+            NodeError::TimedOut => write!(f, "timed out"),
+            NodeError::Server(a) => write!(f, "node error: {0}", a),
+            NodeError::Auth(a) => write!(f, "authentication failed: {0}", a),
+            NodeError::Connection(a) => write!(f, "connection error: {0}", a),
+            NodeError::Protocol(a) => write!(f, "unexpected reply: {0}", a),
+            NodeError::Tls(a) => write!(f, "TLS: {0}", a),
+            NodeError::Overloaded(a) => write!(f, "overloaded: {0} calls already in flight", a),
+        }
+    }
+}
+
+impl std::error::Error for LockError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            LockError::Config(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<ConfigError> for LockError {
+    fn from(e: ConfigError) -> Self {
+        LockError::Config(e)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl std::error::Error for NodeError {}
