@@ -18,9 +18,14 @@
 //! - `REDQUORUM_SOAK=1` or `REDQUORUM_SOAK_SECS=n` keeps running schedules for
 //!   that long (default soak 300 s).
 //!
-//! Two negative controls break one assumption each and must be caught: node
-//! clocks 1.5× fast with drift factor 0.01, and nodes restarted empty within
-//! the TTL.
+//! Half the schedules take fenced locks (`lock_fenced`), and a second
+//! checker verifies that every holder's fencing token is larger than that of
+//! every holder before it.
+//!
+//! Three negative controls break one assumption each and must be caught: node
+//! clocks 1.5× fast with drift factor 0.01 and nodes restarted empty within
+//! the TTL (overlaps), and fencing counters lost on restart (token
+//! regressions).
 
 mod support;
 
@@ -47,6 +52,9 @@ enum Control {
     FastClocks,
     /// Restarted nodes come back without their keys, within the TTL.
     EmptyRestarts,
+    /// Fenced locks only; restarted nodes keep their lock keys but lose their
+    /// fencing counters (counters that are not durable).
+    LostCounters,
 }
 
 impl Control {
@@ -55,6 +63,7 @@ impl Control {
             Control::None => "none",
             Control::FastClocks => "fast-clocks",
             Control::EmptyRestarts => "empty-restarts",
+            Control::LostCounters => "lost-counters",
         }
     }
 
@@ -63,6 +72,7 @@ impl Control {
             "" | "none" => Control::None,
             "fast-clocks" => Control::FastClocks,
             "empty-restarts" => Control::EmptyRestarts,
+            "lost-counters" => Control::LostCounters,
             other => panic!("REDQUORUM_SIM_CONTROL: unknown control {other:?}"),
         }
     }
@@ -73,6 +83,7 @@ impl Control {
             Control::None => 0,
             Control::FastClocks => 0x1111_1111_0000_0000,
             Control::EmptyRestarts => 0x2222_2222_0000_0000,
+            Control::LostCounters => 0x3333_3333_0000_0000,
         }
     }
 }
@@ -91,6 +102,10 @@ struct Plan {
     faults: [u32; NODES],
     /// Restarts lose the node's keys (negative control only).
     wipe: bool,
+    /// Restarts lose the node's fencing counters (negative control only).
+    forget_counters: bool,
+    /// Every client takes fenced locks (`lock_fenced`), else plain ones.
+    fenced: bool,
     /// A client pauses up to this long after a failed round.
     max_pause: Duration,
 }
@@ -114,7 +129,7 @@ fn plan(r: &mut StdRng, control: Control) -> Plan {
         let mut faults = [0; NODES];
         for f in &mut faults {
             *f = match control {
-                Control::EmptyRestarts => r.random_range(3..=8),
+                Control::EmptyRestarts | Control::LostCounters => r.random_range(3..=8),
                 _ => r.random_range(0..=3),
             };
         }
@@ -138,7 +153,9 @@ fn plan(r: &mut StdRng, control: Control) -> Plan {
             },
             faults,
             wipe: control == Control::EmptyRestarts,
+            forget_counters: control == Control::LostCounters,
             max_pause: Duration::from_millis(r.random_range(1..=ttl_ms / 2)),
+            fenced: control == Control::LostCounters || r.random_bool(0.5),
         }
     }
 }
@@ -150,6 +167,32 @@ struct Window {
     client: usize,
     start: Duration,
     end: Duration,
+    /// The fencing token, for fenced locks.
+    fence: Option<u64>,
+}
+
+/// The fencing checker: every holder's token must be larger than that of
+/// every holder whose window started before it (one line per window that
+/// breaks this).
+fn fence_regressions(mut windows: Vec<Window>) -> Vec<String> {
+    windows.sort_by_key(|w| (w.start, w.end));
+    let mut found = Vec::new();
+    let mut highest: Option<(u64, usize)> = None;
+    for w in windows {
+        let Some(fence) = w.fence else { continue };
+        if let Some((top, client)) = highest
+            && fence <= top
+        {
+            found.push(format!(
+                "client {} was granted token {fence} after client {client} held {top}",
+                w.client
+            ));
+        }
+        if highest.is_none_or(|(top, _)| fence > top) {
+            highest = Some((fence, w.client));
+        }
+    }
+    found
 }
 
 /// The checker: every pair of windows that overlap (one line per window that
@@ -191,6 +234,8 @@ struct Outcome {
     lost_replies: u64,
     messages: u64,
     overlaps: Vec<String>,
+    fence_regressions: Vec<String>,
+    fenced: bool,
     leftovers: usize,
     digest: u64,
     virtual_time: Duration,
@@ -198,7 +243,7 @@ struct Outcome {
 
 impl Outcome {
     fn violated(&self) -> bool {
-        !self.overlaps.is_empty() || self.leftovers > 0
+        !self.overlaps.is_empty() || !self.fence_regressions.is_empty() || self.leftovers > 0
     }
 }
 
@@ -259,6 +304,7 @@ async fn simulate(seed: u64, control: Control, verbose: bool) -> (Outcome, Strin
             world.clone(),
             plan.faults[node.index],
             plan.wipe,
+            plan.forget_counters,
             ttl,
         )));
     }
@@ -284,6 +330,8 @@ async fn simulate(seed: u64, control: Control, verbose: bool) -> (Outcome, Strin
     };
     let windows = windows.lock().unwrap().clone();
     out.grants = windows.len() as u64;
+    out.fenced = plan.fenced;
+    out.fence_regressions = fence_regressions(windows.clone());
     out.overlaps = overlaps(windows);
     out.leftovers = nodes.iter().map(|n| n.leftovers()).sum();
     let counts = world.counts();
@@ -309,7 +357,12 @@ async fn client(
     let origin = Instant::now() - world.elapsed();
     for _ in 0..plan.rounds {
         rounds.fetch_add(1, Ordering::Relaxed);
-        match redlock.try_lock(RESOURCE, ttl).await {
+        let acquired = if plan.fenced {
+            redlock.lock_fenced(RESOURCE, ttl).await
+        } else {
+            redlock.try_lock(RESOURCE, ttl).await
+        };
+        match acquired {
             Ok(mut lock) => {
                 let start = Instant::now();
                 let validity = Instant::from_std(lock.deadline()) - start;
@@ -339,6 +392,7 @@ async fn client(
                     client: id,
                     start: start - origin,
                     end: end - origin,
+                    fence: lock.fence(),
                 });
                 world.note("released", id as u64, 0, || format!("client {id}"));
                 if world.chance(0.8) {
@@ -364,15 +418,17 @@ async fn faults(
     world: Arc<World>,
     count: u32,
     wipe: bool,
+    forget_counters: bool,
     ttl: Duration,
 ) -> u64 {
     let n = node.index as u64;
     for _ in 0..count {
         // The negative control restarts nodes empty, often and quickly: within
         // the TTL of the keys they lose.
-        let idle = if wipe { ttl } else { ttl * 4 };
+        let quick = wipe || forget_counters;
+        let idle = if quick { ttl } else { ttl * 4 };
         tokio::time::sleep(world.between(Duration::ZERO, idle)).await;
-        if !wipe && world.chance(0.5) {
+        if !quick && world.chance(0.5) {
             let d = world.between(Duration::from_millis(1), ttl * 3);
             world.note("freeze", n, d.as_micros() as u64, || {
                 format!("node {} for {d:?}", n + 1)
@@ -382,11 +438,14 @@ async fn faults(
             node.thaw();
             world.note("thaw", n, 0, || format!("node {}", n + 1));
         } else {
-            let d = world.between(Duration::ZERO, if wipe { ttl / 4 } else { ttl * 2 });
+            let d = world.between(Duration::ZERO, if quick { ttl / 4 } else { ttl * 2 });
             world.note("crash", n, u64::from(wipe), || {
                 format!("node {} down for {d:?}, wiped: {wipe}", n + 1)
             });
             node.crash(wipe);
+            if forget_counters {
+                node.forget_counters();
+            }
             tokio::time::sleep(d).await;
             node.start();
             world.note("start", n, 0, || format!("node {}", n + 1));
@@ -426,6 +485,8 @@ struct Totals {
     lost_replies: u64,
     messages: u64,
     overlaps: u64,
+    fence_regressions: u64,
+    fenced_schedules: u64,
     leftovers: u64,
     virtual_time: Duration,
     /// (seed, first overlap or leftover count) of failing schedules.
@@ -458,13 +519,17 @@ fn run_many(base: u64, count: u64, until: Option<std::time::Instant>) -> Totals 
                     t.lost_replies += out.lost_replies;
                     t.messages += out.messages;
                     t.overlaps += out.overlaps.len() as u64;
+                    t.fence_regressions += out.fence_regressions.len() as u64;
+                    t.fenced_schedules += u64::from(out.fenced);
                     t.leftovers += out.leftovers as u64;
                     t.virtual_time += out.virtual_time;
                     if out.violated() {
-                        let what =
-                            out.overlaps.first().cloned().unwrap_or_else(|| {
-                                format!("{} key(s) never released", out.leftovers)
-                            });
+                        let what = out
+                            .overlaps
+                            .first()
+                            .or(out.fence_regressions.first())
+                            .cloned()
+                            .unwrap_or_else(|| format!("{} key(s) never released", out.leftovers));
                         t.failures.push((seed, what));
                     }
                 }
@@ -498,7 +563,7 @@ fn simulated_schedules_never_overlap() {
     println!(
         "simulation: {} schedules (seeds {base}..) in {:.1?} wall, {:.1?} virtual; \
          {} rounds, {} grants, {} extends, {} faults injected, {} messages, {} replies lost; \
-         {} overlaps, {} leftover keys",
+         {} overlaps, {} leftover keys; {} schedules fenced, {} token regressions; {:.0} schedules/s",
         t.schedules,
         started.elapsed(),
         t.virtual_time,
@@ -509,7 +574,10 @@ fn simulated_schedules_never_overlap() {
         t.messages,
         t.lost_replies,
         t.overlaps,
-        t.leftovers
+        t.leftovers,
+        t.fenced_schedules,
+        t.fence_regressions,
+        t.schedules as f64 / started.elapsed().as_secs_f64()
     );
     if let Some((seed, what)) = t.failures.first() {
         panic!(
@@ -524,17 +592,22 @@ fn simulated_schedules_never_overlap() {
     // faults and losses happen.
     assert!(t.grants > t.schedules, "too few grants: {t:?}");
     assert!(t.faults > t.schedules && t.lost_replies > 0, "{t:?}");
+    assert!(
+        t.fenced_schedules > t.schedules / 4,
+        "too few fenced schedules: {t:?}"
+    );
 }
 
-/// Runs `k` of a negative control's schedules and asserts the checker
-/// catches the broken assumption (as an overlap) in at least one of them.
-fn caught_within(control: Control, k: u64) {
+/// Runs `k` of a negative control's schedules and asserts that `checker`
+/// (the overlaps, or the token regressions, an outcome shows) catches the
+/// broken assumption in at least one of them.
+fn caught_within(control: Control, k: u64, checker: fn(&Outcome) -> &[String]) {
     let started = std::time::Instant::now();
     let mut caught = Vec::new();
     for seed in 0..k {
         let (out, _) = run_schedule(seed, control, false);
-        if !out.overlaps.is_empty() {
-            caught.push((seed, out.overlaps[0].clone()));
+        if let Some(first) = checker(&out).first() {
+            caught.push((seed, first.clone()));
         }
     }
     let Some((seed, what)) = caught.first() else {
@@ -544,7 +617,7 @@ fn caught_within(control: Control, k: u64) {
         );
     };
     println!(
-        "control {}: overlap found in {} of {k} schedules ({:.1?}); first, seed {seed}: {what}\n{}",
+        "control {}: caught in {} of {k} schedules ({:.1?}); first, seed {seed}: {what}\n{}",
         control.name(),
         caught.len(),
         started.elapsed(),
@@ -557,14 +630,22 @@ fn caught_within(control: Control, k: u64) {
 /// holders at once.
 #[test]
 fn control_clocks_beyond_the_drift_bound_are_caught() {
-    caught_within(Control::FastClocks, 50);
+    caught_within(Control::FastClocks, 50, |o| &o.overlaps);
 }
 
 /// Nodes restarted without their keys within the TTL: a second client wins a
 /// quorum while the first still holds, and the checker must see it.
 #[test]
 fn control_empty_restarts_within_the_ttl_are_caught() {
-    caught_within(Control::EmptyRestarts, 50);
+    caught_within(Control::EmptyRestarts, 50, |o| &o.overlaps);
+}
+
+/// Fencing counters lost on restart (lock keys kept): exclusion holds, but a
+/// later holder can be granted a token no larger than an earlier one's, and
+/// the fencing checker must see it.
+#[test]
+fn control_lost_fence_counters_are_caught() {
+    caught_within(Control::LostCounters, 100, |o| &o.fence_regressions);
 }
 
 /// The same seed gives the same schedule, event for event (so a printed
@@ -586,6 +667,28 @@ fn a_seed_replays_exactly() {
     assert_ne!(a.digest, b.digest);
 }
 
+/// The fencing checker: a token not above every earlier holder's is found,
+/// windows without a token are ignored.
+#[test]
+fn fence_checker_finds_regressions_and_only_those() {
+    let w = |start: u64, fence: Option<u64>| Window {
+        client: start as usize,
+        start: Duration::from_millis(start),
+        end: Duration::from_millis(start + 1),
+        fence,
+    };
+    assert!(fence_regressions(vec![w(0, Some(1)), w(5, Some(2)), w(9, Some(7))]).is_empty());
+    assert!(fence_regressions(vec![w(5, Some(2)), w(0, Some(1)), w(3, None)]).is_empty());
+    assert_eq!(
+        fence_regressions(vec![w(0, Some(3)), w(5, Some(3))]).len(),
+        1
+    );
+    assert_eq!(
+        fence_regressions(vec![w(0, Some(5)), w(1, Some(9)), w(2, Some(6))]).len(),
+        1
+    );
+}
+
 /// The checker itself: nested, staggered and chained-through-a-long-window
 /// overlaps are found; windows that only touch are not.
 #[test]
@@ -594,6 +697,7 @@ fn checker_finds_overlaps_and_only_overlaps() {
         client,
         start: Duration::from_millis(start),
         end: Duration::from_millis(end),
+        fence: None,
     };
     assert!(overlaps(vec![w(0, 0, 10), w(1, 10, 20), w(2, 20, 30)]).is_empty());
     assert!(overlaps(vec![w(1, 10, 20), w(0, 0, 10)]).is_empty());

@@ -194,6 +194,8 @@ struct State {
     /// Bumped by every crash: requests sent before it are never applied.
     epoch: u64,
     keys: BTreeMap<String, Entry>,
+    /// Fencing counters (no TTL).
+    counters: BTreeMap<String, u64>,
     ledger: BTreeMap<String, Ledger>,
 }
 
@@ -226,6 +228,18 @@ enum Owned {
         key: String,
         token: String,
     },
+    AcquireFenced {
+        key: String,
+        fence_key: String,
+        token: String,
+        ttl: u64,
+    },
+    FenceWriteBack {
+        key: String,
+        fence_key: String,
+        token: String,
+        fence: u64,
+    },
 }
 
 impl Owned {
@@ -247,7 +261,29 @@ impl Owned {
                 key: key.into(),
                 token: token.into(),
             },
-            // New operations (fencing, reentrancy, …) are not simulated.
+            Op::AcquireFenced {
+                key,
+                fence_key,
+                token,
+                ttl_ms,
+            } => Owned::AcquireFenced {
+                key: key.into(),
+                fence_key: fence_key.into(),
+                token: token.into(),
+                ttl: ttl_ms,
+            },
+            Op::FenceWriteBack {
+                key,
+                fence_key,
+                token,
+                fence,
+            } => Owned::FenceWriteBack {
+                key: key.into(),
+                fence_key: fence_key.into(),
+                token: token.into(),
+                fence,
+            },
+            // Reentrant and multi-resource operations are not simulated.
             _ => return None,
         })
     }
@@ -256,7 +292,9 @@ impl Owned {
         match self {
             Owned::Acquire { token, .. }
             | Owned::Extend { token, .. }
-            | Owned::Release { token, .. } => token,
+            | Owned::Release { token, .. }
+            | Owned::AcquireFenced { token, .. }
+            | Owned::FenceWriteBack { token, .. } => token,
         }
     }
 
@@ -265,6 +303,8 @@ impl Owned {
             Owned::Acquire { .. } => "acquire",
             Owned::Extend { .. } => "extend",
             Owned::Release { .. } => "release",
+            Owned::AcquireFenced { .. } => "acquire-fenced",
+            Owned::FenceWriteBack { .. } => "fence-write-back",
         }
     }
 }
@@ -279,6 +319,7 @@ impl SimNode {
                 frozen: false,
                 epoch: 0,
                 keys: BTreeMap::new(),
+                counters: BTreeMap::new(),
                 ledger: BTreeMap::new(),
             }),
             thawed: Notify::new(),
@@ -328,11 +369,18 @@ impl SimNode {
         st.epoch += 1;
         if wipe {
             st.keys.clear();
+            st.counters.clear();
         }
         // A killed process is no longer stopped.
         st.frozen = false;
         drop(st);
         self.thawed.notify_waiters();
+    }
+
+    /// Loses the fencing counters and nothing else (a negative control:
+    /// counters that are not durable).
+    pub fn forget_counters(&self) {
+        lock(&self.state).counters.clear();
     }
 
     pub fn start(&self) {
@@ -384,6 +432,44 @@ impl SimNode {
                     _ => Reply::NotHeld,
                 }
             }
+            Owned::AcquireFenced {
+                key,
+                fence_key,
+                token,
+                ttl,
+            } => match st.keys.get(key) {
+                Some(e) => Reply::Held {
+                    pttl_ms: Some(((e.expires - now).as_nanos() as f64 * self.rate / 1e6) as u64),
+                },
+                None => {
+                    let counter = st.counters.entry(fence_key.clone()).or_default();
+                    *counter += 1;
+                    let fence = *counter;
+                    let expires = self.expiry(now, *ttl);
+                    st.keys.insert(
+                        key.clone(),
+                        Entry {
+                            token: token.clone(),
+                            expires,
+                        },
+                    );
+                    st.ledger.entry(token.clone()).or_default().set = true;
+                    Reply::Fence(fence)
+                }
+            },
+            Owned::FenceWriteBack {
+                key,
+                fence_key,
+                token,
+                fence,
+            } => match st.keys.get(key) {
+                Some(e) if e.token == *token => {
+                    let counter = st.counters.entry(fence_key.clone()).or_default();
+                    *counter = (*counter).max(*fence);
+                    Reply::Done
+                }
+                _ => Reply::NotHeld,
+            },
             Owned::Release { key, token } => {
                 st.ledger.entry(token.clone()).or_default().released = true;
                 match st.keys.get(key) {
