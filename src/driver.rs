@@ -25,6 +25,7 @@ use tracing::Instrument;
 use crate::claim::{Claim, Keys};
 use crate::dispatch::{Call, Dispatcher, Member, Outcome};
 use crate::error::{Answer, ConfigError, LockError, Votes};
+use crate::proto::acquire::{Acquisition, Next};
 use crate::proto::per_node::PerNode;
 use crate::proto::quorum::{self, Decision, DriftFactor, MAX_TTL_MS};
 use crate::proto::retry::Retry;
@@ -180,46 +181,48 @@ impl Driver {
         // Calls still in flight go on: the lock reaches every node that
         // answers, not a bare quorum.
         drop(calls);
-        // The first round's tally, once a second round has replaced it.
-        let mut phase1 = None;
-        let mut fence = None;
-        if let (Decision::Granted, Some(t)) = (tally.decision, tally.fence) {
-            // Fenced phase 2: write the largest counter back where we hold
-            // the lease; the token stands only if a quorum confirms in time.
-            let granted = tally.granted();
-            let now = Instant::now();
-            let per_node = quorum::node_timeout(
-                self.settings.node_timeout,
-                ttl.ms,
-                deadline.saturating_duration_since(now),
-            );
-            let step = Step::WriteBack(t);
-            let mut calls = self.submit(claim, step, ttl.ms, Some(&granted));
-            let phase2 = self
-                .collect(step, claim, &mut calls, now + per_node, Wait::Decision)
-                .await;
-            phase1 = Some(std::mem::replace(&mut tally, phase2));
-            fence = Some(t);
+        let mut acquisition = Acquisition::default();
+        loop {
+            match acquisition.next(tally, Instant::now() < deadline) {
+                Next::WriteBack { fence, to } => {
+                    // Fenced phase 2, bounded by what is left of the validity.
+                    let now = Instant::now();
+                    let per_node = quorum::node_timeout(
+                        self.settings.node_timeout,
+                        ttl.ms,
+                        deadline.saturating_duration_since(now),
+                    );
+                    let step = Step::WriteBack(fence);
+                    let mut calls = self.submit(claim, step, ttl.ms, Some(&to));
+                    tally = self
+                        .collect(step, claim, &mut calls, now + per_node, Wait::Decision)
+                        .await;
+                }
+                Next::Granted { fence } => {
+                    guard.armed = false; // the Lock owns the keys now
+                    return Ok(Held {
+                        claim: Arc::clone(claim),
+                        ttl_ms: ttl.ms,
+                        deadline,
+                        fence,
+                    });
+                }
+                Next::Refused {
+                    wait_for,
+                    behind,
+                    decision,
+                    answers,
+                } => {
+                    // Wait for the nodes that granted, so that a retry never
+                    // meets our own leftovers there; the others (silent,
+                    // possibly frozen) get the release behind the acquire.
+                    guard.armed = false; // handed over at the release's first poll
+                    self.release(claim, ttl.ms, Wait::Nodes(&wait_for), Some(&behind))
+                        .await;
+                    return Err(refusal(decision, self.votes(answers)));
+                }
+            }
         }
-        if tally.decision == Decision::Granted && Instant::now() < deadline {
-            guard.armed = false; // the Lock owns the keys now
-            return Ok(Held {
-                claim: Arc::clone(claim),
-                ttl_ms: ttl.ms,
-                deadline,
-                fence,
-            });
-        }
-        // Release wherever the acquire may have taken effect. Wait for the
-        // nodes that granted, so that a retry never meets our own leftovers
-        // there; the others (silent, possibly frozen) get the release behind
-        // the acquire, without waiting.
-        let phase1 = phase1.as_ref().unwrap_or(&tally);
-        let (granted, touched) = (phase1.granted(), phase1.touched());
-        guard.armed = false; // the release below is handed over at its first poll
-        self.release(claim, ttl.ms, Wait::Nodes(&granted), Some(&touched))
-            .await;
-        Err(refusal(tally.decision, self.votes(tally.answers)))
     }
 
     /// Extends `claim` to `ttl` from now, if it is still valid at

@@ -11,12 +11,15 @@
 //!   each node's answer, the fencing maximum, which nodes to clean up and the
 //!   error a failed round reports out;
 //! - [`per_node`]: a value per node, in place for small clusters;
+//! - [`acquire`]: one acquisition's rounds — write-back, grant, or the
+//!   clean-up sets and error of a refusal;
 //! - [`retry`]: the retry policy, and the pause before the next round as a
 //!   function of the last outcome, the time left and a random draw.
 //!
 //! The driver (`crate::driver`) feeds these with what the nodes answered and
 //! what the clock says, and does what they say.
 
+pub mod acquire;
 pub mod error;
 pub mod keys;
 pub mod op;

@@ -1,0 +1,184 @@
+//! One acquisition as a state machine: what follows each round.
+//!
+//! ```text
+//! acquire round ──▶ granted, with fencing counters ──▶ WriteBack(max counter, to the grants)
+//!        │                                                   │ write-back round
+//!        ▼                                                   ▼
+//!   granted and still valid ──▶ Granted { fence }   ◀── granted and still valid
+//!   otherwise ──▶ Refused: release where the *acquire* granted (waiting), and
+//!                 where it may have applied (silent, unreadable: behind it)
+//! ```
+//!
+//! The driver runs the rounds and says whether the deadline has passed;
+//! everything decided from that is here.
+
+use crate::proto::error::Answer;
+use crate::proto::per_node::PerNode;
+use crate::proto::quorum::Decision;
+use crate::proto::round::Tally;
+
+/// What the driver does after a round of an acquisition.
+#[derive(Debug)]
+pub(crate) enum Next {
+    /// Fenced phase 2: write `fence` back to the nodes marked in `to`.
+    WriteBack { fence: u64, to: PerNode<bool> },
+    /// The lock is held (with its fencing token, for a fenced lock).
+    Granted { fence: Option<u64> },
+    /// No lock: release on `wait_for` (waiting for their answers) and on
+    /// `behind` (without waiting), then report `decision` and `answers`.
+    Refused {
+        wait_for: PerNode<bool>,
+        behind: PerNode<bool>,
+        decision: Decision,
+        answers: PerNode<Answer>,
+    },
+}
+
+/// An acquisition between its rounds.
+#[derive(Debug, Default)]
+pub(crate) struct Acquisition {
+    /// The acquire round's tally, once a write-back round follows it.
+    first: Option<Tally>,
+    fence: Option<u64>,
+}
+
+impl Acquisition {
+    /// After a round: the acquire round first, then (for a fenced lock) the
+    /// write-back round. `valid`: the lock's deadline has not passed now.
+    pub(crate) fn next(&mut self, tally: Tally, valid: bool) -> Next {
+        if self.first.is_none()
+            && let (Decision::Granted, Some(fence)) = (tally.decision, tally.fence)
+        {
+            let to = tally.granted();
+            self.first = Some(tally);
+            self.fence = Some(fence);
+            return Next::WriteBack { fence, to };
+        }
+        if tally.decision == Decision::Granted && valid {
+            return Next::Granted { fence: self.fence };
+        }
+        // The keys were set by the acquire round: clean up where it acted.
+        let acquire = self.first.as_ref().unwrap_or(&tally);
+        Next::Refused {
+            wait_for: acquire.granted(),
+            behind: acquire.touched(),
+            decision: tally.decision,
+            answers: tally.answers,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::error::NodeError;
+    use crate::proto::op::Reply;
+    use crate::proto::round::{Collector, Step};
+
+    fn tally(step: Step, replies: Vec<Option<Result<Reply, NodeError>>>) -> Tally {
+        let mut c = Collector::new(step, &vec![true; replies.len()]);
+        for (i, reply) in replies.into_iter().enumerate() {
+            if let Some(reply) = reply {
+                c.on_reply(i, reply);
+            }
+        }
+        c.on_timeout();
+        c.finish()
+    }
+
+    const ACQUIRE: Step = Step::Acquire { holder_ttl: false };
+
+    #[test]
+    fn a_plain_grant_in_time_is_held() {
+        let t = tally(
+            ACQUIRE,
+            vec![Some(Ok(Reply::Done)), Some(Ok(Reply::Done)), None],
+        );
+        assert!(matches!(
+            Acquisition::default().next(t, true),
+            Next::Granted { fence: None }
+        ));
+    }
+
+    #[test]
+    fn a_grant_too_late_is_released_where_it_acted() {
+        let t = tally(
+            ACQUIRE,
+            vec![Some(Ok(Reply::Done)), Some(Ok(Reply::Done)), None],
+        );
+        match Acquisition::default().next(t, false) {
+            Next::Refused {
+                wait_for,
+                behind,
+                decision,
+                ..
+            } => {
+                assert_eq!(decision, Decision::Granted);
+                assert_eq!(*wait_for, [true, true, false]);
+                assert_eq!(*behind, [true, true, true]); // the silent one too
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_fenced_grant_writes_the_maximum_back_then_holds() {
+        let mut a = Acquisition::default();
+        let t = tally(
+            ACQUIRE,
+            vec![
+                Some(Ok(Reply::Fence(4))),
+                Some(Ok(Reply::Fence(9))),
+                Some(Ok(Reply::Held { pttl_ms: None })),
+            ],
+        );
+        match a.next(t, true) {
+            Next::WriteBack { fence, to } => {
+                assert_eq!(fence, 9);
+                assert_eq!(*to, [true, true, false]);
+            }
+            other => panic!("{other:?}"),
+        }
+        let back = tally(
+            Step::WriteBack(9),
+            vec![Some(Ok(Reply::Done)), Some(Ok(Reply::Done)), None],
+        );
+        assert!(matches!(
+            a.next(back, true),
+            Next::Granted { fence: Some(9) }
+        ));
+    }
+
+    #[test]
+    fn a_failed_write_back_releases_where_the_acquire_granted() {
+        let mut a = Acquisition::default();
+        let t = tally(
+            ACQUIRE,
+            vec![
+                Some(Ok(Reply::Fence(1))),
+                Some(Ok(Reply::Fence(1))),
+                Some(Err(NodeError::NotConnected("down".into()))),
+            ],
+        );
+        assert!(matches!(a.next(t, true), Next::WriteBack { .. }));
+        let back = tally(
+            Step::WriteBack(1),
+            vec![Some(Ok(Reply::NotHeld)), Some(Ok(Reply::NotHeld)), None],
+        );
+        match a.next(back, true) {
+            Next::Refused {
+                wait_for,
+                behind,
+                decision,
+                answers,
+            } => {
+                assert_eq!(decision, Decision::Refused);
+                assert_eq!(*wait_for, [true, true, false]);
+                // Node 3 refused before the acquire was sent: nothing there.
+                assert_eq!(*behind, [true, true, false]);
+                assert_eq!(answers[0], Answer::NotHeld);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
