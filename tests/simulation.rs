@@ -20,12 +20,15 @@
 //!
 //! Half the schedules take fenced locks (`lock_fenced`), and a second
 //! checker verifies that every holder's fencing token is larger than that of
-//! every holder before it.
+//! every holder before it. A third verifies delivery: every granted acquire
+//! reached every node (the transport, like redis-rs, writes a request only
+//! when its future is first polled), unless a crash or a refusal while the
+//! node was down excuses it.
 //!
-//! Three negative controls break one assumption each and must be caught: node
+//! Four negative controls break one assumption each and must be caught: node
 //! clocks 1.5× fast with drift factor 0.01 and nodes restarted empty within
-//! the TTL (overlaps), and fencing counters lost on restart (token
-//! regressions).
+//! the TTL (overlaps), fencing counters lost on restart (token regressions),
+//! and a transport that loses requests (undelivered grants).
 
 mod support;
 
@@ -55,6 +58,9 @@ enum Control {
     /// Fenced locks only; restarted nodes keep their lock keys but lose their
     /// fencing counters (counters that are not durable).
     LostCounters,
+    /// The transport loses 5 % of requests: acquires that never reach a node
+    /// that never failed.
+    LostRequests,
 }
 
 impl Control {
@@ -64,6 +70,7 @@ impl Control {
             Control::FastClocks => "fast-clocks",
             Control::EmptyRestarts => "empty-restarts",
             Control::LostCounters => "lost-counters",
+            Control::LostRequests => "lost-requests",
         }
     }
 
@@ -73,6 +80,7 @@ impl Control {
             "fast-clocks" => Control::FastClocks,
             "empty-restarts" => Control::EmptyRestarts,
             "lost-counters" => Control::LostCounters,
+            "lost-requests" => Control::LostRequests,
             other => panic!("REDQUORUM_SIM_CONTROL: unknown control {other:?}"),
         }
     }
@@ -84,6 +92,7 @@ impl Control {
             Control::FastClocks => 0x1111_1111_0000_0000,
             Control::EmptyRestarts => 0x2222_2222_0000_0000,
             Control::LostCounters => 0x3333_3333_0000_0000,
+            Control::LostRequests => 0x4444_4444_0000_0000,
         }
     }
 }
@@ -150,6 +159,11 @@ fn plan(r: &mut StdRng, control: Control) -> Plan {
                 slow_p: r.random_range(0.0..=0.1),
                 slow_us: r.random_range(fast_us..=2 * ttl_ms * 1_000),
                 loss_p: r.random_range(0.0..=0.05),
+                request_loss_p: if control == Control::LostRequests {
+                    0.05
+                } else {
+                    0.0
+                },
             },
             faults,
             wipe: control == Control::EmptyRestarts,
@@ -162,13 +176,15 @@ fn plan(r: &mut StdRng, control: Control) -> Plan {
 
 /// One holder's validity window in true time since the schedule started:
 /// `[start, end)`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Window {
     client: usize,
     start: Duration,
     end: Duration,
     /// The fencing token, for fenced locks.
     fence: Option<u64>,
+    /// The lock's token.
+    token: String,
 }
 
 /// The fencing checker: every holder's token must be larger than that of
@@ -204,7 +220,7 @@ fn overlaps(mut windows: Vec<Window>) -> Vec<String> {
     let mut found = Vec::new();
     let mut latest: Option<Window> = None;
     for w in windows {
-        if let Some(l) = latest
+        if let Some(l) = &latest
             && w.start < l.end
         {
             found.push(format!(
@@ -217,7 +233,7 @@ fn overlaps(mut windows: Vec<Window>) -> Vec<String> {
                 ms(l.end)
             ));
         }
-        if latest.is_none_or(|l| w.end > l.end) {
+        if latest.as_ref().is_none_or(|l| w.end > l.end) {
             latest = Some(w);
         }
     }
@@ -235,6 +251,8 @@ struct Outcome {
     messages: u64,
     overlaps: Vec<String>,
     fence_regressions: Vec<String>,
+    /// Granted acquires that never reached a node, with no crash to excuse it.
+    undelivered: Vec<String>,
     fenced: bool,
     leftovers: usize,
     digest: u64,
@@ -243,7 +261,10 @@ struct Outcome {
 
 impl Outcome {
     fn violated(&self) -> bool {
-        !self.overlaps.is_empty() || !self.fence_regressions.is_empty() || self.leftovers > 0
+        !self.overlaps.is_empty()
+            || !self.fence_regressions.is_empty()
+            || !self.undelivered.is_empty()
+            || self.leftovers > 0
     }
 }
 
@@ -332,6 +353,15 @@ async fn simulate(seed: u64, control: Control, verbose: bool) -> (Outcome, Strin
     out.grants = windows.len() as u64;
     out.fenced = plan.fenced;
     out.fence_regressions = fence_regressions(windows.clone());
+    let tokens: Vec<String> = windows.iter().map(|w| w.token.clone()).collect();
+    for node in &nodes {
+        for token in node.undelivered(&tokens) {
+            out.undelivered.push(format!(
+                "the granted acquire {token} never reached node {}",
+                node.index + 1
+            ));
+        }
+    }
     out.overlaps = overlaps(windows);
     out.leftovers = nodes.iter().map(|n| n.leftovers()).sum();
     let counts = world.counts();
@@ -393,6 +423,7 @@ async fn client(
                     start: start - origin,
                     end: end - origin,
                     fence: lock.fence(),
+                    token: lock.token().to_owned(),
                 });
                 world.note("released", id as u64, 0, || format!("client {id}"));
                 if world.chance(0.8) {
@@ -486,6 +517,7 @@ struct Totals {
     messages: u64,
     overlaps: u64,
     fence_regressions: u64,
+    undelivered: u64,
     fenced_schedules: u64,
     leftovers: u64,
     virtual_time: Duration,
@@ -520,6 +552,7 @@ fn run_many(base: u64, count: u64, until: Option<std::time::Instant>) -> Totals 
                     t.messages += out.messages;
                     t.overlaps += out.overlaps.len() as u64;
                     t.fence_regressions += out.fence_regressions.len() as u64;
+                    t.undelivered += out.undelivered.len() as u64;
                     t.fenced_schedules += u64::from(out.fenced);
                     t.leftovers += out.leftovers as u64;
                     t.virtual_time += out.virtual_time;
@@ -528,6 +561,7 @@ fn run_many(base: u64, count: u64, until: Option<std::time::Instant>) -> Totals 
                             .overlaps
                             .first()
                             .or(out.fence_regressions.first())
+                            .or(out.undelivered.first())
                             .cloned()
                             .unwrap_or_else(|| format!("{} key(s) never released", out.leftovers));
                         t.failures.push((seed, what));
@@ -563,7 +597,7 @@ fn simulated_schedules_never_overlap() {
     println!(
         "simulation: {} schedules (seeds {base}..) in {:.1?} wall, {:.1?} virtual; \
          {} rounds, {} grants, {} extends, {} faults injected, {} messages, {} replies lost; \
-         {} overlaps, {} leftover keys; {} schedules fenced, {} token regressions; {:.0} schedules/s",
+         {} overlaps, {} leftover keys; {} schedules fenced, {} token regressions, {} undelivered grants; {:.0} schedules/s",
         t.schedules,
         started.elapsed(),
         t.virtual_time,
@@ -577,6 +611,7 @@ fn simulated_schedules_never_overlap() {
         t.leftovers,
         t.fenced_schedules,
         t.fence_regressions,
+        t.undelivered,
         t.schedules as f64 / started.elapsed().as_secs_f64()
     );
     if let Some((seed, what)) = t.failures.first() {
@@ -667,6 +702,13 @@ fn a_seed_replays_exactly() {
     assert_ne!(a.digest, b.digest);
 }
 
+/// A transport that loses requests: granted acquires that never reach a
+/// healthy node, which the delivery checker must see.
+#[test]
+fn control_lost_requests_are_caught() {
+    caught_within(Control::LostRequests, 50, |o| &o.undelivered);
+}
+
 /// The fencing checker: a token not above every earlier holder's is found,
 /// windows without a token are ignored.
 #[test]
@@ -676,6 +718,7 @@ fn fence_checker_finds_regressions_and_only_those() {
         start: Duration::from_millis(start),
         end: Duration::from_millis(start + 1),
         fence,
+        token: String::new(),
     };
     assert!(fence_regressions(vec![w(0, Some(1)), w(5, Some(2)), w(9, Some(7))]).is_empty());
     assert!(fence_regressions(vec![w(5, Some(2)), w(0, Some(1)), w(3, None)]).is_empty());
@@ -698,6 +741,7 @@ fn checker_finds_overlaps_and_only_overlaps() {
         start: Duration::from_millis(start),
         end: Duration::from_millis(end),
         fence: None,
+        token: String::new(),
     };
     assert!(overlaps(vec![w(0, 0, 10), w(1, 10, 20), w(2, 20, 30)]).is_empty());
     assert!(overlaps(vec![w(1, 10, 20), w(0, 0, 10)]).is_empty());

@@ -57,6 +57,9 @@ pub struct Net {
     pub slow_us: u64,
     /// Probability that a reply is lost (the operation was applied).
     pub loss_p: f64,
+    /// Probability that a *request* is lost, never applied (a negative
+    /// control only: a transport that breaks delivery).
+    pub request_loss_p: f64,
 }
 
 /// Counters of one schedule, for the report.
@@ -174,6 +177,9 @@ impl World {
 struct Ledger {
     /// An acquire with this token set the key here.
     set: bool,
+    /// An acquire with this token reached this node (and was applied,
+    /// whatever it answered).
+    arrived: bool,
     /// A release with this token was applied here.
     released: bool,
     /// A crash dropped one of this token's operations here, or one was
@@ -404,6 +410,9 @@ impl SimNode {
             return Err(NodeError::Connection("connection reset by restart".into()));
         }
         st.keys.retain(|_, e| e.expires > now);
+        if matches!(op, Owned::Acquire { .. } | Owned::AcquireFenced { .. }) {
+            st.ledger.entry(op.token().to_owned()).or_default().arrived = true;
+        }
         let reply = match op {
             Owned::Acquire { key, token, ttl } => match st.keys.get(key) {
                 Some(e) => Reply::Held {
@@ -494,6 +503,17 @@ impl SimNode {
             .count()
     }
 
+    /// Of `tokens` (granted acquisitions), those whose acquire never
+    /// reached this node, though no crash or refusal excuses it.
+    pub fn undelivered<'t>(&self, tokens: &'t [String]) -> Vec<&'t str> {
+        let st = lock(&self.state);
+        tokens
+            .iter()
+            .filter(|t| st.ledger.get(*t).is_none_or(|l| !l.arrived && !l.excused))
+            .map(String::as_str)
+            .collect()
+    }
+
     /// Keys still live now (whoever's).
     pub fn live_keys(&self) -> usize {
         let now = Instant::now();
@@ -572,6 +592,21 @@ async fn deliver_requests(
 ) {
     let mut last_reply = Instant::now();
     while let Some(req) = rx.recv().await {
+        if world.chance(world.net.request_loss_p) {
+            world.note(
+                "request-lost",
+                (client as u64) << 8 | node.index as u64,
+                0,
+                || {
+                    format!(
+                        "client {client} node {}: {} never arrives",
+                        node.index + 1,
+                        req.op.name()
+                    )
+                },
+            );
+            continue; // the caller waits forever
+        }
         tokio::time::sleep_until(req.due).await;
         // A frozen node holds this request and everything behind it.
         node.not_frozen().await;
@@ -628,20 +663,22 @@ impl Node for SimLink {
             lock(&self.world.counts).refused_while_down += 1;
             return Box::pin(async { Err(NodeError::NotConnected("node is down".into())) });
         };
-        let due = {
-            let mut last = lock(&self.last_due);
-            let due = (*last).max(Instant::now() + self.world.delay());
-            *last = due;
-            due
-        };
-        let (reply, rx) = oneshot::channel();
-        let _ = self.requests.send(Request {
-            op,
-            due,
-            epoch,
-            reply,
-        });
+        // Like redis-rs, the request is written when the future is first
+        // polled: a call dropped before that never reaches the node.
         Box::pin(async move {
+            let due = {
+                let mut last = lock(&self.last_due);
+                let due = (*last).max(Instant::now() + self.world.delay());
+                *last = due;
+                due
+            };
+            let (reply, rx) = oneshot::channel();
+            let _ = self.requests.send(Request {
+                op,
+                due,
+                epoch,
+                reply,
+            });
             match rx.await {
                 Ok(result) => result,
                 // A lost reply: it never comes.
