@@ -28,9 +28,9 @@ use crate::error::{Answer, ConfigError, LockError, Votes};
 use crate::proto::acquire::{Acquisition, Next};
 use crate::proto::per_node::PerNode;
 use crate::proto::quorum::{self, Decision, DriftFactor, MAX_TTL_MS};
-use crate::proto::retry::Retry;
+use crate::proto::retry::{Backoff, Budget, Last, Next as Pause, Retry, WAKE_SPREAD};
 use crate::proto::round::{Collector, Step, Tally, Wait, refusal};
-use crate::wakeup::Hub;
+use crate::wakeup::{Hub, Interest};
 
 /// The validated settings every operation reads.
 #[derive(Debug, Clone, Copy)]
@@ -54,6 +54,16 @@ pub(crate) struct Held {
     pub(crate) ttl_ms: u64,
     pub(crate) deadline: Instant,
     pub(crate) fence: Option<u64>,
+}
+
+/// How many rounds an acquisition may take.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Attempts {
+    /// The retry policy's count, with jittered pauses.
+    Policy,
+    /// Until a deadline (`None`: forever), sleeping no longer than the
+    /// holder's TTL.
+    Until(Option<Instant>),
 }
 
 /// Node masks, inline for up to this many nodes.
@@ -221,6 +231,80 @@ impl Driver {
                         .await;
                     return Err(refusal(decision, self.votes(answers)));
                 }
+            }
+        }
+    }
+
+    /// Rounds until one grants or `attempts` runs out.
+    pub(crate) async fn acquire_repeatedly(
+        &self,
+        mut keys: Keys,
+        owner: Option<&str>,
+        ttl: Ttl,
+        attempts: Attempts,
+    ) -> Result<Held, LockError> {
+        let retry = self.settings.retry;
+        let start = Instant::now();
+        // A waiter listens for releases from its first refusal on, for as
+        // long as it waits (registered only then: a lock had at once costs
+        // the subscribers nothing).
+        let mut interest: Option<Interest> = None;
+        // A waiter sleeps until the holder's keys expire, so it asks how
+        // long they live.
+        let holder_ttl = matches!(attempts, Attempts::Until(_));
+        let mut backoff = Backoff::default();
+        loop {
+            let claim = Arc::new(match owner {
+                Some(owner) => Claim::owned(keys, owner)?,
+                None => Claim::new(keys), // a fresh token every round
+            });
+            if let Some(interest) = &mut interest {
+                interest.mark_seen();
+            }
+            let error = match self.acquire(&claim, ttl, holder_ttl).await {
+                Ok(held) => return Ok(held),
+                Err(e) => e,
+            };
+            // Only a retry pays for a copy of the keys.
+            keys = claim.keys().clone();
+            if let (Attempts::Until(_), Some(hub), None) = (attempts, self.hub(), &interest) {
+                interest = Some(hub.register(keys.first()));
+            }
+            let now = Instant::now();
+            let budget = match attempts {
+                Attempts::Policy => Budget::Attempts,
+                Attempts::Until(give_up) => {
+                    Budget::Until(give_up.map(|g| g.saturating_duration_since(now)))
+                }
+            };
+            let last = Last {
+                collided: error.votes().is_some_and(|v| v.yes() > 0),
+                holder_left: error.votes().and_then(Votes::min_pttl),
+                woken: interest.as_ref().is_some_and(Interest::listening),
+            };
+            let pause = match backoff.next(&retry, budget, last, rand::random()) {
+                Pause::After(pause) => pause,
+                Pause::Stop => return Err(error),
+                Pause::TimedOut => {
+                    return Err(LockError::Timeout {
+                        waited: now - start,
+                        last: Box::new(error),
+                    });
+                }
+            };
+            match &mut interest {
+                Some(interest) => {
+                    tokio::select! {
+                        () = tokio::time::sleep(pause) => {}
+                        () = interest.released() => {
+                            // Every waiter hears the same release: stagger
+                            // them so that one wins the nodes instead of all
+                            // splitting the vote.
+                            tokio::time::sleep(retry.jitter(WAKE_SPREAD, rand::random())).await;
+                        }
+                    }
+                }
+                None => tokio::time::sleep(pause).await,
             }
         }
     }

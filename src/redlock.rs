@@ -11,11 +11,9 @@ use tokio::time::Instant;
 
 use crate::claim::{Claim, Keys};
 use crate::config::{Builder, LockOptions};
-use crate::driver::{Driver, Ttl};
-use crate::error::{ConfigError, LockError, Votes};
+use crate::driver::{Attempts, Driver, Ttl};
+use crate::error::{ConfigError, LockError};
 use crate::lock::Lock;
-use crate::proto::retry::{Backoff, Budget, Last, Next, WAKE_SPREAD};
-use crate::wakeup::Interest;
 
 /// A Redlock client over N independent Redis masters.
 ///
@@ -50,16 +48,6 @@ impl fmt::Debug for Redlock {
             .field("settings", &self.driver.settings)
             .finish()
     }
-}
-
-/// How many rounds an acquisition may take.
-#[derive(Debug, Clone, Copy)]
-enum Attempts {
-    /// The retry policy's count, with jittered pauses.
-    Policy,
-    /// Until a deadline (`None`: forever), sleeping no longer than the
-    /// holder's TTL.
-    Until(Option<Instant>),
 }
 
 impl Redlock {
@@ -285,79 +273,20 @@ impl Redlock {
             .await
     }
 
-    /// Rounds until one grants or `attempts` runs out.
+    /// Rounds until one grants or `attempts` runs out (see
+    /// [`Driver::acquire_repeatedly`]), as a [`Lock`].
     async fn acquire_repeatedly(
         &self,
-        mut keys: Keys,
+        keys: Keys,
         owner: Option<&str>,
         ttl: Ttl,
         attempts: Attempts,
     ) -> Result<Lock, LockError> {
-        let retry = self.driver.settings.retry;
-        let start = Instant::now();
-        // A waiter listens for releases from its first refusal on, for as
-        // long as it waits (registered only then: a lock had at once costs
-        // the subscribers nothing).
-        let mut interest: Option<Interest> = None;
-        // A waiter sleeps until the holder's keys expire, so it asks how
-        // long they live.
-        let holder_ttl = matches!(attempts, Attempts::Until(_));
-        let mut backoff = Backoff::default();
-        loop {
-            let claim = Arc::new(match owner {
-                Some(owner) => Claim::owned(keys, owner)?,
-                None => Claim::new(keys), // a fresh token every round
-            });
-            if let Some(interest) = &mut interest {
-                interest.mark_seen();
-            }
-            let error = match self.acquire(&claim, ttl, holder_ttl).await {
-                Ok(lock) => return Ok(lock),
-                Err(e) => e,
-            };
-            // Only a retry pays for a copy of the keys.
-            keys = claim.keys().clone();
-            if let (Attempts::Until(_), Some(hub), None) = (attempts, self.driver.hub(), &interest)
-            {
-                interest = Some(hub.register(keys.first()));
-            }
-            let now = Instant::now();
-            let budget = match attempts {
-                Attempts::Policy => Budget::Attempts,
-                Attempts::Until(give_up) => {
-                    Budget::Until(give_up.map(|g| g.saturating_duration_since(now)))
-                }
-            };
-            let last = Last {
-                collided: error.votes().is_some_and(|v| v.yes() > 0),
-                holder_left: error.votes().and_then(Votes::min_pttl),
-                woken: interest.as_ref().is_some_and(Interest::listening),
-            };
-            let pause = match backoff.next(&retry, budget, last, rand::random()) {
-                Next::After(pause) => pause,
-                Next::Stop => return Err(error),
-                Next::TimedOut => {
-                    return Err(LockError::Timeout {
-                        waited: now - start,
-                        last: Box::new(error),
-                    });
-                }
-            };
-            match &mut interest {
-                Some(interest) => {
-                    tokio::select! {
-                        () = tokio::time::sleep(pause) => {}
-                        () = interest.released() => {
-                            // Every waiter hears the same release: stagger
-                            // them so that one wins the nodes instead of all
-                            // splitting the vote.
-                            tokio::time::sleep(retry.jitter(WAKE_SPREAD, rand::random())).await;
-                        }
-                    }
-                }
-                None => tokio::time::sleep(pause).await,
-            }
-        }
+        let held = self
+            .driver
+            .acquire_repeatedly(keys, owner, ttl, attempts)
+            .await?;
+        Ok(Lock::new(Arc::clone(&self.driver), held))
     }
 
     /// One acquisition (see [`Driver::acquire`]), as a [`Lock`].
