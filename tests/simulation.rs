@@ -4,7 +4,8 @@
 //! clocks running at different rates within the drift bound
 //! (`tests/support/sim.rs` describes the model).
 //!
-//! Many clients contend for one resource. A checker verifies, in simulated
+//! Many clients contend for one resource, and drop their acquire or release
+//! futures at random points now and then (cancellation). A checker verifies, in simulated
 //! true time, that no two holders' validity windows overlap (a window is
 //! `[time the lock was returned, min(lock.deadline(), time release was
 //! called))`), and that every key an acquire set was released on its node
@@ -115,6 +116,9 @@ struct Plan {
     forget_counters: bool,
     /// Every client takes fenced locks (`lock_fenced`), else plain ones.
     fenced: bool,
+    /// The probability that a client drops its acquire or release future
+    /// at a random point (cancellation).
+    cancel_p: f64,
     /// A client pauses up to this long after a failed round.
     max_pause: Duration,
 }
@@ -170,6 +174,7 @@ fn plan(r: &mut StdRng, control: Control) -> Plan {
             forget_counters: control == Control::LostCounters,
             max_pause: Duration::from_millis(r.random_range(1..=ttl_ms / 2)),
             fenced: control == Control::LostCounters || r.random_bool(0.5),
+            cancel_p: r.random_range(0.0..=0.3),
         }
     }
 }
@@ -240,12 +245,21 @@ fn overlaps(mut windows: Vec<Window>) -> Vec<String> {
     found
 }
 
+/// What the clients of one schedule did, counted as they go.
+#[derive(Debug, Default)]
+struct Stats {
+    rounds: AtomicU64,
+    extends: AtomicU64,
+    cancelled: AtomicU64,
+}
+
 /// What one schedule did and what the checker found.
 #[derive(Debug, Default)]
 struct Outcome {
     rounds: u64,
     grants: u64,
     extends: u64,
+    cancelled: u64,
     faults: u64,
     lost_replies: u64,
     messages: u64,
@@ -290,8 +304,7 @@ async fn simulate(seed: u64, control: Control, verbose: bool) -> (Outcome, Strin
         .map(|(i, &rate)| SimNode::new(i, rate))
         .collect();
     let windows = Arc::new(Mutex::new(Vec::<Window>::new()));
-    let rounds = Arc::new(AtomicU64::new(0));
-    let extends = Arc::new(AtomicU64::new(0));
+    let stats = Arc::new(Stats::default());
     let ttl = Duration::from_millis(plan.ttl_ms);
 
     let mut clients = Vec::new();
@@ -314,8 +327,7 @@ async fn simulate(seed: u64, control: Control, verbose: bool) -> (Outcome, Strin
             world.clone(),
             plan.clone(),
             windows.clone(),
-            rounds.clone(),
-            extends.clone(),
+            stats.clone(),
         )));
     }
     let mut injectors = Vec::new();
@@ -343,8 +355,9 @@ async fn simulate(seed: u64, control: Control, verbose: bool) -> (Outcome, Strin
     tokio::time::sleep(Duration::from_micros(4 * plan.net.slow_us) + 2 * ttl).await;
 
     let mut out = Outcome {
-        rounds: rounds.load(Ordering::Relaxed),
-        extends: extends.load(Ordering::Relaxed),
+        rounds: stats.rounds.load(Ordering::Relaxed),
+        extends: stats.extends.load(Ordering::Relaxed),
+        cancelled: stats.cancelled.load(Ordering::Relaxed),
         faults: faults_injected,
         virtual_time: world.elapsed(),
         ..Outcome::default()
@@ -380,17 +393,39 @@ async fn client(
     world: Arc<World>,
     plan: Plan,
     windows: Arc<Mutex<Vec<Window>>>,
-    rounds: Arc<AtomicU64>,
-    extends: Arc<AtomicU64>,
+    stats: Arc<Stats>,
 ) {
+    let Stats {
+        rounds,
+        extends,
+        cancelled,
+    } = &*stats;
     let ttl = Duration::from_millis(plan.ttl_ms);
     let origin = Instant::now() - world.elapsed();
     for _ in 0..plan.rounds {
         rounds.fetch_add(1, Ordering::Relaxed);
-        let acquired = if plan.fenced {
-            redlock.lock_fenced(RESOURCE, ttl).await
+        let acquiring = async {
+            if plan.fenced {
+                redlock.lock_fenced(RESOURCE, ttl).await
+            } else {
+                redlock.try_lock(RESOURCE, ttl).await
+            }
+        };
+        let acquired = if world.chance(plan.cancel_p) {
+            // Dropped at a random point: whatever it set must be released.
+            let patience = world.between(Duration::ZERO, ttl / 2);
+            match tokio::time::timeout(patience, acquiring).await {
+                Ok(acquired) => acquired,
+                Err(_) => {
+                    cancelled.fetch_add(1, Ordering::Relaxed);
+                    world.note("cancelled", id as u64, 0, || {
+                        format!("client {id}: acquire")
+                    });
+                    continue;
+                }
+            }
         } else {
-            redlock.try_lock(RESOURCE, ttl).await
+            acquiring.await
         };
         match acquired {
             Ok(mut lock) => {
@@ -426,7 +461,11 @@ async fn client(
                     token: lock.token().to_owned(),
                 });
                 world.note("released", id as u64, 0, || format!("client {id}"));
-                if world.chance(0.8) {
+                if world.chance(plan.cancel_p) {
+                    // A release dropped midway happens all the same.
+                    let patience = world.between(Duration::ZERO, ttl / 4);
+                    let _ = tokio::time::timeout(patience, lock.release()).await;
+                } else if world.chance(0.8) {
                     let _ = lock.release().await;
                 } else {
                     drop(lock); // released in the background
@@ -512,6 +551,7 @@ struct Totals {
     rounds: u64,
     grants: u64,
     extends: u64,
+    cancelled: u64,
     faults: u64,
     lost_replies: u64,
     messages: u64,
@@ -547,6 +587,7 @@ fn run_many(base: u64, count: u64, until: Option<std::time::Instant>) -> Totals 
                     t.rounds += out.rounds;
                     t.grants += out.grants;
                     t.extends += out.extends;
+                    t.cancelled += out.cancelled;
                     t.faults += out.faults;
                     t.lost_replies += out.lost_replies;
                     t.messages += out.messages;
@@ -596,7 +637,7 @@ fn simulated_schedules_never_overlap() {
     let t = run_many(base, count, until);
     println!(
         "simulation: {} schedules (seeds {base}..) in {:.1?} wall, {:.1?} virtual; \
-         {} rounds, {} grants, {} extends, {} faults injected, {} messages, {} replies lost; \
+         {} rounds, {} grants, {} extends, {} acquires cancelled, {} faults injected, {} messages, {} replies lost; \
          {} overlaps, {} leftover keys; {} schedules fenced, {} token regressions, {} undelivered grants; {:.0} schedules/s",
         t.schedules,
         started.elapsed(),
@@ -604,6 +645,7 @@ fn simulated_schedules_never_overlap() {
         t.rounds,
         t.grants,
         t.extends,
+        t.cancelled,
         t.faults,
         t.messages,
         t.lost_replies,
