@@ -19,17 +19,20 @@
 //! - `REDQUORUM_SOAK=1` or `REDQUORUM_SOAK_SECS=n` keeps running schedules for
 //!   that long (default soak 300 s).
 //!
-//! Half the schedules take fenced locks (`lock_fenced`), and a second
+//! A quarter of the schedules take fenced locks (`lock_fenced`) and a
+//! quarter reentrant ones (`lock_reentrant`, often a second hold inside the
+//! first), the rest plain ones. A second
 //! checker verifies that every holder's fencing token is larger than that of
 //! every holder before it. A third verifies delivery: every granted acquire
 //! reached every node (the transport, like redis-rs, writes a request only
 //! when its future is first polled), unless a crash or a refusal while the
 //! node was down excuses it.
 //!
-//! Four negative controls break one assumption each and must be caught: node
-//! clocks 1.5× fast with drift factor 0.01 and nodes restarted empty within
-//! the TTL (overlaps), fencing counters lost on restart (token regressions),
-//! and a transport that loses requests (undelivered grants).
+//! Five negative controls break one assumption each and must be caught: node
+//! clocks 1.5× fast with drift factor 0.01, nodes restarted empty within the
+//! TTL and reentrant releases that give back two holds (overlaps), fencing
+//! counters lost on restart (token regressions), and a transport that loses
+//! requests (undelivered grants).
 
 mod support;
 
@@ -62,6 +65,20 @@ enum Control {
     /// The transport loses 5 % of requests: acquires that never reach a node
     /// that never failed.
     LostRequests,
+    /// Reentrant locks, often nested; a node's reentrant release gives back
+    /// two holds (the bug a cancelled reentrant release once had).
+    DoubleRelease,
+}
+
+/// Which kind of lock a schedule's clients take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// `try_lock`.
+    Plain,
+    /// `lock_fenced`.
+    Fenced,
+    /// `lock_reentrant`, sometimes a second hold inside the first.
+    Reentrant,
 }
 
 impl Control {
@@ -72,6 +89,7 @@ impl Control {
             Control::EmptyRestarts => "empty-restarts",
             Control::LostCounters => "lost-counters",
             Control::LostRequests => "lost-requests",
+            Control::DoubleRelease => "double-release",
         }
     }
 
@@ -82,6 +100,7 @@ impl Control {
             "empty-restarts" => Control::EmptyRestarts,
             "lost-counters" => Control::LostCounters,
             "lost-requests" => Control::LostRequests,
+            "double-release" => Control::DoubleRelease,
             other => panic!("REDQUORUM_SIM_CONTROL: unknown control {other:?}"),
         }
     }
@@ -94,6 +113,7 @@ impl Control {
             Control::EmptyRestarts => 0x2222_2222_0000_0000,
             Control::LostCounters => 0x3333_3333_0000_0000,
             Control::LostRequests => 0x4444_4444_0000_0000,
+            Control::DoubleRelease => 0x5555_5555_0000_0000,
         }
     }
 }
@@ -114,8 +134,10 @@ struct Plan {
     wipe: bool,
     /// Restarts lose the node's fencing counters (negative control only).
     forget_counters: bool,
-    /// Every client takes fenced locks (`lock_fenced`), else plain ones.
-    fenced: bool,
+    /// The kind of lock every client takes.
+    kind: Kind,
+    /// How often a reentrant holder takes a second hold inside the first.
+    nest_p: f64,
     /// The probability that a client drops its acquire or release future
     /// at a random point (cancellation).
     cancel_p: f64,
@@ -173,7 +195,18 @@ fn plan(r: &mut StdRng, control: Control) -> Plan {
             wipe: control == Control::EmptyRestarts,
             forget_counters: control == Control::LostCounters,
             max_pause: Duration::from_millis(r.random_range(1..=ttl_ms / 2)),
-            fenced: control == Control::LostCounters || r.random_bool(0.5),
+            kind: match control {
+                Control::LostCounters => Kind::Fenced,
+                Control::DoubleRelease => Kind::Reentrant,
+                _ => {
+                    [Kind::Plain, Kind::Plain, Kind::Fenced, Kind::Reentrant][r.random_range(0..4)]
+                }
+            },
+            nest_p: if control == Control::DoubleRelease {
+                0.8
+            } else {
+                0.3
+            },
             cancel_p: r.random_range(0.0..=0.3),
         }
     }
@@ -251,6 +284,7 @@ struct Stats {
     rounds: AtomicU64,
     extends: AtomicU64,
     cancelled: AtomicU64,
+    nested: AtomicU64,
 }
 
 /// What one schedule did and what the checker found.
@@ -260,6 +294,7 @@ struct Outcome {
     grants: u64,
     extends: u64,
     cancelled: u64,
+    nested: u64,
     faults: u64,
     lost_replies: u64,
     messages: u64,
@@ -267,7 +302,7 @@ struct Outcome {
     fence_regressions: Vec<String>,
     /// Granted acquires that never reached a node, with no crash to excuse it.
     undelivered: Vec<String>,
-    fenced: bool,
+    kind: Option<Kind>,
     leftovers: usize,
     digest: u64,
     virtual_time: Duration,
@@ -301,7 +336,12 @@ async fn simulate(seed: u64, control: Control, verbose: bool) -> (Outcome, Strin
         .rates
         .iter()
         .enumerate()
-        .map(|(i, &rate)| SimNode::new(i, rate))
+        .map(|(i, &rate)| {
+            let node = SimNode::new(i, rate);
+            node.double_release
+                .store(control == Control::DoubleRelease, Ordering::Relaxed);
+            node
+        })
         .collect();
     let windows = Arc::new(Mutex::new(Vec::<Window>::new()));
     let stats = Arc::new(Stats::default());
@@ -358,15 +398,21 @@ async fn simulate(seed: u64, control: Control, verbose: bool) -> (Outcome, Strin
         rounds: stats.rounds.load(Ordering::Relaxed),
         extends: stats.extends.load(Ordering::Relaxed),
         cancelled: stats.cancelled.load(Ordering::Relaxed),
+        nested: stats.nested.load(Ordering::Relaxed),
         faults: faults_injected,
         virtual_time: world.elapsed(),
         ..Outcome::default()
     };
     let windows = windows.lock().unwrap().clone();
     out.grants = windows.len() as u64;
-    out.fenced = plan.fenced;
+    out.kind = Some(plan.kind);
     out.fence_regressions = fence_regressions(windows.clone());
-    let tokens: Vec<String> = windows.iter().map(|w| w.token.clone()).collect();
+    // (A reentrant lock's token is its owner; its holds are not public.)
+    let tokens: Vec<String> = windows
+        .iter()
+        .filter(|w| !w.token.is_empty())
+        .map(|w| w.token.clone())
+        .collect();
     for node in &nodes {
         for token in node.undelivered(&tokens) {
             out.undelivered.push(format!(
@@ -399,16 +445,18 @@ async fn client(
         rounds,
         extends,
         cancelled,
+        nested,
     } = &*stats;
     let ttl = Duration::from_millis(plan.ttl_ms);
     let origin = Instant::now() - world.elapsed();
     for _ in 0..plan.rounds {
         rounds.fetch_add(1, Ordering::Relaxed);
+        let owner = format!("owner-{id}");
         let acquiring = async {
-            if plan.fenced {
-                redlock.lock_fenced(RESOURCE, ttl).await
-            } else {
-                redlock.try_lock(RESOURCE, ttl).await
+            match plan.kind {
+                Kind::Plain => redlock.try_lock(RESOURCE, ttl).await,
+                Kind::Fenced => redlock.lock_fenced(RESOURCE, ttl).await,
+                Kind::Reentrant => redlock.lock_reentrant(RESOURCE, ttl, &owner).await,
             }
         };
         let acquired = if world.chance(plan.cancel_p) {
@@ -435,7 +483,17 @@ async fn client(
                     format!("client {id}: valid for {validity:?}")
                 });
                 let hold = world.between(Duration::ZERO, validity * 5 / 4);
-                if world.chance(0.3) {
+                if plan.kind == Kind::Reentrant && world.chance(plan.nest_p) {
+                    // A second hold inside the first, given back before it.
+                    let first = world.between(Duration::ZERO, hold);
+                    tokio::time::sleep(first).await;
+                    if let Ok(inner) = redlock.lock_reentrant(RESOURCE, ttl, &owner).await {
+                        nested.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(world.between(Duration::ZERO, hold / 4)).await;
+                        let _ = inner.release().await;
+                    }
+                    tokio::time::sleep(hold.saturating_sub(first)).await;
+                } else if world.chance(0.3) {
                     let first = world.between(Duration::ZERO, hold);
                     tokio::time::sleep(first).await;
                     if lock.is_valid() {
@@ -458,7 +516,11 @@ async fn client(
                     start: start - origin,
                     end: end - origin,
                     fence: lock.fence(),
-                    token: lock.token().to_owned(),
+                    token: if plan.kind == Kind::Reentrant {
+                        String::new()
+                    } else {
+                        lock.token().to_owned()
+                    },
                 });
                 world.note("released", id as u64, 0, || format!("client {id}"));
                 if world.chance(plan.cancel_p) {
@@ -552,6 +614,8 @@ struct Totals {
     grants: u64,
     extends: u64,
     cancelled: u64,
+    nested: u64,
+    reentrant_schedules: u64,
     faults: u64,
     lost_replies: u64,
     messages: u64,
@@ -594,7 +658,9 @@ fn run_many(base: u64, count: u64, until: Option<std::time::Instant>) -> Totals 
                     t.overlaps += out.overlaps.len() as u64;
                     t.fence_regressions += out.fence_regressions.len() as u64;
                     t.undelivered += out.undelivered.len() as u64;
-                    t.fenced_schedules += u64::from(out.fenced);
+                    t.fenced_schedules += u64::from(out.kind == Some(Kind::Fenced));
+                    t.reentrant_schedules += u64::from(out.kind == Some(Kind::Reentrant));
+                    t.nested += out.nested;
                     t.leftovers += out.leftovers as u64;
                     t.virtual_time += out.virtual_time;
                     if out.violated() {
@@ -638,7 +704,8 @@ fn simulated_schedules_never_overlap() {
     println!(
         "simulation: {} schedules (seeds {base}..) in {:.1?} wall, {:.1?} virtual; \
          {} rounds, {} grants, {} extends, {} acquires cancelled, {} faults injected, {} messages, {} replies lost; \
-         {} overlaps, {} leftover keys; {} schedules fenced, {} token regressions, {} undelivered grants; {:.0} schedules/s",
+         {} overlaps, {} leftover keys; {} schedules fenced, {} token regressions, {} undelivered grants; {} schedules reentrant, \
+         {} nested holds; {:.0} schedules/s",
         t.schedules,
         started.elapsed(),
         t.virtual_time,
@@ -654,6 +721,8 @@ fn simulated_schedules_never_overlap() {
         t.fenced_schedules,
         t.fence_regressions,
         t.undelivered,
+        t.reentrant_schedules,
+        t.nested,
         t.schedules as f64 / started.elapsed().as_secs_f64()
     );
     if let Some((seed, what)) = t.failures.first() {
@@ -742,6 +811,14 @@ fn a_seed_replays_exactly() {
     let (a, _) = run_schedule(1, Control::None, false);
     let (b, _) = run_schedule(2, Control::None, false);
     assert_ne!(a.digest, b.digest);
+}
+
+/// Reentrant releases that give back two holds: an inner release frees the
+/// outer hold too, another owner gets in, and the overlap checker must see
+/// it.
+#[test]
+fn control_double_reentrant_releases_are_caught() {
+    caught_within(Control::DoubleRelease, 100, |o| &o.overlaps);
 }
 
 /// A transport that loses requests: granted acquires that never reach a

@@ -33,7 +33,7 @@
 //! documented limit: such a key lives until its TTL).
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -189,8 +189,11 @@ struct Ledger {
 
 #[derive(Debug)]
 struct Entry {
+    /// The token, or the owner of a reentrant lock.
     token: String,
     expires: Instant,
+    /// A reentrant lock's hold tokens (its count is their number).
+    holds: Option<BTreeSet<String>>,
 }
 
 #[derive(Debug)]
@@ -212,6 +215,8 @@ pub struct SimNode {
     /// The node clock's rate relative to true time.
     pub rate: f64,
     state: Mutex<State>,
+    /// A negative control: a reentrant release gives back two holds.
+    pub double_release: std::sync::atomic::AtomicBool,
     /// Woken when the node is thawed or killed. (Not a `watch`: its wake-up
     /// order is random, and a schedule must replay exactly.)
     thawed: Notify,
@@ -245,6 +250,22 @@ enum Owned {
         fence_key: String,
         token: String,
         fence: u64,
+    },
+    AcquireReentrant {
+        key: String,
+        owner: String,
+        hold: String,
+        ttl: u64,
+    },
+    ExtendReentrant {
+        key: String,
+        owner: String,
+        ttl: u64,
+    },
+    ReleaseReentrant {
+        key: String,
+        owner: String,
+        hold: String,
     },
 }
 
@@ -289,7 +310,28 @@ impl Owned {
                 token: token.into(),
                 fence,
             },
-            // Reentrant and multi-resource operations are not simulated.
+            Op::AcquireReentrant {
+                key,
+                owner,
+                hold,
+                ttl_ms,
+            } => Owned::AcquireReentrant {
+                key: key.into(),
+                owner: owner.into(),
+                hold: hold.into(),
+                ttl: ttl_ms,
+            },
+            Op::ExtendReentrant { key, owner, ttl_ms } => Owned::ExtendReentrant {
+                key: key.into(),
+                owner: owner.into(),
+                ttl: ttl_ms,
+            },
+            Op::ReleaseReentrant { key, owner, hold } => Owned::ReleaseReentrant {
+                key: key.into(),
+                owner: owner.into(),
+                hold: hold.into(),
+            },
+            // Multi-resource operations are not simulated.
             _ => return None,
         })
     }
@@ -301,6 +343,10 @@ impl Owned {
             | Owned::Release { token, .. }
             | Owned::AcquireFenced { token, .. }
             | Owned::FenceWriteBack { token, .. } => token,
+            // A reentrant hold is acquired and released once: the hold is
+            // what the ledger follows.
+            Owned::AcquireReentrant { hold, .. } | Owned::ReleaseReentrant { hold, .. } => hold,
+            Owned::ExtendReentrant { owner, .. } => owner,
         }
     }
 
@@ -311,6 +357,9 @@ impl Owned {
             Owned::Release { .. } => "release",
             Owned::AcquireFenced { .. } => "acquire-fenced",
             Owned::FenceWriteBack { .. } => "fence-write-back",
+            Owned::AcquireReentrant { .. } => "acquire-reentrant",
+            Owned::ExtendReentrant { .. } => "extend-reentrant",
+            Owned::ReleaseReentrant { .. } => "release-reentrant",
         }
     }
 }
@@ -328,6 +377,7 @@ impl SimNode {
                 counters: BTreeMap::new(),
                 ledger: BTreeMap::new(),
             }),
+            double_release: std::sync::atomic::AtomicBool::new(false),
             thawed: Notify::new(),
         })
     }
@@ -410,7 +460,10 @@ impl SimNode {
             return Err(NodeError::Connection("connection reset by restart".into()));
         }
         st.keys.retain(|_, e| e.expires > now);
-        if matches!(op, Owned::Acquire { .. } | Owned::AcquireFenced { .. }) {
+        if matches!(
+            op,
+            Owned::Acquire { .. } | Owned::AcquireFenced { .. } | Owned::AcquireReentrant { .. }
+        ) {
             st.ledger.entry(op.token().to_owned()).or_default().arrived = true;
         }
         let reply = match op {
@@ -425,6 +478,7 @@ impl SimNode {
                         Entry {
                             token: token.clone(),
                             expires,
+                            holds: None,
                         },
                     );
                     st.ledger.entry(token.clone()).or_default().set = true;
@@ -434,7 +488,7 @@ impl SimNode {
             Owned::Extend { key, token, ttl } => {
                 let expires = self.expiry(now, *ttl);
                 match st.keys.get_mut(key) {
-                    Some(e) if e.token == *token => {
+                    Some(e) if e.token == *token && e.holds.is_none() => {
                         e.expires = e.expires.max(expires);
                         Reply::Done
                     }
@@ -460,6 +514,7 @@ impl SimNode {
                         Entry {
                             token: token.clone(),
                             expires,
+                            holds: None,
                         },
                     );
                     st.ledger.entry(token.clone()).or_default().set = true;
@@ -479,10 +534,87 @@ impl SimNode {
                 }
                 _ => Reply::NotHeld,
             },
+            Owned::AcquireReentrant {
+                key,
+                owner,
+                hold,
+                ttl,
+            } => {
+                let expires = self.expiry(now, *ttl);
+                match st.keys.get_mut(key) {
+                    None => {
+                        st.keys.insert(
+                            key.clone(),
+                            Entry {
+                                token: owner.clone(),
+                                expires,
+                                holds: Some(BTreeSet::from([hold.clone()])),
+                            },
+                        );
+                        st.ledger.entry(hold.clone()).or_default().set = true;
+                        Reply::Done
+                    }
+                    Some(Entry {
+                        token,
+                        expires: current,
+                        holds: Some(holds),
+                    }) if token == owner => {
+                        let new = holds.insert(hold.clone());
+                        *current = (*current).max(expires);
+                        if new {
+                            st.ledger.entry(hold.clone()).or_default().set = true;
+                        }
+                        Reply::Done
+                    }
+                    Some(e) => Reply::Held {
+                        pttl_ms: Some(
+                            ((e.expires - now).as_nanos() as f64 * self.rate / 1e6) as u64,
+                        ),
+                    },
+                }
+            }
+            Owned::ExtendReentrant { key, owner, ttl } => {
+                let expires = self.expiry(now, *ttl);
+                match st.keys.get_mut(key) {
+                    Some(e) if e.holds.is_some() && e.token == *owner => {
+                        e.expires = e.expires.max(expires);
+                        Reply::Done
+                    }
+                    _ => Reply::NotHeld,
+                }
+            }
+            Owned::ReleaseReentrant { key, owner, hold } => {
+                st.ledger.entry(hold.clone()).or_default().released = true;
+                let twice = self
+                    .double_release
+                    .load(std::sync::atomic::Ordering::Relaxed);
+                let given_back = match st.keys.get_mut(key) {
+                    Some(Entry {
+                        token,
+                        holds: Some(holds),
+                        ..
+                    }) if token == owner => holds.remove(hold).then(|| {
+                        if twice && let Some(other) = holds.iter().next().cloned() {
+                            holds.remove(&other);
+                        }
+                        holds.is_empty()
+                    }),
+                    _ => None,
+                };
+                match given_back {
+                    Some(last) => {
+                        if last {
+                            st.keys.remove(key);
+                        }
+                        Reply::Done
+                    }
+                    None => Reply::NotHeld,
+                }
+            }
             Owned::Release { key, token } => {
                 st.ledger.entry(token.clone()).or_default().released = true;
                 match st.keys.get(key) {
-                    Some(e) if e.token == *token => {
+                    Some(e) if e.token == *token && e.holds.is_none() => {
                         st.keys.remove(key);
                         Reply::Done
                     }
