@@ -217,6 +217,9 @@ pub struct SimNode {
     state: Mutex<State>,
     /// A negative control: a reentrant release gives back two holds.
     pub double_release: std::sync::atomic::AtomicBool,
+    /// A negative control: a multi-resource acquire sets the keys that are
+    /// free and answers done, not all-or-nothing.
+    pub partial_many: std::sync::atomic::AtomicBool,
     /// Woken when the node is thawed or killed. (Not a `watch`: its wake-up
     /// order is random, and a schedule must replay exactly.)
     thawed: Notify,
@@ -266,6 +269,20 @@ enum Owned {
         key: String,
         owner: String,
         hold: String,
+    },
+    AcquireMany {
+        keys: Vec<String>,
+        token: String,
+        ttl: u64,
+    },
+    ExtendMany {
+        keys: Vec<String>,
+        token: String,
+        ttl: u64,
+    },
+    ReleaseMany {
+        keys: Vec<String>,
+        token: String,
     },
 }
 
@@ -331,7 +348,28 @@ impl Owned {
                 owner: owner.into(),
                 hold: hold.into(),
             },
-            // Multi-resource operations are not simulated.
+            Op::AcquireMany {
+                keys,
+                token,
+                ttl_ms,
+            } => Owned::AcquireMany {
+                keys: keys.to_vec(),
+                token: token.into(),
+                ttl: ttl_ms,
+            },
+            Op::ExtendMany {
+                keys,
+                token,
+                ttl_ms,
+            } => Owned::ExtendMany {
+                keys: keys.to_vec(),
+                token: token.into(),
+                ttl: ttl_ms,
+            },
+            Op::ReleaseMany { keys, token } => Owned::ReleaseMany {
+                keys: keys.to_vec(),
+                token: token.into(),
+            },
             _ => return None,
         })
     }
@@ -347,6 +385,9 @@ impl Owned {
             // what the ledger follows.
             Owned::AcquireReentrant { hold, .. } | Owned::ReleaseReentrant { hold, .. } => hold,
             Owned::ExtendReentrant { owner, .. } => owner,
+            Owned::AcquireMany { token, .. }
+            | Owned::ExtendMany { token, .. }
+            | Owned::ReleaseMany { token, .. } => token,
         }
     }
 
@@ -360,6 +401,9 @@ impl Owned {
             Owned::AcquireReentrant { .. } => "acquire-reentrant",
             Owned::ExtendReentrant { .. } => "extend-reentrant",
             Owned::ReleaseReentrant { .. } => "release-reentrant",
+            Owned::AcquireMany { .. } => "acquire-many",
+            Owned::ExtendMany { .. } => "extend-many",
+            Owned::ReleaseMany { .. } => "release-many",
         }
     }
 }
@@ -378,6 +422,7 @@ impl SimNode {
                 ledger: BTreeMap::new(),
             }),
             double_release: std::sync::atomic::AtomicBool::new(false),
+            partial_many: std::sync::atomic::AtomicBool::new(false),
             thawed: Notify::new(),
         })
     }
@@ -462,7 +507,10 @@ impl SimNode {
         st.keys.retain(|_, e| e.expires > now);
         if matches!(
             op,
-            Owned::Acquire { .. } | Owned::AcquireFenced { .. } | Owned::AcquireReentrant { .. }
+            Owned::Acquire { .. }
+                | Owned::AcquireFenced { .. }
+                | Owned::AcquireReentrant { .. }
+                | Owned::AcquireMany { .. }
         ) {
             st.ledger.entry(op.token().to_owned()).or_default().arrived = true;
         }
@@ -610,6 +658,72 @@ impl SimNode {
                     }
                     None => Reply::NotHeld,
                 }
+            }
+            Owned::AcquireMany { keys, token, ttl } => {
+                let pttl = keys
+                    .iter()
+                    .filter_map(|k| st.keys.get(k))
+                    .map(|e| ((e.expires - now).as_nanos() as f64 * self.rate / 1e6) as u64)
+                    .min();
+                let partial = self.partial_many.load(std::sync::atomic::Ordering::Relaxed);
+                let some_free = keys.iter().any(|k| !st.keys.contains_key(k));
+                let pttl = if partial && some_free { None } else { pttl };
+                match pttl {
+                    Some(pttl_ms) => Reply::Held {
+                        pttl_ms: Some(pttl_ms),
+                    },
+                    None => {
+                        let expires = self.expiry(now, *ttl);
+                        for key in keys {
+                            if st.keys.contains_key(key) {
+                                continue; // only under the negative control
+                            }
+                            st.keys.insert(
+                                key.clone(),
+                                Entry {
+                                    token: token.clone(),
+                                    expires,
+                                    holds: None,
+                                },
+                            );
+                        }
+                        st.ledger.entry(token.clone()).or_default().set = true;
+                        Reply::Done
+                    }
+                }
+            }
+            Owned::ExtendMany { keys, token, ttl } => {
+                let ours = keys.iter().all(|k| {
+                    st.keys
+                        .get(k)
+                        .is_some_and(|e| e.token == *token && e.holds.is_none())
+                });
+                if ours {
+                    let expires = self.expiry(now, *ttl);
+                    for key in keys {
+                        if let Some(e) = st.keys.get_mut(key) {
+                            e.expires = e.expires.max(expires);
+                        }
+                    }
+                    Reply::Done
+                } else {
+                    Reply::NotHeld
+                }
+            }
+            Owned::ReleaseMany { keys, token } => {
+                st.ledger.entry(token.clone()).or_default().released = true;
+                let mut deleted = false;
+                for key in keys {
+                    if st
+                        .keys
+                        .get(key)
+                        .is_some_and(|e| e.token == *token && e.holds.is_none())
+                    {
+                        st.keys.remove(key);
+                        deleted = true;
+                    }
+                }
+                if deleted { Reply::Done } else { Reply::NotHeld }
             }
             Owned::Release { key, token } => {
                 st.ledger.entry(token.clone()).or_default().released = true;
