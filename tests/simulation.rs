@@ -75,6 +75,9 @@ enum Control {
     /// Multi-resource locks; a node's multi-resource acquire is not
     /// all-or-nothing (sets what is free and answers done).
     PartialMany,
+    /// The client's bound on calls in flight is 1024 while the checker
+    /// expects 1: shows the in-flight checker can fail.
+    LooseBound,
 }
 
 /// Which kind of lock a schedule's clients take.
@@ -101,6 +104,7 @@ impl Control {
             Control::LostRequests => "lost-requests",
             Control::DoubleRelease => "double-release",
             Control::PartialMany => "partial-many",
+            Control::LooseBound => "loose-bound",
         }
     }
 
@@ -113,6 +117,7 @@ impl Control {
             "lost-requests" => Control::LostRequests,
             "double-release" => Control::DoubleRelease,
             "partial-many" => Control::PartialMany,
+            "loose-bound" => Control::LooseBound,
             other => panic!("REDQUORUM_SIM_CONTROL: unknown control {other:?}"),
         }
     }
@@ -127,6 +132,7 @@ impl Control {
             Control::LostRequests => 0x4444_4444_0000_0000,
             Control::DoubleRelease => 0x5555_5555_0000_0000,
             Control::PartialMany => 0x6666_6666_0000_0000,
+            Control::LooseBound => 0x7777_7777_0000_0000,
         }
     }
 }
@@ -149,6 +155,11 @@ struct Plan {
     forget_counters: bool,
     /// The kind of lock every client takes.
     kind: Kind,
+    /// The bound on calls in flight per node (`Builder::max_in_flight`)…
+    max_in_flight: usize,
+    /// …and the one the checker holds every link to (the same, except in
+    /// the negative control that shows the checker can fail).
+    checked_in_flight: usize,
     /// How often a reentrant holder takes a second hold inside the first.
     nest_p: f64,
     /// The probability that a client drops its acquire or release future
@@ -182,6 +193,10 @@ fn plan(r: &mut StdRng, control: Control) -> Plan {
             };
         }
         let fast_us = r.random_range(0..=3_000);
+        // Above what a schedule's calls reach: a call refused for the bound
+        // is never sent, and would (rightly) leave keys to their TTL, which
+        // the stricter leftover checker here does not excuse.
+        let in_flight = 64;
         Plan {
             clients: r.random_range(2..=7),
             rounds: r.random_range(4..=10),
@@ -214,6 +229,16 @@ fn plan(r: &mut StdRng, control: Control) -> Plan {
                 Control::PartialMany => Kind::Many,
                 _ => [Kind::Plain, Kind::Fenced, Kind::Reentrant, Kind::Many][r.random_range(0..4)],
             },
+            max_in_flight: if control == Control::LooseBound {
+                1024
+            } else {
+                in_flight
+            },
+            checked_in_flight: if control == Control::LooseBound {
+                1
+            } else {
+                in_flight
+            },
             nest_p: if control == Control::DoubleRelease {
                 0.8
             } else {
@@ -235,6 +260,8 @@ struct Window {
     fence: Option<u64>,
     /// The lock's token.
     token: String,
+    /// How many of its extensions were granted.
+    extended: u32,
 }
 
 /// The fencing checker: every holder's token must be larger than that of
@@ -314,6 +341,9 @@ struct Outcome {
     fence_regressions: Vec<String>,
     /// Granted acquires that never reached a node, with no crash to excuse it.
     undelivered: Vec<String>,
+    /// Links that had more calls in flight than the bound.
+    unbounded: Vec<String>,
+    most_in_flight: usize,
     kind: Option<Kind>,
     leftovers: usize,
     digest: u64,
@@ -325,6 +355,7 @@ impl Outcome {
         !self.overlaps.is_empty()
             || !self.fence_regressions.is_empty()
             || !self.undelivered.is_empty()
+            || !self.unbounded.is_empty()
             || self.leftovers > 0
     }
 }
@@ -362,12 +393,16 @@ async fn simulate(seed: u64, control: Control, verbose: bool) -> (Outcome, Strin
     let ttl = Duration::from_millis(plan.ttl_ms);
 
     let mut clients = Vec::new();
+    let mut links = Vec::new();
     for c in 0..plan.clients {
-        let links = nodes
+        let client_links: Vec<Arc<SimLink>> = nodes
             .iter()
-            .map(|n| SimLink::new(c, n.clone(), world.clone()) as Arc<dyn Node>);
+            .map(|n| SimLink::new(c, n.clone(), world.clone()))
+            .collect();
+        links.extend(client_links.iter().cloned());
         let mut builder = Redlock::builder()
-            .custom_nodes(links)
+            .custom_nodes(client_links.into_iter().map(|l| l as Arc<dyn Node>))
+            .max_in_flight(plan.max_in_flight)
             .drift_factor(plan.factor)
             // Retries come from the client loop below, drawn from the seed.
             .retry(Retry::none());
@@ -422,18 +457,27 @@ async fn simulate(seed: u64, control: Control, verbose: bool) -> (Outcome, Strin
     out.kind = Some(plan.kind);
     out.fence_regressions = fence_regressions(windows.clone());
     // (A reentrant lock's token is its owner; its holds are not public.)
-    let tokens: Vec<String> = windows
+    let granted: Vec<(String, u32)> = windows
         .iter()
         .filter(|w| !w.token.is_empty())
-        .map(|w| w.token.clone())
+        .map(|w| (w.token.clone(), w.extended))
         .collect();
     for node in &nodes {
-        for token in node.undelivered(&tokens) {
+        for token in node.undelivered(&granted) {
             out.undelivered.push(format!(
-                "the granted acquire {token} never reached node {}",
+                "the granted acquire {token}, or one of its extensions, never reached node {}",
                 node.index + 1
             ));
         }
+    }
+    // Bounded work: no link ever had more calls in flight than the bound.
+    let most = links.iter().map(|l| l.max_in_flight()).max().unwrap_or(0);
+    out.most_in_flight = most;
+    if most > plan.checked_in_flight {
+        out.unbounded.push(format!(
+            "a link had {most} calls in flight, above the bound {}",
+            plan.checked_in_flight
+        ));
     }
     out.overlaps = overlaps(windows);
     out.leftovers = nodes.iter().map(|n| n.leftovers()).sum();
@@ -501,6 +545,7 @@ async fn client(
                     format!("client {id}: valid for {validity:?}")
                 });
                 let hold = world.between(Duration::ZERO, validity * 5 / 4);
+                let mut extended = 0;
                 if plan.kind == Kind::Reentrant && world.chance(plan.nest_p) {
                     // A second hold inside the first, given back before it.
                     let first = world.between(Duration::ZERO, hold);
@@ -519,6 +564,7 @@ async fn client(
                         let r = lock.extend(new_ttl).await;
                         if r.is_ok() {
                             extends.fetch_add(1, Ordering::Relaxed);
+                            extended += 1;
                         }
                         world.note("extended", id as u64, u64::from(r.is_ok()), || {
                             format!("client {id}: {r:?}")
@@ -539,6 +585,7 @@ async fn client(
                     } else {
                         lock.token().to_owned()
                     },
+                    extended,
                 });
                 world.note("released", id as u64, 0, || format!("client {id}"));
                 if world.chance(plan.cancel_p) {
@@ -635,6 +682,7 @@ struct Totals {
     nested: u64,
     reentrant_schedules: u64,
     many_schedules: u64,
+    most_in_flight: usize,
     faults: u64,
     lost_replies: u64,
     messages: u64,
@@ -680,6 +728,7 @@ fn run_many(base: u64, count: u64, until: Option<std::time::Instant>) -> Totals 
                     t.fenced_schedules += u64::from(out.kind == Some(Kind::Fenced));
                     t.reentrant_schedules += u64::from(out.kind == Some(Kind::Reentrant));
                     t.many_schedules += u64::from(out.kind == Some(Kind::Many));
+                    t.most_in_flight = t.most_in_flight.max(out.most_in_flight);
                     t.nested += out.nested;
                     t.leftovers += out.leftovers as u64;
                     t.virtual_time += out.virtual_time;
@@ -689,6 +738,7 @@ fn run_many(base: u64, count: u64, until: Option<std::time::Instant>) -> Totals 
                             .first()
                             .or(out.fence_regressions.first())
                             .or(out.undelivered.first())
+                            .or(out.unbounded.first())
                             .cloned()
                             .unwrap_or_else(|| format!("{} key(s) never released", out.leftovers));
                         t.failures.push((seed, what));
@@ -725,7 +775,8 @@ fn simulated_schedules_never_overlap() {
         "simulation: {} schedules (seeds {base}..) in {:.1?} wall, {:.1?} virtual; \
          {} rounds, {} grants, {} extends, {} acquires cancelled, {} faults injected, {} messages, {} replies lost; \
          {} overlaps, {} leftover keys; {} schedules fenced, {} token regressions, {} undelivered grants; {} schedules reentrant, \
-         {} nested holds; {} schedules multi-resource; {:.0} schedules/s",
+         {} nested holds; {} schedules multi-resource; at most {} calls in flight on a link; \
+         {:.0} schedules/s",
         t.schedules,
         started.elapsed(),
         t.virtual_time,
@@ -744,6 +795,7 @@ fn simulated_schedules_never_overlap() {
         t.reentrant_schedules,
         t.nested,
         t.many_schedules,
+        t.most_in_flight,
         t.schedules as f64 / started.elapsed().as_secs_f64()
     );
     if let Some((seed, what)) = t.failures.first() {
@@ -856,6 +908,13 @@ fn control_partial_multi_resource_acquires_are_caught() {
     caught_within(Control::PartialMany, 100, |o| &o.overlaps);
 }
 
+/// A bound the checker holds the links to that is below the client's: the
+/// in-flight checker must see it exceeded.
+#[test]
+fn control_an_unchecked_bound_is_caught() {
+    caught_within(Control::LooseBound, 20, |o| &o.unbounded);
+}
+
 /// A transport that loses requests: granted acquires that never reach a
 /// healthy node, which the delivery checker must see.
 #[test]
@@ -873,6 +932,7 @@ fn fence_checker_finds_regressions_and_only_those() {
         end: Duration::from_millis(start + 1),
         fence,
         token: String::new(),
+        extended: 0,
     };
     assert!(fence_regressions(vec![w(0, Some(1)), w(5, Some(2)), w(9, Some(7))]).is_empty());
     assert!(fence_regressions(vec![w(5, Some(2)), w(0, Some(1)), w(3, None)]).is_empty());
@@ -896,6 +956,7 @@ fn checker_finds_overlaps_and_only_overlaps() {
         end: Duration::from_millis(end),
         fence: None,
         token: String::new(),
+        extended: 0,
     };
     assert!(overlaps(vec![w(0, 0, 10), w(1, 10, 20), w(2, 20, 30)]).is_empty());
     assert!(overlaps(vec![w(1, 10, 20), w(0, 0, 10)]).is_empty());

@@ -180,6 +180,8 @@ struct Ledger {
     /// An acquire with this token reached this node (and was applied,
     /// whatever it answered).
     arrived: bool,
+    /// Extensions with this token that reached this node.
+    extensions: u32,
     /// A release with this token was applied here.
     released: bool,
     /// A crash dropped one of this token's operations here, or one was
@@ -505,6 +507,12 @@ impl SimNode {
             return Err(NodeError::Connection("connection reset by restart".into()));
         }
         st.keys.retain(|_, e| e.expires > now);
+        if matches!(op, Owned::Extend { .. } | Owned::ExtendMany { .. }) {
+            st.ledger
+                .entry(op.token().to_owned())
+                .or_default()
+                .extensions += 1;
+        }
         if matches!(
             op,
             Owned::Acquire { .. }
@@ -749,14 +757,19 @@ impl SimNode {
             .count()
     }
 
-    /// Of `tokens` (granted acquisitions), those whose acquire never
-    /// reached this node, though no crash or refusal excuses it.
-    pub fn undelivered<'t>(&self, tokens: &'t [String]) -> Vec<&'t str> {
+    /// Of `granted` (each acquisition's token and how many extensions were
+    /// granted to it), those whose acquire, or one of whose extensions,
+    /// never reached this node, though no crash or refusal excuses it.
+    pub fn undelivered<'t>(&self, granted: &'t [(String, u32)]) -> Vec<&'t str> {
         let st = lock(&self.state);
-        tokens
+        granted
             .iter()
-            .filter(|t| st.ledger.get(*t).is_none_or(|l| !l.arrived && !l.excused))
-            .map(String::as_str)
+            .filter(|(token, extended)| {
+                st.ledger
+                    .get(token)
+                    .is_none_or(|l| !l.excused && (!l.arrived || l.extensions < *extended))
+            })
+            .map(|(token, _)| token.as_str())
             .collect()
     }
 
@@ -794,6 +807,9 @@ pub struct SimLink {
     requests: mpsc::UnboundedSender<Request>,
     /// When the last request sent on this link is delivered.
     last_due: Mutex<Instant>,
+    /// Requests written and not yet answered (or given up), and the most
+    /// there ever were.
+    in_flight: Arc<Mutex<(usize, usize)>>,
 }
 
 impl std::fmt::Debug for SimLink {
@@ -823,7 +839,31 @@ impl SimLink {
             world,
             requests,
             last_due: Mutex::new(Instant::now()),
+            in_flight: Arc::new(Mutex::new((0, 0))),
         })
+    }
+
+    /// The most requests this link ever had written and unanswered.
+    pub fn max_in_flight(&self) -> usize {
+        lock(&self.in_flight).1
+    }
+}
+
+/// Counts one request in flight on a link for as long as it lives.
+struct InFlight(Arc<Mutex<(usize, usize)>>);
+
+impl InFlight {
+    fn new(count: &Arc<Mutex<(usize, usize)>>) -> Self {
+        let mut c = lock(count);
+        c.0 += 1;
+        c.1 = c.1.max(c.0);
+        InFlight(Arc::clone(count))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        lock(&self.0).0 -= 1;
     }
 }
 
@@ -925,6 +965,8 @@ impl Node for SimLink {
                 epoch,
                 reply,
             });
+            // Until answered, or given up (dropped).
+            let _in_flight = InFlight::new(&self.in_flight);
             match rx.await {
                 Ok(result) => result,
                 // A lost reply: it never comes.
