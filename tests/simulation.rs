@@ -19,10 +19,12 @@
 //! - `REDQUORUM_SOAK=1` or `REDQUORUM_SOAK_SECS=n` keeps running schedules for
 //!   that long (default soak 300 s).
 //!
-//! A quarter of the schedules each take plain locks, fenced ones
+//! A fifth of the schedules each take plain locks, fenced ones
 //! (`lock_fenced`), reentrant ones (`lock_reentrant`, often a second hold
-//! inside the first) or multi-resource ones (`lock_many` over the resource
-//! and a second one, against clients taking the first alone). A second
+//! inside the first), multi-resource ones (`lock_many` over the resource and
+//! a second one, against clients taking the first alone) or leases (work
+//! under `run_with`, extended every third of the TTL, each step of it
+//! counted as held). A second
 //! checker verifies that every holder's fencing token is larger than that of
 //! every holder before it. A third verifies delivery: every granted acquire
 //! reached every node (the transport, like redis-rs, writes a request only
@@ -45,7 +47,7 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use redquorum::node::Node;
-use redquorum::{LockError, Redlock, Retry};
+use redquorum::{LockError, LockOptions, Redlock, Retry};
 use support::sim::{Net, SimLink, SimNode, World};
 use tokio::time::Instant;
 
@@ -92,6 +94,9 @@ enum Kind {
     /// `lock_many` over the resource and a second one, which other clients
     /// sometimes take alone.
     Many,
+    /// `run_with`: work that runs while a lease is extended every third of
+    /// the TTL, for longer than the TTL.
+    Lease,
 }
 
 impl Control {
@@ -227,7 +232,13 @@ fn plan(r: &mut StdRng, control: Control) -> Plan {
                 Control::LostCounters => Kind::Fenced,
                 Control::DoubleRelease => Kind::Reentrant,
                 Control::PartialMany => Kind::Many,
-                _ => [Kind::Plain, Kind::Fenced, Kind::Reentrant, Kind::Many][r.random_range(0..4)],
+                _ => [
+                    Kind::Plain,
+                    Kind::Fenced,
+                    Kind::Reentrant,
+                    Kind::Many,
+                    Kind::Lease,
+                ][r.random_range(0..5)],
             },
             max_in_flight: if control == Control::LooseBound {
                 1024
@@ -344,6 +355,9 @@ struct Outcome {
     /// Links that had more calls in flight than the bound.
     unbounded: Vec<String>,
     most_in_flight: usize,
+    /// Leases whose work was held for longer than one TTL (kept by
+    /// extensions).
+    leases_past_ttl: u64,
     kind: Option<Kind>,
     leftovers: usize,
     digest: u64,
@@ -454,6 +468,9 @@ async fn simulate(seed: u64, control: Control, verbose: bool) -> (Outcome, Strin
     };
     let windows = windows.lock().unwrap().clone();
     out.grants = windows.len() as u64;
+    if plan.kind == Kind::Lease {
+        out.leases_past_ttl = windows.iter().filter(|w| w.end - w.start > ttl).count() as u64;
+    }
     out.kind = Some(plan.kind);
     out.fence_regressions = fence_regressions(windows.clone());
     // (A reentrant lock's token is its owner; its holds are not public.)
@@ -509,6 +526,10 @@ async fn client(
     let origin = Instant::now() - world.elapsed();
     for _ in 0..plan.rounds {
         rounds.fetch_add(1, Ordering::Relaxed);
+        if plan.kind == Kind::Lease {
+            lease_round(id, &redlock, &world, &plan, &windows, origin, cancelled).await;
+            continue;
+        }
         let owner = format!("owner-{id}");
         let acquiring = async {
             match plan.kind {
@@ -518,7 +539,7 @@ async fn client(
                 // Odd clients take both resources at once, even ones the
                 // first alone: the sets overlap.
                 Kind::Many if id % 2 == 1 => redlock.lock_many(&[RESOURCE, OTHER], ttl).await,
-                Kind::Many => redlock.try_lock(RESOURCE, ttl).await,
+                Kind::Many | Kind::Lease => redlock.try_lock(RESOURCE, ttl).await,
             }
         };
         let acquired = if world.chance(plan.cancel_p) {
@@ -607,6 +628,68 @@ async fn client(
     }
 }
 
+/// One lease under `run_with`: work in steps, each recorded as held (the
+/// work is only polled while the lease is valid), for up to three TTLs;
+/// sometimes the whole run is dropped midway.
+async fn lease_round(
+    id: usize,
+    redlock: &Redlock,
+    world: &Arc<World>,
+    plan: &Plan,
+    windows: &Arc<Mutex<Vec<Window>>>,
+    origin: Instant,
+    cancelled: &AtomicU64,
+) {
+    let ttl = Duration::from_millis(plan.ttl_ms);
+    let steps = world.with_rng(|r| r.random_range(1..=12u32));
+    let options = LockOptions::new().extend_every(ttl / 3);
+    let run = redlock.run_with(RESOURCE, ttl, &options, |lease| {
+        let (world, windows) = (world.clone(), windows.clone());
+        async move {
+            let start = Instant::now() - origin;
+            let slot = {
+                let mut w = windows.lock().unwrap();
+                w.push(Window {
+                    client: id,
+                    start,
+                    end: start,
+                    fence: None,
+                    token: lease.token().to_owned(),
+                    extended: 0,
+                });
+                w.len() - 1
+            };
+            world.note("lease", id as u64, 0, || {
+                format!("client {id}: lease work starts")
+            });
+            for _ in 0..steps {
+                tokio::time::sleep(world.between(Duration::ZERO, ttl / 4)).await;
+                // Polled now, so the lease is valid now.
+                windows.lock().unwrap()[slot].end = Instant::now() - origin;
+            }
+        }
+    });
+    let outcome = if world.chance(plan.cancel_p) {
+        let patience = world.between(Duration::ZERO, ttl * 2);
+        match tokio::time::timeout(patience, run).await {
+            Ok(outcome) => Some(outcome),
+            Err(_) => {
+                cancelled.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+        }
+    } else {
+        Some(run.await)
+    };
+    world.note("lease-ended", id as u64, 0, || {
+        format!("client {id}: {outcome:?}")
+    });
+    if let Some(Err(e)) = outcome {
+        assert!(!matches!(e, LockError::Config(_)), "{e}");
+        tokio::time::sleep(world.between(Duration::ZERO, plan.max_pause)).await;
+    }
+}
+
 /// Faults on one node, one after another: freezes, and restarts with
 /// (`wipe` false) or without their keys. Returns how many were injected; the
 /// node is up and thawed when it returns.
@@ -682,6 +765,8 @@ struct Totals {
     nested: u64,
     reentrant_schedules: u64,
     many_schedules: u64,
+    lease_schedules: u64,
+    leases_past_ttl: u64,
     most_in_flight: usize,
     faults: u64,
     lost_replies: u64,
@@ -728,6 +813,8 @@ fn run_many(base: u64, count: u64, until: Option<std::time::Instant>) -> Totals 
                     t.fenced_schedules += u64::from(out.kind == Some(Kind::Fenced));
                     t.reentrant_schedules += u64::from(out.kind == Some(Kind::Reentrant));
                     t.many_schedules += u64::from(out.kind == Some(Kind::Many));
+                    t.lease_schedules += u64::from(out.kind == Some(Kind::Lease));
+                    t.leases_past_ttl += out.leases_past_ttl;
                     t.most_in_flight = t.most_in_flight.max(out.most_in_flight);
                     t.nested += out.nested;
                     t.leftovers += out.leftovers as u64;
@@ -775,7 +862,7 @@ fn simulated_schedules_never_overlap() {
         "simulation: {} schedules (seeds {base}..) in {:.1?} wall, {:.1?} virtual; \
          {} rounds, {} grants, {} extends, {} acquires cancelled, {} faults injected, {} messages, {} replies lost; \
          {} overlaps, {} leftover keys; {} schedules fenced, {} token regressions, {} undelivered grants; {} schedules reentrant, \
-         {} nested holds; {} schedules multi-resource; at most {} calls in flight on a link; \
+         {} nested holds; {} schedules multi-resource; {} schedules leases ({} held past one TTL); at most {} calls in flight on a link; \
          {:.0} schedules/s",
         t.schedules,
         started.elapsed(),
@@ -795,6 +882,8 @@ fn simulated_schedules_never_overlap() {
         t.reentrant_schedules,
         t.nested,
         t.many_schedules,
+        t.lease_schedules,
+        t.leases_past_ttl,
         t.most_in_flight,
         t.schedules as f64 / started.elapsed().as_secs_f64()
     );
@@ -820,6 +909,8 @@ fn simulated_schedules_never_overlap() {
         "{t:?}"
     );
     assert!(t.many_schedules > t.schedules / 8, "{t:?}");
+    assert!(t.lease_schedules > t.schedules / 8, "{t:?}");
+    assert!(t.leases_past_ttl > 0, "no lease outlived its TTL: {t:?}");
     assert!(t.cancelled > 0, "no acquire was cancelled: {t:?}");
 }
 
