@@ -123,6 +123,7 @@ pub struct Builder {
     max_in_flight: Option<usize>,
     tls: TlsMaterial,
     require_quorum: bool,
+    jitter_seed: Option<u64>,
 }
 
 impl fmt::Debug for Builder {
@@ -138,6 +139,7 @@ impl fmt::Debug for Builder {
             .field("max_in_flight", &self.max_in_flight)
             .field("tls", &self.tls)
             .field("require_quorum", &self.require_quorum)
+            .field("jitter_seed", &self.jitter_seed)
             .finish()
     }
 }
@@ -256,6 +258,20 @@ impl Builder {
         key_pem: impl Into<Vec<u8>>,
     ) -> Self {
         self.tls.client = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
+    /// Draws the random pauses between rounds (retries, waiting, the spread
+    /// of woken waiters) from a generator seeded with `seed` instead of the
+    /// operating system's: the same calls then pause the same way, for
+    /// simulations and tests that must replay. Tokens stay random either
+    /// way. Not for production: clients with one seed retry in lockstep.
+    ///
+    /// ```
+    /// let builder = redquorum::Redlock::builder().jitter_seed(42);
+    /// ```
+    pub fn jitter_seed(mut self, seed: u64) -> Self {
+        self.jitter_seed = Some(seed);
         self
     }
 
@@ -440,6 +456,7 @@ impl Builder {
                 retry: self.retry,
             },
             hub,
+            self.jitter_seed,
         ))
     }
 }

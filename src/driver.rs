@@ -78,6 +78,8 @@ pub(crate) struct Driver {
     hub: Option<Arc<Hub>>,
     /// Some member is a Redis Cluster: a lock's keys must share a slot.
     clustered: bool,
+    /// The pauses' random draws, when seeded (`Builder::jitter_seed`).
+    jitter: Option<std::sync::Mutex<rand::rngs::StdRng>>,
 }
 
 impl fmt::Debug for Driver {
@@ -90,7 +92,12 @@ impl fmt::Debug for Driver {
 }
 
 impl Driver {
-    pub(crate) fn new(nodes: Vec<Dispatcher>, settings: Settings, hub: Option<Arc<Hub>>) -> Self {
+    pub(crate) fn new(
+        nodes: Vec<Dispatcher>,
+        settings: Settings,
+        hub: Option<Arc<Hub>>,
+        jitter_seed: Option<u64>,
+    ) -> Self {
         let clustered = nodes
             .iter()
             .any(|node| matches!(node.member(), Member::Cluster(_)));
@@ -99,6 +106,21 @@ impl Driver {
             settings,
             hub,
             clustered,
+            jitter: jitter_seed
+                .map(|seed| std::sync::Mutex::new(rand::SeedableRng::seed_from_u64(seed))),
+        }
+    }
+
+    /// A uniform random `u64` for a pause: seeded if asked, else the
+    /// operating system's.
+    fn draw(&self) -> u64 {
+        match &self.jitter {
+            Some(rng) => rand::Rng::next_u64(
+                &mut *rng
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            ),
+            None => rand::random(),
         }
     }
 
@@ -282,7 +304,7 @@ impl Driver {
                 holder_left: error.votes().and_then(Votes::min_pttl),
                 woken: interest.as_ref().is_some_and(Interest::listening),
             };
-            let pause = match backoff.next(&retry, budget, last, rand::random()) {
+            let pause = match backoff.next(&retry, budget, last, self.draw()) {
                 Pause::After(pause) => pause,
                 Pause::Stop => return Err(error),
                 Pause::TimedOut => {
@@ -300,7 +322,7 @@ impl Driver {
                             // Every waiter hears the same release: stagger
                             // them so that one wins the nodes instead of all
                             // splitting the vote.
-                            tokio::time::sleep(retry.jitter(WAKE_SPREAD, rand::random())).await;
+                            tokio::time::sleep(retry.jitter(WAKE_SPREAD, self.draw())).await;
                         }
                     }
                 }

@@ -201,7 +201,7 @@ fn plan(r: &mut StdRng, control: Control) -> Plan {
         // Above what a schedule's calls reach: a call refused for the bound
         // is never sent, and would (rightly) leave keys to their TTL, which
         // the stricter leftover checker here does not excuse.
-        let in_flight = 64;
+        let in_flight = 1024;
         Plan {
             clients: r.random_range(2..=7),
             rounds: r.random_range(4..=10),
@@ -335,6 +335,7 @@ struct Stats {
     extends: AtomicU64,
     cancelled: AtomicU64,
     nested: AtomicU64,
+    waited: AtomicU64,
 }
 
 /// What one schedule did and what the checker found.
@@ -345,6 +346,7 @@ struct Outcome {
     extends: u64,
     cancelled: u64,
     nested: u64,
+    waited: u64,
     faults: u64,
     lost_replies: u64,
     messages: u64,
@@ -418,8 +420,11 @@ async fn simulate(seed: u64, control: Control, verbose: bool) -> (Outcome, Strin
             .custom_nodes(client_links.into_iter().map(|l| l as Arc<dyn Node>))
             .max_in_flight(plan.max_in_flight)
             .drift_factor(plan.factor)
-            // Retries come from the client loop below, drawn from the seed.
-            .retry(Retry::none());
+            // One round per call (retries come from the client loop below,
+            // drawn from the seed); waiters pause up to `max_pause`, drawn
+            // from a generator seeded from the schedule's.
+            .retry(Retry::new(1, plan.max_pause))
+            .jitter_seed(world.with_rng(|r| r.random()));
         if let Some(t) = plan.node_timeout {
             builder = builder.node_timeout(t);
         }
@@ -462,6 +467,7 @@ async fn simulate(seed: u64, control: Control, verbose: bool) -> (Outcome, Strin
         extends: stats.extends.load(Ordering::Relaxed),
         cancelled: stats.cancelled.load(Ordering::Relaxed),
         nested: stats.nested.load(Ordering::Relaxed),
+        waited: stats.waited.load(Ordering::Relaxed),
         faults: faults_injected,
         virtual_time: world.elapsed(),
         ..Outcome::default()
@@ -521,6 +527,7 @@ async fn client(
         extends,
         cancelled,
         nested,
+        waited,
     } = &*stats;
     let ttl = Duration::from_millis(plan.ttl_ms);
     let origin = Instant::now() - world.elapsed();
@@ -531,8 +538,15 @@ async fn client(
             continue;
         }
         let owner = format!("owner-{id}");
+        let waits = world.chance(0.5);
+        let max_wait = world.between(Duration::ZERO, ttl * 2);
+        if waits && plan.kind == Kind::Plain {
+            waited.fetch_add(1, Ordering::Relaxed);
+        }
         let acquiring = async {
             match plan.kind {
+                // Half the time a waiter: rounds until granted or out of time.
+                Kind::Plain if waits => redlock.lock_wait(RESOURCE, ttl, max_wait).await,
                 Kind::Plain => redlock.try_lock(RESOURCE, ttl).await,
                 Kind::Fenced => redlock.lock_fenced(RESOURCE, ttl).await,
                 Kind::Reentrant => redlock.lock_reentrant(RESOURCE, ttl, &owner).await,
@@ -763,6 +777,7 @@ struct Totals {
     extends: u64,
     cancelled: u64,
     nested: u64,
+    waited: u64,
     reentrant_schedules: u64,
     many_schedules: u64,
     lease_schedules: u64,
@@ -817,6 +832,7 @@ fn run_many(base: u64, count: u64, until: Option<std::time::Instant>) -> Totals 
                     t.leases_past_ttl += out.leases_past_ttl;
                     t.most_in_flight = t.most_in_flight.max(out.most_in_flight);
                     t.nested += out.nested;
+                    t.waited += out.waited;
                     t.leftovers += out.leftovers as u64;
                     t.virtual_time += out.virtual_time;
                     if out.violated() {
@@ -860,7 +876,7 @@ fn simulated_schedules_never_overlap() {
     let t = run_many(base, count, until);
     println!(
         "simulation: {} schedules (seeds {base}..) in {:.1?} wall, {:.1?} virtual; \
-         {} rounds, {} grants, {} extends, {} acquires cancelled, {} faults injected, {} messages, {} replies lost; \
+         {} rounds, {} grants, {} extends, {} waits, {} acquires cancelled, {} faults injected, {} messages, {} replies lost; \
          {} overlaps, {} leftover keys; {} schedules fenced, {} token regressions, {} undelivered grants; {} schedules reentrant, \
          {} nested holds; {} schedules multi-resource; {} schedules leases ({} held past one TTL); at most {} calls in flight on a link; \
          {:.0} schedules/s",
@@ -870,6 +886,7 @@ fn simulated_schedules_never_overlap() {
         t.rounds,
         t.grants,
         t.extends,
+        t.waited,
         t.cancelled,
         t.faults,
         t.messages,
@@ -912,6 +929,7 @@ fn simulated_schedules_never_overlap() {
     assert!(t.lease_schedules > t.schedules / 8, "{t:?}");
     assert!(t.leases_past_ttl > 0, "no lease outlived its TTL: {t:?}");
     assert!(t.cancelled > 0, "no acquire was cancelled: {t:?}");
+    assert!(t.waited > 0, "no client waited: {t:?}");
 }
 
 /// Runs `k` of a negative control's schedules and asserts that `checker`
