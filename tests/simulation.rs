@@ -336,6 +336,9 @@ struct Stats {
     cancelled: AtomicU64,
     nested: AtomicU64,
     waited: AtomicU64,
+    /// Reentrant holders that, still valid after giving an inner hold back,
+    /// found fewer than a quorum of nodes counting their outer hold.
+    hold_losses: Mutex<Vec<String>>,
 }
 
 /// What one schedule did and what the checker found.
@@ -356,6 +359,8 @@ struct Outcome {
     undelivered: Vec<String>,
     /// Links that had more calls in flight than the bound.
     unbounded: Vec<String>,
+    /// Valid reentrant holds a quorum no longer counted.
+    hold_losses: Vec<String>,
     most_in_flight: usize,
     /// Leases whose work was held for longer than one TTL (kept by
     /// extensions).
@@ -372,6 +377,7 @@ impl Outcome {
             || !self.fence_regressions.is_empty()
             || !self.undelivered.is_empty()
             || !self.unbounded.is_empty()
+            || !self.hold_losses.is_empty()
             || self.leftovers > 0
     }
 }
@@ -410,6 +416,7 @@ async fn simulate(seed: u64, control: Control, verbose: bool) -> (Outcome, Strin
 
     let mut clients = Vec::new();
     let mut links = Vec::new();
+    let shared_nodes = Arc::new(nodes.clone());
     for c in 0..plan.clients {
         let client_links: Vec<Arc<SimLink>> = nodes
             .iter()
@@ -436,6 +443,7 @@ async fn simulate(seed: u64, control: Control, verbose: bool) -> (Outcome, Strin
             plan.clone(),
             windows.clone(),
             stats.clone(),
+            shared_nodes.clone(),
         )));
     }
     let mut injectors = Vec::new();
@@ -468,6 +476,7 @@ async fn simulate(seed: u64, control: Control, verbose: bool) -> (Outcome, Strin
         cancelled: stats.cancelled.load(Ordering::Relaxed),
         nested: stats.nested.load(Ordering::Relaxed),
         waited: stats.waited.load(Ordering::Relaxed),
+        hold_losses: std::mem::take(&mut *stats.hold_losses.lock().unwrap()),
         faults: faults_injected,
         virtual_time: world.elapsed(),
         ..Outcome::default()
@@ -521,6 +530,7 @@ async fn client(
     plan: Plan,
     windows: Arc<Mutex<Vec<Window>>>,
     stats: Arc<Stats>,
+    nodes: Arc<Vec<Arc<SimNode>>>,
 ) {
     let Stats {
         rounds,
@@ -528,6 +538,7 @@ async fn client(
         cancelled,
         nested,
         waited,
+        hold_losses,
     } = &*stats;
     let ttl = Duration::from_millis(plan.ttl_ms);
     let origin = Instant::now() - world.elapsed();
@@ -589,6 +600,14 @@ async fn client(
                         nested.fetch_add(1, Ordering::Relaxed);
                         tokio::time::sleep(world.between(Duration::ZERO, hold / 4)).await;
                         let _ = inner.release().await;
+                        // The outer hold must still count on a quorum.
+                        let key = support::lock_key(RESOURCE);
+                        let counting = nodes.iter().filter(|n| n.holds(&key, &owner) > 0).count();
+                        if lock.is_valid() && counting < NODES / 2 + 1 {
+                            hold_losses.lock().unwrap().push(format!(
+                                "client {id}: outer hold still valid, counted on {counting} nodes"
+                            ));
+                        }
                     }
                     tokio::time::sleep(hold.saturating_sub(first)).await;
                 } else if world.chance(0.3) {
@@ -842,6 +861,7 @@ fn run_many(base: u64, count: u64, until: Option<std::time::Instant>) -> Totals 
                             .or(out.fence_regressions.first())
                             .or(out.undelivered.first())
                             .or(out.unbounded.first())
+                            .or(out.hold_losses.first())
                             .cloned()
                             .unwrap_or_else(|| format!("{} key(s) never released", out.leftovers));
                         t.failures.push((seed, what));
@@ -1002,11 +1022,13 @@ fn a_seed_replays_exactly() {
 }
 
 /// Reentrant releases that give back two holds: an inner release frees the
-/// outer hold too, another owner gets in, and the overlap checker must see
-/// it.
+/// outer hold too — the hold checker must see a valid hold a quorum no
+/// longer counts — and another owner gets in, which the overlap checker
+/// must see.
 #[test]
 fn control_double_reentrant_releases_are_caught() {
     caught_within(Control::DoubleRelease, 100, |o| &o.overlaps);
+    caught_within(Control::DoubleRelease, 100, |o| &o.hold_losses);
 }
 
 /// Multi-resource acquires that are not all-or-nothing: a client holding

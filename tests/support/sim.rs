@@ -773,6 +773,18 @@ impl SimNode {
             .collect()
     }
 
+    /// How many holds `owner` has on the reentrant lock `key` here now.
+    pub fn holds(&self, key: &str, owner: &str) -> usize {
+        let now = Instant::now();
+        lock(&self.state)
+            .keys
+            .get(key)
+            .map_or(0, |e| match &e.holds {
+                Some(holds) if e.token == owner && e.expires > now => holds.len(),
+                _ => 0,
+            })
+    }
+
     /// Keys still live now (whoever's).
     pub fn live_keys(&self) -> usize {
         let now = Instant::now();
