@@ -19,6 +19,7 @@ use crate::config::LockOptions;
 use crate::driver::Driver;
 use crate::error::{ConfigError, LockError};
 use crate::lock::Lock;
+use crate::proto::lease::{Extension, Keeper};
 use crate::proto::round::gone_for_good;
 use crate::quorum;
 use crate::redlock::Redlock;
@@ -176,12 +177,11 @@ impl Keeping {
 /// marks `lease` lost and returns. Never returns while the lease holds.
 async fn keep(lock: &mut Lock, keeping: Keeping, lease: &Lease) {
     let quorum = lock.driver().quorum();
-    let mut extensions = 0u32;
-    let mut next = Instant::now() + keeping.every;
+    let mut keeper = Keeper::new(keeping.every, keeping.cap);
+    let mut next = Instant::now() + keeper.first();
     loop {
         let deadline = lock.deadline_at();
-        if keeping.cap.is_some_and(|cap| extensions >= cap) {
-            // No more extensions: the lease ends at its deadline.
+        if keeper.capped() {
             tokio::time::sleep_until(deadline).await;
             break;
         }
@@ -190,23 +190,24 @@ async fn keep(lock: &mut Lock, keeping: Keeping, lease: &Lease) {
             break;
         }
         // An extend still running at the deadline cannot save the lease.
-        match tokio::time::timeout_at(deadline, lock.extend(keeping.ttl)).await {
+        let attempt = match tokio::time::timeout_at(deadline, lock.extend(keeping.ttl)).await {
             Err(_) => break,
             Ok(Ok(())) => {
-                extensions += 1;
                 lease.set_deadline(lock.deadline_at());
-                next = Instant::now() + keeping.every;
+                Extension::Extended
             }
-            // Gone, whatever the clock says.
             Ok(Err(LockError::Expired { votes })) if gone_for_good(&votes, quorum) => {
-                break;
+                Extension::Gone
             }
             Ok(Err(e)) => {
                 tracing::debug!(resource = lock.resource(), error = %e, "lease extension failed; retrying");
-                // Several more tries fit before the deadline.
-                let left = deadline.saturating_duration_since(Instant::now());
-                next = Instant::now() + (left / 4).clamp(Duration::from_millis(1), keeping.every);
+                Extension::Failed
             }
+        };
+        let left = lock.deadline_at().saturating_duration_since(Instant::now());
+        match keeper.after(attempt, left) {
+            Some(wait) => next = Instant::now() + wait,
+            None => break,
         }
     }
     tracing::warn!(resource = lock.resource(), "lease lost");
