@@ -7,33 +7,14 @@
 //! cargo bench --bench cluster` (the plain masters are the TLS test nodes'
 //! plain ports 7111–7113). Under `cargo test` (no `--bench`) it only says so.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redquorum::{Redlock, Retry};
 
-const CYCLES: usize = 2000;
+#[path = "support/lone.rs"]
+mod lone;
 
-fn p(samples: &mut [Duration], q: usize) -> f64 {
-    samples.sort_unstable();
-    samples[(samples.len() - 1) * q / 100].as_secs_f64() * 1e6
-}
-
-async fn lone(redlock: &Redlock, label: &str) -> Vec<Duration> {
-    let mut samples = Vec::with_capacity(CYCLES);
-    for i in 0..CYCLES {
-        let start = Instant::now();
-        let lock = redlock
-            .try_lock(
-                &format!("bench:cluster:{label}:{i}"),
-                Duration::from_secs(10),
-            )
-            .await
-            .expect("lock");
-        lock.release().await.expect("release");
-        samples.push(start.elapsed());
-    }
-    samples
-}
+use lone::{CYCLES, lone, p};
 
 async fn build(urls: Vec<String>, what: &str) -> Redlock {
     Redlock::builder()
@@ -68,8 +49,8 @@ fn main() {
         // Interleaved halves, so that machine load hits both alike.
         let (mut k, mut c) = (Vec::new(), Vec::new());
         for _ in 0..2 {
-            k.extend(lone(&cluster, "cluster").await);
-            c.extend(lone(&plain, "plain").await);
+            k.extend(lone(&cluster, "cluster:cluster").await);
+            c.extend(lone(&plain, "cluster:plain").await);
         }
         let (k50, c50) = (p(&mut k, 50), p(&mut c, 50));
         println!(

@@ -7,30 +7,14 @@
 //! (`REDQUORUM_TLS_DIR` defaults to `target/tls-nodes`). Under `cargo test`
 //! (no `--bench`) it only says so.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redquorum::{Redlock, Retry};
 
-const CYCLES: usize = 2000;
+#[path = "support/lone.rs"]
+mod lone;
 
-fn p(samples: &mut [Duration], q: usize) -> f64 {
-    samples.sort_unstable();
-    samples[(samples.len() - 1) * q / 100].as_secs_f64() * 1e6
-}
-
-async fn lone(redlock: &Redlock, label: &str) -> Vec<Duration> {
-    let mut samples = Vec::with_capacity(CYCLES);
-    for i in 0..CYCLES {
-        let start = Instant::now();
-        let lock = redlock
-            .try_lock(&format!("bench:tls:{label}:{i}"), Duration::from_secs(10))
-            .await
-            .expect("lock");
-        lock.release().await.expect("release");
-        samples.push(start.elapsed());
-    }
-    samples
-}
+use lone::{CYCLES, lone, p};
 
 fn main() {
     if !std::env::args().any(|a| a == "--bench") {
@@ -64,8 +48,8 @@ fn main() {
         // Interleaved halves, so that machine load hits both alike.
         let (mut t, mut c) = (Vec::new(), Vec::new());
         for _ in 0..2 {
-            t.extend(lone(&tls, "tls").await);
-            c.extend(lone(&plain, "tcp").await);
+            t.extend(lone(&tls, "tls:tls").await);
+            c.extend(lone(&plain, "tls:tcp").await);
         }
         let (t50, c50) = (p(&mut t, 50), p(&mut c, 50));
         println!(

@@ -29,13 +29,12 @@ use std::time::Duration;
 
 use redis::Value;
 use tokio::sync::{Notify, oneshot};
-use tokio::task::AbortHandle;
 
 use crate::address::Address;
 use crate::error::{ConfigError, NodeError};
 use crate::node::{Op, Reply};
 use crate::proto::slot::{SLOTS, slot};
-use crate::redis_node::{Failure, RedisNode, Servers, parse_reply};
+use crate::redis_node::{Background, Failure, RedisNode, Servers, parse_reply};
 use crate::scripts;
 
 /// Redirections one call follows at most.
@@ -56,13 +55,8 @@ const NONE: u16 = u16::MAX;
 pub(crate) struct ClusterNode {
     name: Arc<str>,
     shared: Arc<Shared>,
-    mapper: AbortHandle,
-}
-
-impl Drop for ClusterNode {
-    fn drop(&mut self) {
-        self.mapper.abort();
-    }
+    /// Keeps the map; aborted with the member.
+    _mapper: Background,
 }
 
 #[derive(Debug)]
@@ -159,7 +153,7 @@ impl ClusterNode {
             max_in_flight,
         });
         let (first_tx, first_rx) = oneshot::channel();
-        let mapper = tokio::spawn(map_continuously(
+        let mapper = Background::spawn(map_continuously(
             Arc::clone(&shared),
             Identity { index, servers },
             first_tx,
@@ -167,7 +161,7 @@ impl ClusterNode {
         let node = ClusterNode {
             name,
             shared,
-            mapper: mapper.abort_handle(),
+            _mapper: mapper,
         };
         if seed_failed.is_some() {
             return Ok((node, seed_failed));

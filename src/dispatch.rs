@@ -251,6 +251,10 @@ impl fmt::Debug for Dispatcher {
 impl Dispatcher {
     /// Starts the node's delivery task. Needs a tokio runtime.
     pub(crate) fn start(member: Member, limits: Limits) -> Self {
+        // Unbounded in type, bounded in fact: every call in it holds one of
+        // the node's `max_in_flight` slots. The task ends once the
+        // dispatcher (the only sender) is dropped and the calls handed to it
+        // are done.
         let (stragglers, calls) = mpsc::unbounded_channel();
         tokio::spawn(finish(calls));
         Dispatcher {

@@ -152,12 +152,24 @@ enum First {
 pub(crate) struct RedisNode {
     name: Arc<str>,
     slot: Arc<Slot>,
-    reconnector: AbortHandle,
+    /// Owns (re)connecting; aborted with the node.
+    _reconnector: Background,
 }
 
-impl Drop for RedisNode {
+/// A background task owned by a node: aborted when the node is dropped.
+#[derive(Debug)]
+pub(crate) struct Background(AbortHandle);
+
+impl Background {
+    /// Spawns `task`, owned by the returned handle.
+    pub(crate) fn spawn(task: impl Future<Output = ()> + Send + 'static) -> Self {
+        Background(tokio::spawn(task).abort_handle())
+    }
+}
+
+impl Drop for Background {
     fn drop(&mut self) {
-        self.reconnector.abort();
+        self.0.abort();
     }
 }
 
@@ -194,7 +206,7 @@ impl RedisNode {
                 redis::ConnectionAddr::TcpTls { .. }
             ),
         };
-        let reconnector = tokio::spawn(reconnect(
+        let reconnector = Background::spawn(reconnect(
             address.client().clone(),
             member,
             slot.clone(),
@@ -203,7 +215,7 @@ impl RedisNode {
         let node = RedisNode {
             name,
             slot,
-            reconnector: reconnector.abort_handle(),
+            _reconnector: reconnector,
         };
         match tokio::time::timeout(wait, first_rx).await {
             Ok(Ok(First::Failed(NodeError::Auth(message)))) => Err(ConfigError::Auth {

@@ -84,6 +84,30 @@ async fn copies(cluster: u16, key: &str) -> usize {
     n
 }
 
+/// Waits, bounded (10 s), until `condition` holds.
+async fn eventually<F, Fut>(what: &str, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !condition().await {
+        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits until `lease` has been extended twice more.
+async fn extended_twice(lease: &redquorum::Lease) {
+    for _ in 0..2 {
+        let before = lease.deadline();
+        eventually("the lease is extended", || async {
+            lease.deadline() > before
+        })
+        .await;
+    }
+}
+
 /// On how many members `key` exists.
 async fn members_holding(key: &str) -> usize {
     let mut n = 0;
@@ -247,8 +271,22 @@ async fn every_lock_kind_works_on_cluster_members() {
                 .await
         })
     };
-    // Let the waiter be refused once and listen.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Once refused, the waiter listens: wait until a quorum of the members'
+    // seeds counts its subscription.
+    let channel = support::lock_key(&resource);
+    eventually("the waiter subscribes on a quorum of seeds", || async {
+        let mut listening = 0;
+        for cluster in 1..=3 {
+            if let Value::Array(pair) =
+                query(port(cluster, 1), &["PUBSUB", "NUMSUB", &channel]).await
+                && matches!(pair.get(1), Some(Value::Int(n)) if *n > 0)
+            {
+                listening += 1;
+            }
+        }
+        listening >= 2
+    })
+    .await;
     held.release().await.unwrap();
     let lock = tokio::time::timeout(Duration::from_secs(10), waiting)
         .await
@@ -316,6 +354,7 @@ async fn a_slot_migration_during_a_run_loses_no_lock() {
     let (from_id, to_id) = (id(from).await, id(to).await);
 
     let (migrated_tx, migrated_rx) = tokio::sync::oneshot::channel::<()>();
+    let (lease_tx, lease_rx) = tokio::sync::oneshot::channel();
     let ttl = Duration::from_secs(1);
     let options = LockOptions::new().extend_every(Duration::from_millis(200));
     let run = {
@@ -324,6 +363,7 @@ async fn a_slot_migration_during_a_run_loses_no_lock() {
         tokio::spawn(async move {
             redlock
                 .run_with(&resource, ttl, &options, |lease| async move {
+                    let _ = lease_tx.send(lease.clone());
                     let _ = migrated_rx.await;
                     lease.is_valid()
                 })
@@ -336,14 +376,16 @@ async fn a_slot_migration_during_a_run_loses_no_lock() {
             other => panic!("the rival was not refused: {other:?}"),
         }
     };
-    // Held before anything moves.
-    while members_holding(&key).await < 3 {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // Held, on every member, before anything moves.
+    let lease = lease_rx.await.expect("the run took the lease");
+    eventually("every member holds the key", || async {
+        members_holding(&key).await == 3
+    })
+    .await;
     refused(rival.clone(), resource.clone()).await;
 
-    // The slot migrates, each step outliving several extensions (every
-    // 200 ms against a 1 s TTL): while the key is still on `from`, after it
+    // The slot migrates, each step outliving two extensions (every 200 ms
+    // against a 1 s TTL): while the key is still on `from`, after it
     // moved but before the slot did (`from` answers ASK), and after (the
     // client's map is stale: MOVED).
     let slot_s = slot.to_string();
@@ -357,7 +399,7 @@ async fn a_slot_migration_during_a_run_loses_no_lock() {
         &["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &to_id],
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    extended_twice(&lease).await;
     refused(rival.clone(), resource.clone()).await;
     let to_port = port(1, to).to_string();
     query(
@@ -374,7 +416,7 @@ async fn a_slot_migration_during_a_run_loses_no_lock() {
         ],
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    extended_twice(&lease).await;
     refused(rival.clone(), resource.clone()).await;
     for master in 1..=3 {
         query(
@@ -383,7 +425,7 @@ async fn a_slot_migration_during_a_run_loses_no_lock() {
         )
         .await;
     }
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    extended_twice(&lease).await;
     refused(rival.clone(), resource.clone()).await;
     assert_eq!(owner(1, slot).await, to);
     assert_eq!(
