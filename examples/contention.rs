@@ -8,7 +8,7 @@
 //! Or by hand: `scripts/nodes up`, then
 //! `REDQUORUM_NODES=$(scripts/nodes urls) cargo run --release --example contention`.
 //! Nodes are frozen and thawed with `scripts/nodes freeze|thaw N`
-//! (`docker pause` or SIGSTOP). Exits non-zero if two holders ever overlap.
+//! (SIGSTOP of the server). Exits non-zero if two holders ever overlap.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

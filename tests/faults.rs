@@ -1,4 +1,4 @@
-//! Faults on the five real nodes: frozen (docker pause / SIGSTOP), killed and
+//! Faults on the five real nodes: frozen (SIGSTOP of the server), killed and
 //! restarted with their AOF, down or frozen at start-up.
 //!
 //! The tests change the shared cluster, so they take turns through one

@@ -14,7 +14,7 @@ pub(crate) fn run_nodes(action: &str, node: usize) -> bool {
     )
 }
 
-/// Node `n` frozen (SIGSTOP / docker pause) until dropped, also on panic.
+/// Node `n` frozen (SIGSTOP of its server) until dropped, also on panic.
 pub(crate) struct Frozen(usize);
 
 /// The node currently frozen, for the Ctrl-C handler (0: none).
