@@ -12,9 +12,10 @@ use crate::dispatch::{DEFAULT_MAX_IN_FLIGHT, Dispatcher, Limits, Member};
 use crate::driver::{Driver, Settings};
 use crate::error::{ConfigError, NodeError};
 use crate::node::Node;
+use crate::pubsub;
 use crate::quorum::{DEFAULT_NODE_TIMEOUT, DriftFactor, MAX_TTL_MS, quorum};
 use crate::redis_node::{RedisNode, Servers};
-use crate::wakeup::Hub;
+use crate::wakeup::{Hub, Open};
 
 /// Options of one lock call: how long to wait for the lock, whether it
 /// carries a fencing token, and — for [`Redlock::run_with`] — how the lease
@@ -374,9 +375,26 @@ impl Builder {
             return Err(ConfigError::DuplicateNode(w[0].to_owned()));
         }
 
-        let hub = (!self.quiet && !targets.is_empty()).then(|| {
-            let clients = targets.iter().map(|t| t.client().clone()).collect();
-            Hub::new(clients, quorum(targets.len() + self.custom.len()))
+        // One listener source per member, in the members' order (Redis
+        // nodes and clusters: pub/sub through the node or seed; a cluster
+        // forwards every publication to all its nodes).
+        let hub = (!self.quiet).then(|| {
+            let sources = targets
+                .iter()
+                .map(|t| {
+                    let client = t.client().clone();
+                    Box::new(move || Some(pubsub::listen(client.clone()))) as Open
+                })
+                .chain(self.custom.iter().map(|node| {
+                    let node = Arc::clone(node);
+                    Box::new(move || node.listen()) as Open
+                }))
+                .collect();
+            Hub::new(
+                sources,
+                quorum(targets.len() + self.custom.len()),
+                self.jitter_seed,
+            )
         });
         let wait = self.node_timeout.unwrap_or(DEFAULT_NODE_TIMEOUT);
         let servers = Servers::new(targets.iter().map(|t| Arc::clone(t.name())).collect());

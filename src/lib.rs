@@ -54,6 +54,7 @@ mod lock;
 pub mod node;
 mod probe;
 mod proto;
+mod pubsub;
 use proto::error;
 mod redis_node;
 mod redlock;

@@ -46,4 +46,56 @@ pub trait Node: Send + Sync + fmt::Debug + 'static {
 
     /// Performs `op` on the node.
     fn call<'a>(&'a self, op: Op<'a>) -> BoxFuture<'a, Result<Reply, NodeError>>;
+
+    /// Opens a connection on which the node reports releases, so that
+    /// waiters ([`Redlock::lock_wait`](crate::Redlock::lock_wait)) wake
+    /// when a lock is released instead of after a polling pause. `None`
+    /// (the default): the node reports nothing; waiters poll unless a
+    /// quorum of the other nodes listen.
+    ///
+    /// A node that listens must, whenever an operation deletes a lock key
+    /// (a [`Release`](Op::Release), or the
+    /// [`ReleaseReentrant`](Op::ReleaseReentrant) of the last hold), report
+    /// a [`Notice`] on the key's channel to every listener subscribed to it.
+    /// Notices are hints: a lost one costs a waiter a pause, never safety.
+    ///
+    /// The client opens at most one listener per node, reopens it (with a
+    /// backoff) when [`Listener::next`] says the connection is gone, and
+    /// gives up on an attempt after one second.
+    fn listen(&self) -> Option<BoxFuture<'static, Result<Box<dyn Listener>, NodeError>>> {
+        None
+    }
+}
+
+/// A release a node reported: the waiters on `channel` may try again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    /// The channel: the key of the released lock ([`Op::Release`]'s `key`).
+    pub channel: String,
+    /// What identifies the release on every node that reports it: the
+    /// released token (for a reentrant hold, the hold's token). A waiter
+    /// wakes once a quorum of nodes reported the same nonce.
+    pub nonce: Vec<u8>,
+}
+
+/// One connection on which a node reports releases ([`Node::listen`]); for
+/// Redis, a pub/sub connection.
+///
+/// The client calls [`subscribe`](Self::subscribe) and
+/// [`unsubscribe`](Self::unsubscribe) one at a time, while a
+/// [`next`](Self::next) may be pending; each names at most 1024 channels.
+/// Dropping a pending future must lose nothing that a later call would
+/// return.
+pub trait Listener: Send + Sync + 'static {
+    /// Starts reporting releases on `channels`; resolves once the node has
+    /// confirmed (a release applied after that is reported).
+    fn subscribe<'a>(&'a self, channels: &'a [&'a str]) -> BoxFuture<'a, Result<(), NodeError>>;
+
+    /// Stops reporting releases on `channels`; resolves once the node has
+    /// confirmed.
+    fn unsubscribe<'a>(&'a self, channels: &'a [&'a str]) -> BoxFuture<'a, Result<(), NodeError>>;
+
+    /// The next release reported; `None` once the connection is gone (the
+    /// client then opens a new one).
+    fn next(&self) -> BoxFuture<'_, Option<Notice>>;
 }

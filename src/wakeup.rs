@@ -1,11 +1,13 @@
 //! Wake-ups for waiters: a released lock is handed off at once instead of
 //! after a polling delay.
 //!
-//! Every release script publishes a nonce of that release (the lock's token,
-//! or a reentrant hold's own token — never the owner name, which every hold
+//! Every release reports a nonce of that release (the lock's token, or a
+//! reentrant hold's own token — never the owner name, which every hold
 //! shares) on a channel named after the lock key, on every node it deletes
-//! the key from. Waiters register interest in that channel; one subscriber
-//! connection per node — shared by every waiter of this client — listens. A
+//! the key from (Redis: the release scripts publish it; a node of your own:
+//! [`Node::listen`](crate::node::Node::listen)). Waiters register interest
+//! in that channel; one [`Listener`] per node — shared by every waiter of
+//! this client — listens. A
 //! release wakes each waiter once, when a quorum of nodes has reported it:
 //! only then can a new round win (earlier, the holder's key still stands on
 //! too many nodes), and a release costs every waiter at most one round.
@@ -30,11 +32,19 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
-use futures::StreamExt;
-use rand::RngExt;
+use futures::future::BoxFuture;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
 use smallvec::SmallVec;
 use tokio::sync::{Notify, watch};
 use tokio::task::AbortHandle;
+
+use crate::error::NodeError;
+use crate::node::Listener;
+
+/// How a node's listener is opened; `None` when the node reports nothing.
+pub(crate) type Open =
+    Box<dyn Fn() -> Option<BoxFuture<'static, Result<Box<dyn Listener>, NodeError>>> + Send + Sync>;
 
 /// How long one subscriber connection attempt or command may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -59,7 +69,11 @@ enum Sub {
 
 /// The channels waited on, shared by the per-node subscribers.
 pub(crate) struct Hub {
-    clients: Vec<redis::Client>,
+    /// Per node (in the order of the client's nodes): how to open its
+    /// listener.
+    sources: Vec<Open>,
+    /// Seeds the reconnect backoff's draws (`Builder::jitter_seed`).
+    seed: Option<u64>,
     /// Node reports of one release that make it count; also the number of
     /// confirmed subscriptions a waiter needs before it relies on them.
     quorum: usize,
@@ -70,9 +84,8 @@ pub(crate) struct Hub {
 
 impl std::fmt::Debug for Hub {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Not the clients: `redis::Client`'s Debug shows the password.
         f.debug_struct("Hub")
-            .field("nodes", &self.clients.len())
+            .field("nodes", &self.sources.len())
             .field("quorum", &self.quorum)
             .field("channels", &self.lock().len())
             .finish()
@@ -112,11 +125,12 @@ impl Drop for Hub {
 }
 
 impl Hub {
-    /// A hub for the Redis nodes behind `clients`; no connection is opened
-    /// until a waiter registers.
-    pub(crate) fn new(clients: Vec<redis::Client>, quorum: usize) -> Arc<Self> {
+    /// A hub for the nodes that `sources` open listeners on; nothing is
+    /// opened until a waiter registers.
+    pub(crate) fn new(sources: Vec<Open>, quorum: usize, seed: Option<u64>) -> Arc<Self> {
         Arc::new(Hub {
-            clients,
+            sources,
+            seed,
             quorum,
             channels: Mutex::default(),
             subscribers: OnceLock::new(),
@@ -128,7 +142,7 @@ impl Hub {
     pub(crate) fn register(self: &Arc<Self>, key: &str) -> Interest {
         let subscribers = self.subscribers.get_or_init(|| self.start());
         let mut channels = self.lock();
-        let n = self.clients.len();
+        let n = self.sources.len();
         let full = channels.len() >= MAX_CHANNELS;
         let entry = match channels.get_mut(key) {
             Some(entry) => entry,
@@ -251,13 +265,15 @@ impl Hub {
     }
 
     fn start(self: &Arc<Self>) -> Vec<Subscriber> {
-        self.clients
-            .iter()
-            .enumerate()
-            .map(|(node, client)| {
+        (0..self.sources.len())
+            .map(|node| {
                 let wake = Arc::new(Notify::new());
                 let hub = Arc::downgrade(self);
-                let task = tokio::spawn(subscribe_loop(client.clone(), node, hub, wake.clone()));
+                let rng = match self.seed {
+                    Some(seed) => StdRng::seed_from_u64(seed ^ node as u64),
+                    None => rand::make_rng(),
+                };
+                let task = tokio::spawn(subscribe_loop(node, hub, wake.clone(), rng));
                 Subscriber {
                     wake,
                     task: task.abort_handle(),
@@ -267,24 +283,30 @@ impl Hub {
     }
 }
 
-/// One node's subscriber: connects (and reconnects, with backoff), keeps its
-/// subscriptions equal to the channels with waiters, and forwards releases.
-async fn subscribe_loop(client: redis::Client, node: usize, hub: Weak<Hub>, wake: Arc<Notify>) {
+/// One node's subscriber: opens its listener (again, with backoff, when it
+/// is lost), keeps its subscriptions equal to the channels with waiters, and
+/// forwards releases.
+async fn subscribe_loop(node: usize, hub: Weak<Hub>, wake: Arc<Notify>, mut rng: StdRng) {
     let mut backoff = BACKOFF_MIN;
     let mut first = true;
     loop {
         if !first {
             // Full jitter spreads the reconnects of many clients.
-            let nanos = rand::rng().random_range(0..=backoff.as_nanos() as u64);
+            let nanos = rng.random_range(0..=backoff.as_nanos() as u64);
             tokio::time::sleep(Duration::from_nanos(nanos)).await;
             backoff = (backoff * 2).min(BACKOFF_MAX);
         }
         first = false;
-        let connected = tokio::time::timeout(CONNECT_TIMEOUT, client.get_async_pubsub()).await;
-        let Ok(Ok(pubsub)) = connected else {
+        let opening = {
+            let Some(h) = hub.upgrade() else { return };
+            let Some(opening) = (h.sources[node])() else {
+                return; // this node reports nothing
+            };
+            opening
+        };
+        let Ok(Ok(listener)) = tokio::time::timeout(CONNECT_TIMEOUT, opening).await else {
             continue;
         };
-        let (mut sink, mut stream) = pubsub.split();
         backoff = BACKOFF_MIN;
         // Sync until the connection fails.
         loop {
@@ -294,10 +316,10 @@ async fn subscribe_loop(client: redis::Client, node: usize, hub: Weak<Hub>, wake
             if subscribe.is_empty() && unsubscribe.is_empty() {
                 tokio::select! {
                     () = wake.notified() => continue,
-                    message = stream.next() => {
-                        let Some(message) = message else { break };
+                    notice = listener.next() => {
+                        let Some(notice) = notice else { break };
                         let Some(hub) = hub.upgrade() else { return };
-                        hub.released(message.get_channel_name(), message.get_payload_bytes(), node);
+                        hub.released(&notice.channel, &notice.nonce, node);
                         continue;
                     }
                 }
@@ -305,13 +327,13 @@ async fn subscribe_loop(client: redis::Client, node: usize, hub: Weak<Hub>, wake
             let send = async {
                 if !subscribe.is_empty() {
                     let names: Vec<&str> = subscribe.iter().map(|c| &**c).collect();
-                    sink.subscribe(names).await?;
+                    listener.subscribe(&names).await?;
                 }
                 if !unsubscribe.is_empty() {
                     let names: Vec<&str> = unsubscribe.iter().map(|c| &**c).collect();
-                    sink.unsubscribe(names).await?;
+                    listener.unsubscribe(&names).await?;
                 }
-                Ok::<(), redis::RedisError>(())
+                Ok::<(), NodeError>(())
             };
             let send = tokio::time::timeout(CONNECT_TIMEOUT, send);
             tokio::pin!(send);
@@ -319,10 +341,10 @@ async fn subscribe_loop(client: redis::Client, node: usize, hub: Weak<Hub>, wake
             let sent = loop {
                 tokio::select! {
                     sent = &mut send => break matches!(sent, Ok(Ok(()))),
-                    message = stream.next() => {
-                        let Some(message) = message else { break false };
+                    notice = listener.next() => {
+                        let Some(notice) = notice else { break false };
                         let Some(hub) = hub.upgrade() else { return };
-                        hub.released(message.get_channel_name(), message.get_payload_bytes(), node);
+                        hub.released(&notice.channel, &notice.nonce, node);
                     }
                 }
             };
@@ -386,11 +408,14 @@ impl Drop for Interest {
 mod tests {
     use super::*;
 
+    /// A node that reports nothing: its subscriber never connects, so the
+    /// test alone drives the hub's state.
+    fn deaf() -> Open {
+        Box::new(|| None)
+    }
+
     fn hub() -> Arc<Hub> {
-        // Nothing listens on port 1: the subscriber never connects, so the
-        // test alone drives the hub's state.
-        let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
-        Hub::new(vec![client], 1)
+        Hub::new(vec![deaf()], 1, None)
     }
 
     #[tokio::test]
@@ -443,8 +468,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_release_wakes_once_per_nonce_at_the_quorum() {
-        let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
-        let hub = Hub::new(vec![client.clone(), client.clone(), client], 2);
+        let hub = Hub::new(vec![deaf(), deaf(), deaf()], 2, None);
         let mut waiter = hub.register("{r}:lock");
         waiter.mark_seen();
         hub.released("{r}:lock", b"n1", 0);

@@ -362,6 +362,8 @@ struct Outcome {
     /// Valid reentrant holds a quorum no longer counted.
     hold_losses: Vec<String>,
     most_in_flight: usize,
+    /// Release notices the clients' listeners heard.
+    notices: u64,
     /// Leases whose work was held for longer than one TTL (kept by
     /// extensions).
     leases_past_ttl: u64,
@@ -515,6 +517,7 @@ async fn simulate(seed: u64, control: Control, verbose: bool) -> (Outcome, Strin
     out.leftovers = nodes.iter().map(|n| n.leftovers()).sum();
     let counts = world.counts();
     out.lost_replies = counts.lost_replies;
+    out.notices = counts.notices;
     out.messages = counts.messages;
     out.digest = world.digest();
     (out, world.take_trace())
@@ -805,6 +808,7 @@ struct Totals {
     faults: u64,
     lost_replies: u64,
     messages: u64,
+    notices: u64,
     overlaps: u64,
     fence_regressions: u64,
     undelivered: u64,
@@ -841,6 +845,7 @@ fn run_many(base: u64, count: u64, until: Option<std::time::Instant>) -> Totals 
                     t.faults += out.faults;
                     t.lost_replies += out.lost_replies;
                     t.messages += out.messages;
+                    t.notices += out.notices;
                     t.overlaps += out.overlaps.len() as u64;
                     t.fence_regressions += out.fence_regressions.len() as u64;
                     t.undelivered += out.undelivered.len() as u64;
@@ -896,7 +901,7 @@ fn simulated_schedules_never_overlap() {
     let t = run_many(base, count, until);
     println!(
         "simulation: {} schedules (seeds {base}..) in {:.1?} wall, {:.1?} virtual; \
-         {} rounds, {} grants, {} extends, {} waits, {} acquires cancelled, {} faults injected, {} messages, {} replies lost; \
+         {} rounds, {} grants, {} extends, {} waits, {} release notices heard, {} acquires cancelled, {} faults injected, {} messages, {} replies lost; \
          {} overlaps, {} leftover keys; {} schedules fenced, {} token regressions, {} undelivered grants; {} schedules reentrant, \
          {} nested holds; {} schedules multi-resource; {} schedules leases ({} held past one TTL); at most {} calls in flight on a link; \
          {:.0} schedules/s",
@@ -907,6 +912,7 @@ fn simulated_schedules_never_overlap() {
         t.grants,
         t.extends,
         t.waited,
+        t.notices,
         t.cancelled,
         t.faults,
         t.messages,
@@ -950,6 +956,7 @@ fn simulated_schedules_never_overlap() {
     assert!(t.leases_past_ttl > 0, "no lease outlived its TTL: {t:?}");
     assert!(t.cancelled > 0, "no acquire was cancelled: {t:?}");
     assert!(t.waited > 0, "no client waited: {t:?}");
+    assert!(t.notices > 0, "no waiter heard a release: {t:?}");
 }
 
 /// Runs `k` of a negative control's schedules and asserts that `checker`
@@ -1102,4 +1109,83 @@ fn checker_finds_overlaps_and_only_overlaps() {
         overlaps(vec![w(0, 0, 100), w(1, 10, 20), w(2, 30, 40)]).len(),
         2
     );
+}
+
+/// How long after a release a waiter on another client holds the lock, on
+/// five healthy simulated nodes (1 ms messages), the holder's TTL 10 s.
+/// With `deaf` nodes (a negative control) subscriptions are confirmed and no
+/// release is ever reported.
+fn hand_off_after_release(deaf: bool) -> Duration {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let net = support::sim::Net {
+            fast_us: 1_000,
+            slow_p: 0.0,
+            slow_us: 1_000,
+            loss_p: 0.0,
+            request_loss_p: 0.0,
+        };
+        let world = World::new(StdRng::seed_from_u64(7), net, false);
+        let nodes: Vec<Arc<SimNode>> = (0..NODES)
+            .map(|i| {
+                let node = SimNode::new(i, 1.0);
+                node.deaf.store(deaf, Ordering::Relaxed);
+                node
+            })
+            .collect();
+        let client = |c: usize| {
+            let links: Vec<Arc<dyn Node>> = nodes
+                .iter()
+                .map(|n| SimLink::new(c, n.clone(), world.clone()) as Arc<dyn Node>)
+                .collect();
+            Redlock::builder()
+                .custom_nodes(links)
+                .retry(Retry::new(1, Duration::from_secs(5)))
+                .jitter_seed(c as u64)
+                .build()
+        };
+        let holder = client(0).await.expect("holder");
+        let waiter = client(1).await.expect("waiter");
+        let ttl = Duration::from_secs(10);
+        let lock = holder.try_lock(RESOURCE, ttl).await.expect("first lock");
+        let waiting = tokio::spawn(async move {
+            let lock = waiter
+                .lock_wait(RESOURCE, ttl, Duration::from_secs(30))
+                .await;
+            (lock.map(|l| l.token().to_owned()), Instant::now())
+        });
+        // Virtual time: long enough for the waiter's first round and its
+        // subscriptions on every node (a few 1 ms round trips).
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!waiting.is_finished(), "the waiter got a held lock");
+        let released = Instant::now();
+        lock.release().await.expect("release");
+        let (got, at) = waiting.await.expect("waiter task");
+        got.expect("the waiter's lock");
+        at - released
+    })
+}
+
+/// The wake-up checker: a release hands the lock to a waiter within a few
+/// message delays, not after the holder's TTL or a polling pause. With
+/// nodes that never report releases the waiter sleeps on (until the TTL it
+/// was told), and the checker catches it.
+#[test]
+fn a_release_wakes_a_simulated_waiter_and_deaf_nodes_are_caught() {
+    let bound = Duration::from_millis(50);
+    let healthy = hand_off_after_release(false);
+    assert!(
+        healthy < bound,
+        "hand-off took {healthy:?} after the release"
+    );
+    let deaf = hand_off_after_release(true);
+    assert!(
+        deaf >= bound,
+        "the control was not caught: hand-off in {deaf:?} with no release reported"
+    );
+    println!("hand-off after release: {healthy:?}; with deaf nodes {deaf:?}");
 }

@@ -27,6 +27,13 @@
 //!   (`NotConnected`), and comes back with its keys (AOF with `appendfsync
 //!   always`) or, for a negative control, without them.
 //!
+//! - A node reports every release that deletes a key (as Redis' release
+//!   scripts publish it) to the listeners ([`Node::listen`]) subscribed to
+//!   the key's channel. A notice takes a message delay, in order per
+//!   listener, and may be lost like a reply; subscribing takes a round trip
+//!   and waits for a frozen node; a crash ends every listener (the client
+//!   opens a new one).
+//!
 //! Each node also keeps a ledger per token, for the leftover check: a key an
 //! acquire set must later see a release for the same token applied on that
 //! node, unless a crash dropped one of that token's operations there (the
@@ -42,7 +49,7 @@ use futures::future::BoxFuture;
 use rand::RngExt;
 use rand::rngs::StdRng;
 use redquorum::NodeError;
-use redquorum::node::{Node, Op, Reply};
+use redquorum::node::{Listener, Node, Notice, Op, Reply};
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -69,6 +76,8 @@ pub struct Counts {
     pub lost_replies: u64,
     pub dropped_by_crash: u64,
     pub refused_while_down: u64,
+    /// Release notices a listener handed to its client.
+    pub notices: u64,
 }
 
 /// The per-schedule context: the seeded RNG, the network model, a digest of
@@ -208,6 +217,20 @@ struct State {
     /// Fencing counters (no TTL).
     counters: BTreeMap<String, u64>,
     ledger: BTreeMap<String, Ledger>,
+    /// Open listeners, by id.
+    listeners: BTreeMap<u64, Listening>,
+    next_listener: u64,
+    /// Releases applied and not yet sent to listeners: (key, nonce).
+    published: Vec<(String, String)>,
+}
+
+/// One listener's end on its node.
+#[derive(Debug)]
+struct Listening {
+    channels: BTreeSet<String>,
+    notices: mpsc::UnboundedSender<(Instant, Notice)>,
+    /// When its last notice is delivered (no reordering on a connection).
+    last_due: Instant,
 }
 
 /// One simulated lock node (a Redis master).
@@ -222,6 +245,9 @@ pub struct SimNode {
     /// A negative control: a multi-resource acquire sets the keys that are
     /// free and answers done, not all-or-nothing.
     pub partial_many: std::sync::atomic::AtomicBool,
+    /// A negative control: listeners confirm subscriptions and never
+    /// report a release.
+    pub deaf: std::sync::atomic::AtomicBool,
     /// Woken when the node is thawed or killed. (Not a `watch`: its wake-up
     /// order is random, and a schedule must replay exactly.)
     thawed: Notify,
@@ -422,9 +448,13 @@ impl SimNode {
                 keys: BTreeMap::new(),
                 counters: BTreeMap::new(),
                 ledger: BTreeMap::new(),
+                listeners: BTreeMap::new(),
+                next_listener: 0,
+                published: Vec::new(),
             }),
             double_release: std::sync::atomic::AtomicBool::new(false),
             partial_many: std::sync::atomic::AtomicBool::new(false),
+            deaf: std::sync::atomic::AtomicBool::new(false),
             thawed: Notify::new(),
         })
     }
@@ -474,8 +504,11 @@ impl SimNode {
             st.keys.clear();
             st.counters.clear();
         }
-        // A killed process is no longer stopped.
+        // A killed process is no longer stopped, and its connections are
+        // gone.
         st.frozen = false;
+        st.listeners.clear();
+        st.published.clear();
         drop(st);
         self.thawed.notify_waiters();
     }
@@ -661,6 +694,7 @@ impl SimNode {
                     Some(last) => {
                         if last {
                             st.keys.remove(key);
+                            st.published.push((key.clone(), hold.clone()));
                         }
                         Reply::Done
                     }
@@ -738,6 +772,7 @@ impl SimNode {
                 match st.keys.get(key) {
                     Some(e) if e.token == *token && e.holds.is_none() => {
                         st.keys.remove(key);
+                        st.published.push((key.clone(), token.clone()));
                         Reply::Done
                     }
                     _ => Reply::NotHeld,
@@ -745,6 +780,67 @@ impl SimNode {
             }
         };
         Ok(reply)
+    }
+
+    /// Sends the releases just applied to the listeners subscribed to their
+    /// channels, each after a message delay (or lost, like a reply).
+    fn publish(&self, world: &World) {
+        let mut st = lock(&self.state);
+        let published = std::mem::take(&mut st.published);
+        if self.deaf.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        for (key, nonce) in published {
+            for listening in st.listeners.values_mut() {
+                if !listening.channels.contains(&key) || world.chance(world.net.loss_p) {
+                    continue;
+                }
+                let due = listening.last_due.max(Instant::now() + world.delay());
+                listening.last_due = due;
+                let notice = Notice {
+                    channel: key.clone(),
+                    nonce: nonce.clone().into_bytes(),
+                };
+                let _ = listening.notices.send((due, notice));
+            }
+        }
+    }
+
+    /// Opens a listener on this node (its connection, once it arrived).
+    fn add_listener(&self) -> Result<(u64, mpsc::UnboundedReceiver<(Instant, Notice)>), NodeError> {
+        let mut st = lock(&self.state);
+        if !st.up {
+            return Err(NodeError::NotConnected("node is down".into()));
+        }
+        let (notices, rx) = mpsc::unbounded_channel();
+        let id = st.next_listener;
+        st.next_listener += 1;
+        st.listeners.insert(
+            id,
+            Listening {
+                channels: BTreeSet::new(),
+                notices,
+                last_due: Instant::now(),
+            },
+        );
+        Ok((id, rx))
+    }
+
+    /// Subscribes (or unsubscribes) listener `id`; an error when a crash
+    /// ended it.
+    fn change(&self, id: u64, channels: &[&str], on: bool) -> Result<(), NodeError> {
+        let mut st = lock(&self.state);
+        let Some(listening) = st.listeners.get_mut(&id) else {
+            return Err(NodeError::Connection("connection reset by restart".into()));
+        };
+        for channel in channels {
+            if on {
+                listening.channels.insert((*channel).to_owned());
+            } else {
+                listening.channels.remove(*channel);
+            }
+        }
+        Ok(())
     }
 
     /// Keys set by an acquire and never released here, except those a crash
@@ -909,6 +1005,7 @@ async fn deliver_requests(
         // A frozen node holds this request and everything behind it.
         node.not_frozen().await;
         let result = node.apply(req.epoch, &req.op);
+        node.publish(&world);
         let lost = result.is_ok() && world.chance(world.net.loss_p);
         world.note(
             req.op.name(),
@@ -942,9 +1039,90 @@ async fn deliver_replies(mut rx: mpsc::UnboundedReceiver<Delivery>) {
     }
 }
 
+/// A notice and when it is delivered.
+type Timed = (Instant, Notice);
+
+/// A client's listener on one node: notices arrive in order, each at its
+/// delivery time.
+struct SimListener {
+    id: u64,
+    node: Arc<SimNode>,
+    world: Arc<World>,
+    /// The notices, and the next one once received (kept while its
+    /// delivery time has not come, so a dropped `next` loses nothing).
+    notices: tokio::sync::Mutex<(mpsc::UnboundedReceiver<Timed>, Option<Timed>)>,
+}
+
+impl SimListener {
+    /// One subscription change: a round trip, held by a frozen node.
+    async fn change(&self, channels: &[&str], on: bool) -> Result<(), NodeError> {
+        tokio::time::sleep(self.world.delay()).await;
+        self.node.not_frozen().await;
+        self.node.change(self.id, channels, on)?;
+        tokio::time::sleep(self.world.delay()).await;
+        Ok(())
+    }
+}
+
+impl Drop for SimListener {
+    fn drop(&mut self) {
+        lock(&self.node.state).listeners.remove(&self.id);
+    }
+}
+
+impl Listener for SimListener {
+    fn subscribe<'a>(&'a self, channels: &'a [&'a str]) -> BoxFuture<'a, Result<(), NodeError>> {
+        Box::pin(self.change(channels, true))
+    }
+
+    fn unsubscribe<'a>(&'a self, channels: &'a [&'a str]) -> BoxFuture<'a, Result<(), NodeError>> {
+        Box::pin(self.change(channels, false))
+    }
+
+    fn next(&self) -> BoxFuture<'_, Option<Notice>> {
+        Box::pin(async move {
+            let mut notices = self.notices.lock().await;
+            let (rx, next) = &mut *notices;
+            if next.is_none() {
+                *next = Some(rx.recv().await?);
+            }
+            let due = next.as_ref().map(|(due, _)| *due)?;
+            tokio::time::sleep_until(due).await;
+            let (_, notice) = next.take()?;
+            lock(&self.world.counts).notices += 1;
+            self.world
+                .note("notice", self.node.index as u64, self.id, || {
+                    format!(
+                        "node {} -> listener {}: {notice:?}",
+                        self.node.index + 1,
+                        self.id
+                    )
+                });
+            Some(notice)
+        })
+    }
+}
+
 impl Node for SimLink {
     fn name(&self) -> &Arc<str> {
         &self.name
+    }
+
+    fn listen(&self) -> Option<BoxFuture<'static, Result<Box<dyn Listener>, NodeError>>> {
+        let (node, world) = (self.node.clone(), self.world.clone());
+        Some(Box::pin(async move {
+            // The connection takes a round trip; a frozen node holds it.
+            tokio::time::sleep(world.delay()).await;
+            node.not_frozen().await;
+            let (id, rx) = node.add_listener()?;
+            tokio::time::sleep(world.delay()).await;
+            Ok(Box::new(SimListener {
+                id,
+                node,
+                world,
+                notices: tokio::sync::Mutex::new((rx, None)),
+            }) as Box<dyn Listener>)
+        }))
     }
 
     fn call<'a>(&'a self, op: Op<'a>) -> BoxFuture<'a, Result<Reply, NodeError>> {
