@@ -47,7 +47,7 @@ impl Redlock {
     /// confirmed within the node timeout (the key then lives on where it was
     /// not deleted until its TTL).
     pub async fn release_token(&self, resource: &str, token: &str) -> Result<Votes, LockError> {
-        let keys = Keys::single(resource, false)?;
+        let keys = Keys::single(self.driver().layout(), resource, false)?;
         let claim = Arc::new(Claim::with_token(keys, token)?);
         let driver = self.driver();
         // The TTL is unknown: take one whose default node timeout is the

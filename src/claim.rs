@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use crate::error::ConfigError;
 use crate::node::Op;
-use crate::proto::keys::{self, resource_of};
+use crate::proto::keys::KeyLayout;
 use crate::proto::round::Step;
 use crate::proto::slot::slot;
 use crate::token::Token;
@@ -31,6 +31,8 @@ pub(crate) struct Keys {
     lock: LockKeys,
     /// The fencing counter, for [`Flavor::Fenced`].
     fence: Option<String>,
+    /// How many bytes come before and after the resource in a lock key.
+    around: (usize, usize),
 }
 
 /// The lock keys: one resource's in one allocation, or several.
@@ -49,41 +51,51 @@ impl LockKeys {
     }
 }
 
-/// The lock key of a resource, refusing an empty one.
-fn lock_key(resource: &str) -> Result<String, ConfigError> {
+/// Refuses an empty resource name.
+fn named(resource: &str) -> Result<&str, ConfigError> {
     if resource.is_empty() {
         return Err(ConfigError::EmptyResource);
     }
-    Ok(keys::lock_key(resource))
+    Ok(resource)
 }
 
 impl Keys {
     /// A plain or fenced lock on one resource.
-    pub(crate) fn single(resource: &str, fenced: bool) -> Result<Self, ConfigError> {
-        let lock = LockKeys::One(lock_key(resource)?);
-        let (flavor, fence) = if fenced {
-            (Flavor::Fenced, Some(keys::fence_key(resource)))
+    pub(crate) fn single(
+        layout: &KeyLayout,
+        resource: &str,
+        fenced: bool,
+    ) -> Result<Self, ConfigError> {
+        let resource = named(resource)?;
+        Ok(if fenced {
+            Keys {
+                flavor: Flavor::Fenced,
+                lock: LockKeys::One(layout.lock_key(resource)),
+                fence: Some(layout.fence_key(resource)),
+                around: layout.around(false),
+            }
         } else {
-            (Flavor::Plain, None)
-        };
-        Ok(Keys {
-            flavor,
-            lock,
-            fence,
+            Keys {
+                flavor: Flavor::Plain,
+                lock: LockKeys::One(layout.plain_key(resource)),
+                fence: None,
+                around: layout.around(true),
+            }
         })
     }
 
     /// A reentrant lock on one resource.
-    pub(crate) fn reentrant(resource: &str) -> Result<Self, ConfigError> {
+    pub(crate) fn reentrant(layout: &KeyLayout, resource: &str) -> Result<Self, ConfigError> {
         Ok(Keys {
             flavor: Flavor::Reentrant,
-            lock: LockKeys::One(lock_key(resource)?),
+            lock: LockKeys::One(layout.lock_key(named(resource)?)),
             fence: None,
+            around: layout.around(false),
         })
     }
 
     /// One lock over several distinct resources.
-    pub(crate) fn many(resources: &[&str]) -> Result<Self, ConfigError> {
+    pub(crate) fn many(layout: &KeyLayout, resources: &[&str]) -> Result<Self, ConfigError> {
         if resources.is_empty() {
             return Err(ConfigError::NoResources);
         }
@@ -93,12 +105,13 @@ impl Keys {
         }
         let lock = resources
             .iter()
-            .map(|r| lock_key(r))
+            .map(|r| named(r).map(|r| layout.lock_key(r)))
             .collect::<Result<Box<[String]>, _>>()?;
         Ok(Keys {
             flavor: Flavor::Many,
             lock: LockKeys::Many(lock),
             fence: None,
+            around: layout.around(false),
         })
     }
 
@@ -123,7 +136,11 @@ impl Keys {
 
     /// The resources, in the order given.
     pub(crate) fn resources(&self) -> impl ExactSizeIterator<Item = &str> {
-        self.lock.as_slice().iter().map(|k| resource_of(k))
+        let (before, after) = self.around;
+        self.lock
+            .as_slice()
+            .iter()
+            .map(move |k| &k[before..k.len() - after])
     }
 }
 
@@ -275,45 +292,89 @@ mod tests {
     use super::*;
 
     #[test]
+    fn resources_come_back_in_every_layout() {
+        for layout in [
+            KeyLayout::new("app:", false).unwrap(),
+            KeyLayout::new("app:", true).unwrap(),
+        ] {
+            let plain = Keys::single(&layout, "orders:42", false).unwrap();
+            assert_eq!(plain.resources().collect::<Vec<_>>(), ["orders:42"]);
+            assert_eq!(plain.first(), layout.plain_key("orders:42"));
+            let fenced = Keys::single(&layout, "orders:42", true).unwrap();
+            assert_eq!(fenced.resources().collect::<Vec<_>>(), ["orders:42"]);
+            assert_eq!(fenced.first(), "app:{orders:42}:lock");
+            let many = Keys::many(&layout, &["a", "b"]).unwrap();
+            assert_eq!(many.resources().collect::<Vec<_>>(), ["a", "b"]);
+        }
+    }
+
+    #[test]
     fn multi_resource_keys_never_collide() {
-        let a = Keys::many(&["ab", "c"]).unwrap();
-        let b = Keys::many(&["a", "bc"]).unwrap();
+        let a = Keys::many(&KeyLayout::default(), &["ab", "c"]).unwrap();
+        let b = Keys::many(&KeyLayout::default(), &["a", "bc"]).unwrap();
         assert_ne!(a.lock, b.lock);
         assert_eq!(a.resources().collect::<Vec<_>>(), ["ab", "c"]);
     }
 
     #[test]
     fn which_locks_fit_in_one_cluster_slot() {
-        assert!(Keys::single("orders", true).unwrap().one_slot());
-        assert!(Keys::reentrant("orders").unwrap().one_slot());
-        assert!(Keys::many(&["{acct}:1", "{acct}:2"]).unwrap().one_slot());
-        assert!(!Keys::many(&["account:1", "account:2"]).unwrap().one_slot());
+        assert!(
+            Keys::single(&KeyLayout::default(), "orders", true)
+                .unwrap()
+                .one_slot()
+        );
+        assert!(
+            Keys::reentrant(&KeyLayout::default(), "orders")
+                .unwrap()
+                .one_slot()
+        );
+        assert!(
+            Keys::many(&KeyLayout::default(), &["{acct}:1", "{acct}:2"])
+                .unwrap()
+                .one_slot()
+        );
+        assert!(
+            !Keys::many(&KeyLayout::default(), &["account:1", "account:2"])
+                .unwrap()
+                .one_slot()
+        );
         // `{}x}:lock` has an empty hash tag: the whole key is hashed, and the
         // fence counter lands elsewhere.
-        assert!(!Keys::single("}x", true).unwrap().one_slot());
-        assert!(Keys::single("}x", false).unwrap().one_slot());
+        assert!(
+            !Keys::single(&KeyLayout::default(), "}x", true)
+                .unwrap()
+                .one_slot()
+        );
+        assert!(
+            Keys::single(&KeyLayout::default(), "}x", false)
+                .unwrap()
+                .one_slot()
+        );
     }
 
     #[test]
     fn bad_resource_lists_are_typed_errors() {
-        assert_eq!(Keys::many(&[]).unwrap_err(), ConfigError::NoResources);
         assert_eq!(
-            Keys::many(&["a", "b", "a"]).unwrap_err(),
+            Keys::many(&KeyLayout::default(), &[]).unwrap_err(),
+            ConfigError::NoResources
+        );
+        assert_eq!(
+            Keys::many(&KeyLayout::default(), &["a", "b", "a"]).unwrap_err(),
             ConfigError::DuplicateResource("a".into())
         );
         assert_eq!(
-            Keys::many(&["a", ""]).unwrap_err(),
+            Keys::many(&KeyLayout::default(), &["a", ""]).unwrap_err(),
             ConfigError::EmptyResource
         );
         assert_eq!(
-            Keys::single("", false).unwrap_err(),
+            Keys::single(&KeyLayout::default(), "", false).unwrap_err(),
             ConfigError::EmptyResource
         );
     }
 
     #[test]
     fn an_explicit_token_is_released_as_given() {
-        let keys = Keys::single("r", false).unwrap();
+        let keys = Keys::single(&KeyLayout::default(), "r", false).unwrap();
         let claim = Claim::with_token(keys.clone(), "owner-7").unwrap();
         assert_eq!(
             claim.op(Step::Release, 0),
@@ -331,7 +392,7 @@ mod tests {
     #[test]
     fn resources_round_trip_through_keys() {
         for r in ["x", "}", "{", "a}:lock{b", "ключ"] {
-            let keys = Keys::single(r, true).unwrap();
+            let keys = Keys::single(&KeyLayout::default(), r, true).unwrap();
             assert_eq!(keys.resources().next(), Some(r));
         }
     }

@@ -12,6 +12,7 @@ use crate::dispatch::{DEFAULT_MAX_IN_FLIGHT, Dispatcher, Limits, Member};
 use crate::driver::{Driver, Settings};
 use crate::error::{ConfigError, NodeError};
 use crate::node::Node;
+use crate::proto::keys::KeyLayout;
 use crate::pubsub;
 use crate::quorum::{DEFAULT_NODE_TIMEOUT, DriftFactor, MAX_TTL_MS, quorum};
 use crate::redis_node::{RedisNode, Servers};
@@ -125,6 +126,8 @@ pub struct Builder {
     tls: TlsMaterial,
     require_quorum: bool,
     jitter_seed: Option<u64>,
+    key_prefix: String,
+    interop_keys: bool,
 }
 
 impl fmt::Debug for Builder {
@@ -141,6 +144,8 @@ impl fmt::Debug for Builder {
             .field("tls", &self.tls)
             .field("require_quorum", &self.require_quorum)
             .field("jitter_seed", &self.jitter_seed)
+            .field("key_prefix", &self.key_prefix)
+            .field("interop_keys", &self.interop_keys)
             .finish()
     }
 }
@@ -200,6 +205,59 @@ impl Builder {
     /// [`Redlock::lock_wait`]). Default: [`Retry::default`].
     pub fn retry(mut self, retry: Retry) -> Self {
         self.retry = retry;
+        self
+    }
+
+    /// A prefix in front of every key this client uses (default: none), so
+    /// that several applications can share nodes without sharing locks:
+    /// with `"billing:"`, resource `orders:42` is locked under
+    /// `billing:{orders:42}:lock`. It may not hold `{` or `}` and is at most
+    /// [`MAX_KEY_PREFIX`](crate::keys::MAX_KEY_PREFIX) bytes; otherwise
+    /// [`build`](Self::build) fails with [`ConfigError::InvalidKeyPrefix`].
+    /// Every client of a resource must use the same prefix.
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), redquorum::ConfigError> {
+    /// let redlock = redquorum::Redlock::builder()
+    ///     .nodes(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])
+    ///     .key_prefix("billing:")
+    ///     .build()
+    ///     .await?;
+    /// assert_eq!(redlock.key_layout().lock_key("orders:42"), "billing:{orders:42}:lock");
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
+    /// ```
+    pub fn key_prefix(mut self, prefix: &str) -> Self {
+        prefix.clone_into(&mut self.key_prefix);
+        self
+    }
+
+    /// Interop keys (default: off): a plain lock (`try_lock`, `lock`,
+    /// `lock_wait`, a lease without fencing) is keyed by the resource name
+    /// itself (after any [`key_prefix`](Self::key_prefix)), set with
+    /// `SET key token NX PX ttl` and released by compare-and-delete, as
+    /// rslock, node-redlock and redsync do. A redquorum holder and one of
+    /// theirs on the same nodes then exclude each other, so a fleet can move
+    /// one service at a time (see `docs/migrating.md`).
+    ///
+    /// Fenced, reentrant and multi-resource locks keep their own layout
+    /// (`{R}:lock`): the other clients have no such locks to exclude.
+    /// Keys of the two modes never collide except when a resource name is
+    /// itself of the form `{R}:lock`.
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), redquorum::ConfigError> {
+    /// let redlock = redquorum::Redlock::builder()
+    ///     .nodes(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])
+    ///     .interop_keys(true)
+    ///     .build()
+    ///     .await?;
+    /// assert_eq!(redlock.key_layout().plain_key("orders:42"), "orders:42");
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
+    /// ```
+    pub fn interop_keys(mut self, on: bool) -> Self {
+        self.interop_keys = on;
         self
     }
 
@@ -350,6 +408,7 @@ impl Builder {
         if self.retry.attempts() == 0 {
             return Err(ConfigError::InvalidRetry);
         }
+        let layout = KeyLayout::new(&self.key_prefix, self.interop_keys)?;
         let max_in_flight = self.max_in_flight.unwrap_or(DEFAULT_MAX_IN_FLIGHT);
         if max_in_flight == 0 {
             return Err(ConfigError::InvalidMaxInFlight);
@@ -473,6 +532,7 @@ impl Builder {
                 drift_factor,
                 retry: self.retry,
             },
+            layout,
             hub,
             self.jitter_seed,
         ))

@@ -26,6 +26,7 @@ use crate::claim::{Claim, Keys};
 use crate::dispatch::{Call, Dispatcher, Member, Outcome};
 use crate::error::{Answer, ConfigError, LockError, Votes};
 use crate::proto::acquire::{Acquisition, Next};
+use crate::proto::keys::KeyLayout;
 use crate::proto::per_node::PerNode;
 use crate::proto::quorum::{self, Decision, DriftFactor, MAX_TTL_MS};
 use crate::proto::retry::{Backoff, Budget, Last, Next as Pause, Retry, WAKE_SPREAD};
@@ -80,6 +81,8 @@ pub(crate) struct Driver {
     clustered: bool,
     /// The pauses' random draws, when seeded (`Builder::jitter_seed`).
     jitter: Option<std::sync::Mutex<rand::rngs::StdRng>>,
+    /// How resources map to keys.
+    layout: KeyLayout,
 }
 
 impl fmt::Debug for Driver {
@@ -87,6 +90,7 @@ impl fmt::Debug for Driver {
         f.debug_struct("Driver")
             .field("nodes", &self.nodes)
             .field("settings", &self.settings)
+            .field("layout", &self.layout)
             .finish()
     }
 }
@@ -95,6 +99,7 @@ impl Driver {
     pub(crate) fn new(
         nodes: Vec<Dispatcher>,
         settings: Settings,
+        layout: KeyLayout,
         hub: Option<Arc<Hub>>,
         jitter_seed: Option<u64>,
     ) -> Self {
@@ -108,7 +113,13 @@ impl Driver {
             clustered,
             jitter: jitter_seed
                 .map(|seed| std::sync::Mutex::new(rand::SeedableRng::seed_from_u64(seed))),
+            layout,
         }
+    }
+
+    /// How resources map to keys.
+    pub(crate) fn layout(&self) -> &KeyLayout {
+        &self.layout
     }
 
     /// A uniform random `u64` for a pause: seeded if asked, else the

@@ -67,7 +67,8 @@ pub use error::{Answer, ConfigError, LockError, NodeError, Votes};
 pub use lease::{KeepAlive, Lease};
 pub use lock::Lock;
 pub use probe::NodeHealth;
-pub use proto::quorum;
+pub use proto::keys::KeyLayout;
+pub use proto::{keys, quorum};
 pub use redlock::Redlock;
 
 // The README's example is compiled as a doctest, so it stays true.

@@ -13,6 +13,7 @@ use crate::claim::{Claim, Keys};
 use crate::config::{Builder, LockOptions};
 use crate::driver::{Attempts, Driver, Ttl};
 use crate::error::{ConfigError, LockError};
+use crate::keys::KeyLayout;
 use crate::lock::Lock;
 
 /// A Redlock client over N independent Redis masters.
@@ -99,6 +100,20 @@ impl Redlock {
             .map(|node| (&**node.name(), node.in_flight()))
     }
 
+    /// How this client maps resources to Redis keys
+    /// ([`Builder::key_prefix`], [`Builder::interop_keys`]).
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), redquorum::ConfigError> {
+    /// let redlock = redquorum::Redlock::connect(["redis://127.0.0.1:7001"]).await?;
+    /// assert_eq!(redlock.key_layout().lock_key("orders:42"), "{orders:42}:lock");
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
+    /// ```
+    pub fn key_layout(&self) -> &KeyLayout {
+        self.driver.layout()
+    }
+
     /// How many nodes must agree: `N / 2 + 1` of the configured `N`.
     pub fn quorum(&self) -> usize {
         self.driver.quorum()
@@ -123,7 +138,7 @@ impl Redlock {
     /// # }
     /// ```
     pub async fn try_lock(&self, resource: &str, ttl: Duration) -> Result<Lock, LockError> {
-        let keys = Keys::single(resource, false)?;
+        let keys = Keys::single(self.driver.layout(), resource, false)?;
         self.driver.check_slots(&keys)?;
         let ttl = self.driver.check_ttl(ttl)?;
         self.acquire(&Arc::new(Claim::new(keys)), ttl, false).await
@@ -210,7 +225,7 @@ impl Redlock {
         ttl: Duration,
         options: &LockOptions,
     ) -> Result<Lock, LockError> {
-        let keys = Keys::single(resource, options.is_fenced())?;
+        let keys = Keys::single(self.driver.layout(), resource, options.is_fenced())?;
         self.driver.check_slots(&keys)?;
         let ttl = self.driver.check_ttl(ttl)?;
         let attempts = match options.max_wait() {
@@ -234,7 +249,7 @@ impl Redlock {
     /// # }
     /// ```
     pub async fn lock_many(&self, resources: &[&str], ttl: Duration) -> Result<Lock, LockError> {
-        let keys = Keys::many(resources)?;
+        let keys = Keys::many(self.driver.layout(), resources)?;
         self.driver.check_slots(&keys)?;
         let ttl = self.driver.check_ttl(ttl)?;
         self.acquire_repeatedly(keys, None, ttl, Attempts::Policy)
@@ -266,7 +281,7 @@ impl Redlock {
         ttl: Duration,
         owner: &str,
     ) -> Result<Lock, LockError> {
-        let keys = Keys::reentrant(resource)?;
+        let keys = Keys::reentrant(self.driver.layout(), resource)?;
         self.driver.check_slots(&keys)?;
         let ttl = self.driver.check_ttl(ttl)?;
         self.acquire_repeatedly(keys, Some(owner), ttl, Attempts::Policy)

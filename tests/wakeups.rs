@@ -25,40 +25,6 @@ async fn slow_poller(urls: &[String], notify: bool) -> Redlock {
         .unwrap()
 }
 
-/// Waits (at most 5 s) until every node counts a subscriber on `key`'s
-/// channel.
-async fn wait_subscribed(conns: &mut [redis::aio::MultiplexedConnection], key: &str) {
-    wait_subscribed_by(conns, key, &[1; 5]).await;
-}
-
-/// Waits (at most 5 s) until node `i` counts `least[i]` subscribers on
-/// `key`'s channel.
-async fn wait_subscribed_by(
-    conns: &mut [redis::aio::MultiplexedConnection],
-    key: &str,
-    least: &[u64],
-) {
-    let start = Instant::now();
-    for (conn, &n) in conns.iter_mut().zip(least) {
-        loop {
-            let counts: Vec<(String, u64)> = redis::cmd("PUBSUB")
-                .arg("NUMSUB")
-                .arg(key)
-                .query_async(conn)
-                .await
-                .unwrap();
-            if counts.first().is_some_and(|(_, count)| *count >= n) {
-                break;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(5),
-                "the waiter never subscribed"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
-}
-
 /// Starts `waiter` waiting (up to 20 s) for `resource`; resolves to when
 /// it got the lock (released at once).
 fn spawn_waiter(waiter: Redlock, resource: String) -> tokio::task::JoinHandle<Instant> {

@@ -103,6 +103,10 @@ pub enum ConfigError {
     EmptyResource,
     /// A multi-resource lock over no resources.
     NoResources,
+    /// A key prefix ([`Builder::key_prefix`](crate::Builder::key_prefix))
+    /// that holds `{` or `}`, or is longer than
+    /// [`MAX_KEY_PREFIX`](crate::keys::MAX_KEY_PREFIX) bytes.
+    InvalidKeyPrefix(String),
     /// A multi-resource lock naming one resource twice.
     DuplicateResource(String),
     /// A background task was asked for outside a tokio runtime.
@@ -345,6 +349,11 @@ impl fmt::Display for ConfigError {
             ),
             ConfigError::EmptyResource => write!(f, "resource name is empty"),
             ConfigError::NoResources => write!(f, "no resources given"),
+            ConfigError::InvalidKeyPrefix(prefix) => write!(
+                f,
+                "key prefix {prefix:?} must hold no '{{' or '}}' and be at most {} bytes",
+                super::keys::MAX_KEY_PREFIX
+            ),
             ConfigError::DuplicateResource(a) => {
                 write!(f, "resource {0:?} is listed more than once", a)
             }

@@ -1,45 +1,157 @@
 //! The Redis keys of a lock, defined once.
 //!
-//! A resource `R` is locked under `{R}:lock`; a fenced lock's counter is
-//! `{R}:fence`. The braces make `R` the keys' hash tag, so both share one
-//! Redis Cluster slot (unless `R` starts with `}`, which empties the tag;
-//! see [`slot`](super::slot)). The mapping is injective: distinct resources
+//! By default a resource `R` is locked under `{R}:lock`; a fenced lock's
+//! counter is `{R}:fence`. The braces make `R` the keys' hash tag, so both
+//! share one Redis Cluster slot (unless `R` starts with `}`, which empties
+//! the tag; see [`slot`](super::slot)). A [`KeyLayout`] may put a prefix in
+//! front (`app:{R}:lock`), and in *interop* mode a plain lock's key is the
+//! prefix and the resource name alone (`app:R`), as rslock, node-redlock and
+//! redsync name theirs, so that their holders and redquorum's exclude each
+//! other. Within one layout the mapping is injective: distinct resources
 //! never share a key, whatever bytes they hold.
 //!
-//! ```text
-//! lock_key("orders:42")  = "{orders:42}:lock"
-//! fence_key("orders:42") = "{orders:42}:fence"
-//! resource_of("{orders:42}:lock") = "orders:42"
+//! ```
+//! use redquorum::KeyLayout;
+//!
+//! let default = KeyLayout::default();
+//! assert_eq!(default.lock_key("orders:42"), "{orders:42}:lock");
+//! assert_eq!(default.fence_key("orders:42"), "{orders:42}:fence");
+//!
+//! let prefixed = KeyLayout::new("billing:", false)?;
+//! assert_eq!(prefixed.lock_key("orders:42"), "billing:{orders:42}:lock");
+//!
+//! // Interop: plain locks use the resource name itself…
+//! let interop = KeyLayout::new("", true)?;
+//! assert_eq!(interop.plain_key("orders:42"), "orders:42");
+//! // …while fenced, reentrant and multi-resource locks keep their layout.
+//! assert_eq!(interop.lock_key("orders:42"), "{orders:42}:lock");
+//! # Ok::<(), redquorum::ConfigError>(())
 //! ```
 
-/// The lock key of `resource` (not empty: see [`Keys`](crate::claim::Keys)).
-pub(crate) fn lock_key(resource: &str) -> String {
-    format!("{{{resource}}}:lock")
+use super::error::ConfigError;
+
+/// The longest key prefix accepted, in bytes.
+pub const MAX_KEY_PREFIX: usize = 256;
+
+/// How resources map to Redis keys: an optional prefix, and whether plain
+/// locks use interop keys (see the [module docs](self)).
+///
+/// Set on the client with [`Builder::key_prefix`](crate::Builder::key_prefix)
+/// and [`Builder::interop_keys`](crate::Builder::interop_keys); read back
+/// with [`Redlock::key_layout`](crate::Redlock::key_layout).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyLayout {
+    prefix: Box<str>,
+    interop: bool,
 }
 
-/// The fencing counter's key of `resource`.
-pub(crate) fn fence_key(resource: &str) -> String {
-    format!("{{{resource}}}:fence")
-}
+impl KeyLayout {
+    /// A layout with `prefix` in front of every key and, with `interop`,
+    /// plain locks keyed by the resource name alone.
+    ///
+    /// The prefix may not hold `{` or `}` (it would take the hash tag away
+    /// from the resource, and so a lock's keys from one cluster slot), and
+    /// is at most [`MAX_KEY_PREFIX`] bytes: otherwise
+    /// [`ConfigError::InvalidKeyPrefix`].
+    ///
+    /// ```
+    /// use redquorum::{ConfigError, KeyLayout};
+    /// assert!(KeyLayout::new("app:", true).is_ok());
+    /// assert!(matches!(KeyLayout::new("{app}:", false), Err(ConfigError::InvalidKeyPrefix(_))));
+    /// ```
+    pub fn new(prefix: &str, interop: bool) -> Result<Self, ConfigError> {
+        if prefix.len() > MAX_KEY_PREFIX || prefix.contains(['{', '}']) {
+            return Err(ConfigError::InvalidKeyPrefix(prefix.to_owned()));
+        }
+        Ok(KeyLayout {
+            prefix: prefix.into(),
+            interop,
+        })
+    }
 
-/// The resource a key from [`lock_key`] was made from.
-pub(crate) fn resource_of(lock_key: &str) -> &str {
-    lock_key
-        .get(1..lock_key.len().saturating_sub(":lock".len() + 1))
-        .unwrap_or_default()
+    /// The prefix in front of every key.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Whether plain locks use interop keys.
+    pub fn interop(&self) -> bool {
+        self.interop
+    }
+
+    /// The key of a plain lock (`try_lock`, `lock`, `lock_wait`) on
+    /// `resource`: in interop mode the prefix and the resource alone,
+    /// otherwise [`lock_key`](Self::lock_key).
+    pub fn plain_key(&self, resource: &str) -> String {
+        if self.interop {
+            format!("{}{resource}", self.prefix)
+        } else {
+            self.lock_key(resource)
+        }
+    }
+
+    /// The key of a fenced, reentrant or multi-resource lock on `resource`
+    /// (and of a plain one, unless in interop mode): `{prefix}{R}:lock` with
+    /// the braces around `R`.
+    pub fn lock_key(&self, resource: &str) -> String {
+        format!("{}{{{resource}}}:lock", self.prefix)
+    }
+
+    /// The fencing counter's key of `resource`: `{prefix}{R}:fence`.
+    pub fn fence_key(&self, resource: &str) -> String {
+        format!("{}{{{resource}}}:fence", self.prefix)
+    }
+
+    /// How many bytes come before and after the resource in a key from
+    /// [`plain_key`](Self::plain_key) (`plain`) or
+    /// [`lock_key`](Self::lock_key).
+    pub(crate) fn around(&self, plain: bool) -> (usize, usize) {
+        if plain && self.interop {
+            (self.prefix.len(), 0)
+        } else {
+            (self.prefix.len() + 1, "}:lock".len())
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn resource_of(layout: &KeyLayout, key: &str, plain: bool) -> String {
+        let (before, after) = layout.around(plain);
+        key[before..key.len() - after].to_owned()
+    }
+
     #[test]
-    fn round_trips() {
-        for resource in ["orders:42", "a}b", "{", "}", "x:lock"] {
-            assert_eq!(resource_of(&lock_key(resource)), resource);
-            assert_ne!(lock_key(resource), fence_key(resource));
+    fn round_trips_in_every_layout() {
+        let layouts = [
+            KeyLayout::default(),
+            KeyLayout::new("app:", false).unwrap(),
+            KeyLayout::new("", true).unwrap(),
+            KeyLayout::new("app:", true).unwrap(),
+        ];
+        for layout in &layouts {
+            for resource in ["orders:42", "a}b", "{", "}", "x:lock", "é"] {
+                let plain = layout.plain_key(resource);
+                assert_eq!(resource_of(layout, &plain, true), resource);
+                let locked = layout.lock_key(resource);
+                assert_eq!(resource_of(layout, &locked, false), resource);
+                assert_ne!(locked, layout.fence_key(resource));
+            }
         }
-        assert_eq!(lock_key("r"), "{r}:lock");
-        assert_eq!(fence_key("r"), "{r}:fence");
+        assert_eq!(KeyLayout::default().lock_key("r"), "{r}:lock");
+        assert_eq!(KeyLayout::default().fence_key("r"), "{r}:fence");
+    }
+
+    #[test]
+    fn bad_prefixes_are_refused() {
+        for bad in ["{", "}", "a{b}", &"x".repeat(MAX_KEY_PREFIX + 1)] {
+            assert_eq!(
+                KeyLayout::new(bad, false),
+                Err(ConfigError::InvalidKeyPrefix(bad.to_owned()))
+            );
+        }
+        assert!(KeyLayout::new(&"x".repeat(MAX_KEY_PREFIX), false).is_ok());
     }
 }

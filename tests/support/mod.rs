@@ -13,7 +13,7 @@ pub mod sim;
 
 use std::collections::BTreeMap;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
@@ -54,6 +54,40 @@ pub fn unique(prefix: &str) -> String {
 /// The lock key redquorum uses for `resource`.
 pub fn lock_key(resource: &str) -> String {
     format!("{{{resource}}}:lock")
+}
+
+/// Waits (at most 5 s) until every node counts a subscriber on `key`'s
+/// channel.
+pub async fn wait_subscribed(conns: &mut [redis::aio::MultiplexedConnection], key: &str) {
+    wait_subscribed_by(conns, key, &[1; 5]).await;
+}
+
+/// Waits (at most 5 s) until node `i` counts `least[i]` subscribers on
+/// `key`'s channel.
+pub async fn wait_subscribed_by(
+    conns: &mut [redis::aio::MultiplexedConnection],
+    key: &str,
+    least: &[u64],
+) {
+    let start = Instant::now();
+    for (conn, &n) in conns.iter_mut().zip(least) {
+        loop {
+            let counts: Vec<(String, u64)> = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(key)
+                .query_async(conn)
+                .await
+                .unwrap();
+            if counts.first().is_some_and(|(_, count)| *count >= n) {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "the waiter never subscribed"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
 }
 
 /// A direct connection to node `i` (0-based), bypassing redquorum.

@@ -1,0 +1,164 @@
+//! Interop keys against rslock on the five real nodes: with
+//! `Builder::interop_keys(true)` a redquorum holder and an rslock holder of
+//! the same resource exclude each other, both ways; without it (the negative
+//! control) both get the lock, as the issue observed. Key prefixes land
+//! where they say.
+
+mod support;
+
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use redquorum::{ConfigError, LockError, Redlock};
+use support::{node_urls, patient, raw_all, unique, wait_subscribed};
+use tokio::time::Instant;
+
+const TTL: Duration = Duration::from_secs(10);
+
+/// An rslock manager over the same five nodes that tries once.
+fn rslock() -> rslock::LockManager {
+    let mut manager = rslock::LockManager::new(node_urls());
+    manager.set_retry(1, Duration::from_millis(10));
+    manager
+}
+
+async fn interop(prefix: &str) -> Redlock {
+    patient()
+        .interop_keys(true)
+        .key_prefix(prefix)
+        .build()
+        .await
+        .expect("connect")
+}
+
+/// How many nodes hold `key`.
+async fn holding(key: &str) -> usize {
+    let mut n = 0;
+    for mut conn in raw_all().await {
+        let exists: bool = conn.exists(key).await.expect("EXISTS");
+        n += usize::from(exists);
+    }
+    n
+}
+
+#[tokio::test]
+async fn a_redquorum_holder_excludes_an_rslock_holder_and_back() {
+    let resource = unique("interop");
+    let redlock = interop("").await;
+    let rs = rslock();
+
+    // redquorum first: rslock is refused until the release.
+    let lock = redlock
+        .try_lock(&resource, TTL)
+        .await
+        .expect("redquorum lock");
+    assert_eq!(holding(&resource).await, 5, "the key is the resource name");
+    assert!(
+        rs.lock(resource.as_bytes(), TTL).await.is_err(),
+        "rslock got a lock redquorum holds"
+    );
+    lock.release().await.expect("release");
+    assert_eq!(holding(&resource).await, 0);
+
+    // rslock first: redquorum is refused with the holder's votes.
+    let theirs = rs
+        .lock(resource.as_bytes(), TTL)
+        .await
+        .expect("rslock lock");
+    match redlock.try_lock(&resource, TTL).await {
+        Err(LockError::Taken { .. }) => {}
+        other => panic!("redquorum got a lock rslock holds: {other:?}"),
+    }
+    rs.unlock(&theirs).await;
+    let lock = redlock
+        .try_lock(&resource, TTL)
+        .await
+        .expect("free after rslock's release");
+    // rslock's compare-and-delete leaves our key alone, and ours theirs.
+    rs.unlock(&theirs).await;
+    assert_eq!(holding(&resource).await, 5, "rslock deleted our key");
+    lock.release().await.expect("release");
+}
+
+#[tokio::test]
+async fn prefixed_interop_keys_meet_rslock_on_the_prefixed_name() {
+    let resource = unique("interop-prefix");
+    let redlock = interop("app:").await;
+    let rs = rslock();
+    let key = format!("app:{resource}");
+    assert_eq!(redlock.key_layout().plain_key(&resource), key);
+    let lock = redlock.lock(&resource, TTL).await.expect("lock");
+    assert_eq!(holding(&key).await, 5);
+    assert!(rs.lock(key.as_bytes(), TTL).await.is_err());
+    // The unprefixed name is another resource.
+    let other = rs.lock(resource.as_bytes(), TTL).await.expect("other key");
+    rs.unlock(&other).await;
+    lock.release().await.expect("release");
+}
+
+#[tokio::test]
+async fn without_interop_keys_both_clients_get_the_lock() {
+    // The negative control: redquorum's own layout shares no key with
+    // rslock, so the exclusion above is the interop mode's doing.
+    let resource = unique("interop-off");
+    let redlock = patient().build().await.expect("connect");
+    let lock = redlock
+        .try_lock(&resource, TTL)
+        .await
+        .expect("redquorum lock");
+    let theirs = rslock()
+        .lock(resource.as_bytes(), TTL)
+        .await
+        .expect("rslock is not excluded by {R}:lock");
+    rslock().unlock(&theirs).await;
+    lock.release().await.expect("release");
+}
+
+#[tokio::test]
+async fn fenced_locks_keep_their_layout_and_waiters_are_woken_in_interop_mode() {
+    let resource = unique("interop-kinds");
+    let redlock = interop("").await;
+    let fenced = redlock
+        .lock_fenced(&resource, TTL)
+        .await
+        .expect("fenced lock");
+    assert_eq!(holding(&format!("{{{resource}}}:lock")).await, 5);
+    assert_eq!(holding(&resource).await, 0);
+    fenced.release().await.expect("release");
+
+    // A waiter on an interop key is woken by the release (the channel is
+    // the key), long before the holder's TTL.
+    let holder = redlock.try_lock(&resource, TTL).await.expect("holder");
+    let waiter = interop("").await;
+    let name = resource.clone();
+    let waiting = tokio::spawn(async move {
+        let lock = waiter.lock_wait(&name, TTL, Duration::from_secs(30)).await;
+        (lock.map(|lock| lock.token().to_owned()), Instant::now())
+    });
+    // The waiter subscribed on every node (the channel is the key itself):
+    // the release below finds it waiting.
+    wait_subscribed(&mut raw_all().await, &resource).await;
+    let released = Instant::now();
+    holder.release().await.expect("release");
+    let (lock, got) = waiting.await.expect("task");
+    lock.expect("the waiter's lock");
+    assert!(
+        got - released < Duration::from_secs(2),
+        "woken {:?} after the release (the holder's TTL was {TTL:?})",
+        got - released
+    );
+}
+
+#[tokio::test]
+async fn a_prefix_with_braces_is_a_typed_error() {
+    for bad in [
+        "{app}:",
+        "app}",
+        &"x".repeat(redquorum::keys::MAX_KEY_PREFIX + 1),
+    ] {
+        match patient().key_prefix(bad).build().await {
+            Err(ConfigError::InvalidKeyPrefix(p)) => assert_eq!(p, bad),
+            other => panic!("prefix {bad:?}: {other:?}"),
+        }
+    }
+}
