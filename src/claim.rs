@@ -129,6 +129,16 @@ impl Keys {
         keys.all(|slot| Some(slot) == first)
     }
 
+    /// The kind of lock, as metrics label it.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self.flavor {
+            Flavor::Plain => "plain",
+            Flavor::Fenced => "fenced",
+            Flavor::Reentrant => "reentrant",
+            Flavor::Many => "many",
+        }
+    }
+
     /// The first lock key (for logs).
     pub(crate) fn first(&self) -> &str {
         &self.lock.as_slice()[0]

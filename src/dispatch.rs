@@ -52,6 +52,7 @@ use crate::error::NodeError;
 use crate::node::{Node, Reply};
 use crate::proto::round::Step;
 use crate::redis_node::RedisNode;
+use crate::telemetry::NodeTelemetry;
 
 /// A node call's outcome.
 pub(crate) type Outcome = Result<Reply, NodeError>;
@@ -74,6 +75,9 @@ pub(crate) struct Limits {
     pub(crate) max_in_flight: usize,
     /// How long a call may wait for its answer.
     pub(crate) grace: Duration,
+    /// A call unanswered this long (the node timeout) counts against the
+    /// node's health at once, though it goes on until its grace.
+    pub(crate) late: Duration,
 }
 
 impl Limits {
@@ -82,6 +86,7 @@ impl Limits {
         Limits {
             max_in_flight,
             grace: (node_timeout * GRACE_TIMEOUTS).max(MIN_GRACE),
+            late: node_timeout,
         }
     }
 }
@@ -157,6 +162,9 @@ type Boxed = Pin<Box<dyn Future<Output = Outcome> + Send + 'static>>;
 pub(crate) struct Call<'a> {
     node: &'a Dispatcher,
     state: State,
+    /// The span the call was made in (its round's), for an answer that
+    /// arrives after the round stopped listening.
+    span: tracing::Span,
 }
 
 enum State {
@@ -211,7 +219,26 @@ impl Future for Call<'_> {
 impl Drop for Call<'_> {
     fn drop(&mut self) {
         if let State::Running(future) = std::mem::replace(&mut self.state, State::Answered(None)) {
-            self.node.deliver(future);
+            let span = std::mem::replace(&mut self.span, tracing::Span::none());
+            if span.is_disabled() {
+                self.node.deliver(future);
+                return;
+            }
+            // Logged in the round's span: the stragglers and the timeouts
+            // that come after its decision.
+            let node = Arc::clone(self.node.name());
+            let handed = std::time::Instant::now();
+            self.node.deliver(Box::pin(async move {
+                let outcome = future.await;
+                tracing::debug!(
+                    parent: &span,
+                    node = %node,
+                    ?outcome,
+                    after_decision_ms = handed.elapsed().as_millis() as u64,
+                    "answer after the decision"
+                );
+                outcome
+            }));
         }
     }
 }
@@ -236,6 +263,8 @@ pub(crate) struct Dispatcher {
     /// Unbounded as a channel, bounded by `in_flight`: every call in it holds
     /// a slot.
     stragglers: mpsc::UnboundedSender<Boxed>,
+    /// Every call's outcome, for metrics and the degradation log.
+    telemetry: Arc<NodeTelemetry>,
 }
 
 impl fmt::Debug for Dispatcher {
@@ -257,12 +286,19 @@ impl Dispatcher {
         // are done.
         let (stragglers, calls) = mpsc::unbounded_channel();
         tokio::spawn(finish(calls));
+        let telemetry = Arc::new(NodeTelemetry::new(member.name()));
         Dispatcher {
             member,
             limits,
             in_flight: Arc::new(AtomicUsize::new(0)),
             stragglers,
+            telemetry,
         }
+    }
+
+    /// Whether the node is degraded now: its last calls failed.
+    pub(crate) fn degraded(&self) -> bool {
+        self.telemetry.degraded()
     }
 
     pub(crate) fn name(&self) -> &Arc<str> {
@@ -286,9 +322,13 @@ impl Dispatcher {
     ///
     /// Needs a tokio runtime (the call's grace is a timer).
     pub(crate) fn call(&self, claim: &Arc<Claim>, step: Step, ttl_ms: u64) -> Call<'_> {
-        let refused = |error| Call {
-            node: self,
-            state: State::Answered(Some(Err(error))),
+        let refused = |error: NodeError| {
+            self.telemetry.refused(&error);
+            Call {
+                node: self,
+                state: State::Answered(Some(Err(error))),
+                span: tracing::Span::none(),
+            }
         };
         if let Member::Redis(node) = &self.member
             && let Err(error) = node.ready()
@@ -311,9 +351,26 @@ impl Dispatcher {
         // Never held back by the task's budget: the first poll must write
         // the request (or queue it on the connection) now, in the order calls
         // are made.
+        let telemetry = Arc::clone(&self.telemetry);
+        telemetry.started();
+        let started = std::time::Instant::now();
+        let late = self.limits.late;
         let mut future: Boxed = Box::pin(tokio::task::coop::unconstrained(async move {
             let _slot = slot;
-            call.await
+            // The timeout polls the call first: the request is written at
+            // this future's first poll all the same.
+            let mut call = std::pin::pin!(call);
+            let outcome = match tokio::time::timeout(late, call.as_mut()).await {
+                Ok(outcome) => outcome,
+                Err(_) => {
+                    // A frozen or cut-off node shows within one node
+                    // timeout, not after the grace.
+                    telemetry.late();
+                    call.await
+                }
+            };
+            telemetry.ended(&outcome, started);
+            outcome
         }));
         let state = match future
             .as_mut()
@@ -322,7 +379,15 @@ impl Dispatcher {
             Poll::Ready(answer) => State::Answered(Some(answer)),
             Poll::Pending => State::Running(future),
         };
-        Call { node: self, state }
+        let span = match state {
+            State::Running(_) => tracing::Span::current(),
+            State::Answered(_) => tracing::Span::none(),
+        };
+        Call {
+            node: self,
+            state,
+            span,
+        }
     }
 
     /// Hands an unfinished call to the delivery task. (If the task is gone —

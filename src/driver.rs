@@ -219,7 +219,7 @@ impl Driver {
             armed: true,
         };
         let mut tally = self
-            .collect(step, claim, &mut calls, t0 + per_node, Wait::Decision)
+            .collect(step, &mut calls, t0 + per_node, Wait::Decision)
             .await;
         // Calls still in flight go on: the lock reaches every node that
         // answers, not a bare quorum.
@@ -238,7 +238,7 @@ impl Driver {
                     let step = Step::WriteBack(fence);
                     let mut calls = self.submit(claim, step, ttl.ms, Some(&to));
                     tally = self
-                        .collect(step, claim, &mut calls, now + per_node, Wait::Decision)
+                        .collect(step, &mut calls, now + per_node, Wait::Decision)
                         .await;
                 }
                 Next::Granted { fence } => {
@@ -363,13 +363,7 @@ impl Driver {
         // get the extension all the same.
         let mut calls = self.submit(claim, Step::Extend, ttl.ms, None);
         let tally = self
-            .collect(
-                Step::Extend,
-                claim,
-                &mut calls,
-                t1 + per_node,
-                Wait::Decision,
-            )
+            .collect(Step::Extend, &mut calls, t1 + per_node, Wait::Decision)
             .await;
         if tally.decision == Decision::Granted && Instant::now() < new_deadline {
             Ok(deadline.max(new_deadline))
@@ -395,8 +389,7 @@ impl Driver {
         let per_node = quorum::node_timeout(self.settings.node_timeout, ttl_ms, Duration::MAX);
         let until = Instant::now() + per_node;
         let mut calls = self.submit(claim, Step::Release, ttl_ms, only);
-        self.collect(Step::Release, claim, &mut calls, until, wait)
-            .await
+        self.collect(Step::Release, &mut calls, until, wait).await
     }
 
     /// Makes a release of `claim` on every node (or those marked in `only`)
@@ -421,13 +414,22 @@ impl Driver {
         let asked: Mask = (0..self.nodes.len())
             .map(|i| only.is_none_or(|only| only[i]))
             .collect();
-        let calls = self
-            .nodes
-            .iter()
-            .zip(&asked)
-            .map(|(node, &asked)| asked.then(|| node.call(claim, step, ttl_ms)))
-            .collect();
-        Calls { calls, asked }
+        let span = tracing::debug_span!(
+            "redquorum.round",
+            op = step.name(),
+            key = claim.keys().first(),
+            nodes = self.nodes.len()
+        );
+        // Made inside the round's span: an answer that arrives after the
+        // decision is logged in it.
+        let calls = span.in_scope(|| {
+            self.nodes
+                .iter()
+                .zip(&asked)
+                .map(|(node, &asked)| asked.then(|| node.call(claim, step, ttl_ms)))
+                .collect()
+        });
+        Calls { calls, asked, span }
     }
 
     /// Feeds the answers from `calls` to a round until it may stop
@@ -436,17 +438,11 @@ impl Driver {
     async fn collect(
         &self,
         step: Step,
-        claim: &Claim,
         calls: &mut Calls<'_>,
         until: Instant,
         wait: Wait<'_>,
     ) -> Tally {
-        let span = tracing::debug_span!(
-            "redquorum.round",
-            op = step.name(),
-            key = claim.keys().first(),
-            nodes = self.nodes.len()
-        );
+        let span = calls.span.clone();
         async move {
             // A round whose every node refuses at once (none connected)
             // never waits on anything: it still counts against the task's
@@ -476,7 +472,16 @@ impl Driver {
                 }
             }
             let (decision, yes, no) = round.counts();
-            tracing::debug!(?decision, yes, no);
+            // The nodes not heard from by the decision: their answers (or
+            // timeouts) come later, in this span.
+            let late: Vec<&str> = calls
+                .calls
+                .iter()
+                .enumerate()
+                .filter(|(_, call)| call.is_some())
+                .map(|(i, _)| &**self.nodes[i].name())
+                .collect();
+            tracing::debug!(?decision, yes, no, ?late);
             round.finish()
         }
         .instrument(span)
@@ -489,6 +494,8 @@ impl Driver {
 struct Calls<'a> {
     calls: SmallVec<[Option<Call<'a>>; INLINE]>,
     asked: Mask,
+    /// The round's span.
+    span: tracing::Span,
 }
 
 impl Calls<'_> {

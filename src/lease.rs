@@ -23,6 +23,7 @@ use crate::proto::lease::{Extension, Keeper};
 use crate::proto::round::gone_for_good;
 use crate::quorum;
 use crate::redlock::Redlock;
+use crate::telemetry;
 
 /// A view of a lease kept alive in the background: what it holds, how long
 /// it is valid, and a signal when it ends. Cheap to clone; hand clones to
@@ -179,38 +180,56 @@ async fn keep(lock: &mut Lock, keeping: Keeping, lease: &Lease) {
     let quorum = lock.driver().quorum();
     let mut keeper = Keeper::new(keeping.every, keeping.cap);
     let mut next = Instant::now() + keeper.first();
-    loop {
+    // The last extension's failure: what the operator is told when the
+    // lease is lost.
+    let mut last: Option<LockError> = None;
+    let why = loop {
         let deadline = lock.deadline_at();
         if keeper.capped() {
             tokio::time::sleep_until(deadline).await;
-            break;
+            break "its extension cap was reached";
         }
         tokio::time::sleep_until(next.min(deadline)).await;
         if Instant::now() >= deadline {
-            break;
+            break "no extension succeeded before the deadline";
         }
         // An extend still running at the deadline cannot save the lease.
         let attempt = match tokio::time::timeout_at(deadline, lock.extend(keeping.ttl)).await {
-            Err(_) => break,
+            Err(_) => break "an extension was still running at the deadline",
             Ok(Ok(())) => {
                 lease.set_deadline(lock.deadline_at());
                 Extension::Extended
             }
-            Ok(Err(LockError::Expired { votes })) if gone_for_good(&votes, quorum) => {
+            Ok(Err(e @ LockError::Expired { .. }))
+                if e.votes().is_some_and(|v| gone_for_good(v, quorum)) =>
+            {
+                last = Some(e);
                 Extension::Gone
             }
             Ok(Err(e)) => {
                 tracing::debug!(resource = lock.resource(), error = %e, "lease extension failed; retrying");
+                last = Some(e);
                 Extension::Failed
             }
         };
         let left = lock.deadline_at().saturating_duration_since(Instant::now());
         match keeper.after(attempt, left) {
             Some(wait) => next = Instant::now() + wait,
-            None => break,
+            None if matches!(attempt, Extension::Gone) => {
+                break "the lock is gone from a quorum of nodes";
+            }
+            None => break "no extension succeeded before the deadline",
         }
+    };
+    telemetry::lease_lost();
+    match last.as_ref().and_then(LockError::votes) {
+        Some(votes) => tracing::warn!(
+            resource = lock.resource(),
+            last_extension = %votes,
+            "lease lost: {why}"
+        ),
+        None => tracing::warn!(resource = lock.resource(), "lease lost: {why}"),
     }
-    tracing::warn!(resource = lock.resource(), "lease lost");
     lease.end();
 }
 

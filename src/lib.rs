@@ -59,6 +59,7 @@ use proto::error;
 mod redis_node;
 mod redlock;
 mod scripts;
+pub mod telemetry;
 mod token;
 mod wakeup;
 

@@ -11,6 +11,7 @@ use crate::driver::{Driver, Held};
 use crate::error::LockError;
 use crate::proto::quorum::{self, Decision};
 use crate::proto::round::Wait;
+use crate::telemetry;
 
 /// A lock held on a quorum of nodes, valid until [`deadline`](Lock::deadline).
 ///
@@ -142,7 +143,9 @@ impl Lock {
             // release must cover the longer TTL.
             self.ttl_ms = self.ttl_ms.max(ttl.ms);
         }
-        self.deadline = self.driver.extend(&self.claim, ttl, self.deadline).await?;
+        let extended = self.driver.extend(&self.claim, ttl, self.deadline).await;
+        telemetry::extended(&extended);
+        self.deadline = extended?;
         Ok(())
     }
 
@@ -165,6 +168,9 @@ impl Lock {
         // Set before the release is handed over, in the same poll: from here
         // on `Drop` must not release a second time.
         self.released = true;
+        if Instant::now() >= self.deadline {
+            telemetry::released_expired();
+        }
         let tally = self
             .driver
             .release(&self.claim, self.ttl_ms, Wait::Decision, None)

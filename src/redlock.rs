@@ -15,6 +15,7 @@ use crate::driver::{Attempts, Driver, Ttl};
 use crate::error::{ConfigError, LockError};
 use crate::keys::KeyLayout;
 use crate::lock::Lock;
+use crate::telemetry;
 
 /// A Redlock client over N independent Redis masters.
 ///
@@ -98,6 +99,34 @@ impl Redlock {
             .nodes()
             .iter()
             .map(|node| (&**node.name(), node.in_flight()))
+    }
+
+    /// The nodes degraded right now, in configured order: their last calls
+    /// (at least two in a row) timed out, found no connection, hit the
+    /// in-flight bound or got an error reply. A node leaves the list at its
+    /// next answer. The client logs one `WARN` when a node enters it and
+    /// one `INFO` when it leaves (see `docs/operations.md`).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let redlock = redquorum::Redlock::builder()
+    ///     .nodes(["redis://127.0.0.1:1", "redis://127.0.0.1:2", "redis://127.0.0.1:3"])
+    ///     .build()
+    ///     .await
+    ///     .unwrap();
+    /// // Nothing listens on those ports: two refused rounds make every node degraded.
+    /// for _ in 0..2 {
+    ///     let _ = redlock.try_lock("job", std::time::Duration::from_secs(1)).await;
+    /// }
+    /// assert_eq!(redlock.degraded().count(), 3);
+    /// # }
+    /// ```
+    pub fn degraded(&self) -> impl Iterator<Item = &str> {
+        self.driver
+            .nodes()
+            .iter()
+            .filter(|node| node.degraded())
+            .map(|node| &**node.name())
     }
 
     /// How this client maps resources to Redis keys
@@ -297,11 +326,15 @@ impl Redlock {
         ttl: Ttl,
         attempts: Attempts,
     ) -> Result<Lock, LockError> {
+        let kind = keys.kind();
+        let start = Instant::now();
         let held = self
             .driver
             .acquire_repeatedly(keys, owner, ttl, attempts)
-            .await?;
-        Ok(Lock::new(Arc::clone(&self.driver), held))
+            .await;
+        let waited = matches!(attempts, Attempts::Until(_)).then(|| start.elapsed());
+        telemetry::acquired(kind, &held, waited);
+        Ok(Lock::new(Arc::clone(&self.driver), held?))
     }
 
     /// One acquisition (see [`Driver::acquire`]), as a [`Lock`].
@@ -311,8 +344,9 @@ impl Redlock {
         ttl: Ttl,
         holder_ttl: bool,
     ) -> Result<Lock, LockError> {
-        let held = self.driver.acquire(claim, ttl, holder_ttl).await?;
-        Ok(Lock::new(Arc::clone(&self.driver), held))
+        let held = self.driver.acquire(claim, ttl, holder_ttl).await;
+        telemetry::acquired(claim.keys().kind(), &held, None);
+        Ok(Lock::new(Arc::clone(&self.driver), held?))
     }
 
     /// The driver under this client.

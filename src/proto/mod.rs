@@ -14,6 +14,8 @@
 //! - [`per_node`]: a value per node, in place for small clusters;
 //! - [`acquire`]: one acquisition's rounds — write-back, grant, or the
 //!   clean-up sets and error of a refusal;
+//! - [`health`]: when a node counts as degraded or recovered, for the
+//!   operator's log;
 //! - [`retry`]: the retry policy, and the pause before the next round as a
 //!   function of the last outcome, the time left and a random draw.
 //!
@@ -22,6 +24,7 @@
 
 pub mod acquire;
 pub mod error;
+pub mod health;
 pub mod keys;
 pub mod lease;
 pub mod op;

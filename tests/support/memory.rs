@@ -54,13 +54,18 @@ pub struct MemoryNode {
 impl MemoryNode {
     /// A node with an open gate. Needs a tokio runtime (it spawns its queue).
     pub fn new(i: usize) -> Arc<Self> {
+        Self::named(&format!("memory://{i}"))
+    }
+
+    /// [`new`](Self::new) with a name of its own (metric labels, logs).
+    pub fn named(name: &str) -> Arc<Self> {
         let (queue, mut rx) = mpsc::unbounded_channel::<(Owned, oneshot::Sender<Reply>)>();
         let (gate, _) = watch::channel(true);
         let (applied, _) = watch::channel(0u64);
         let keys: Arc<Mutex<Keys>> = Arc::default();
         let counters: Arc<Mutex<HashMap<String, u64>>> = Arc::default();
         let node = Arc::new(MemoryNode {
-            name: format!("memory://{i}").into(),
+            name: name.into(),
             queue,
             gate: gate.clone(),
             keys: keys.clone(),

@@ -1,0 +1,248 @@
+//! What the client tells operators: metrics through the [`metrics`] facade
+//! (no exporter here: install one before building a client), and one log
+//! line when a node degrades or recovers (decided by the pure
+//! `proto::health` tracker).
+//!
+//! Every name and label is listed, with its meaning, in
+//! `docs/operations.md` ("Metrics"). Per-node instruments are registered
+//! once, when the client is built, so a call costs a few atomic updates; a
+//! recorder installed after that sees nothing from that client.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
+
+use crate::error::{LockError, NodeError};
+use crate::node::Reply;
+use crate::proto::health::{Change, Failure, Tracker};
+
+/// Node calls, by outcome (`node`, `outcome`).
+pub const NODE_REQUESTS: &str = "redquorum_node_requests_total";
+/// Latency of node calls that got an answer, in seconds (`node`).
+pub const NODE_LATENCY: &str = "redquorum_node_request_duration_seconds";
+/// Node calls in flight (`node`).
+pub const NODE_IN_FLIGHT: &str = "redquorum_node_in_flight";
+/// 1 while the node answers, 0 while it is degraded (`node`).
+pub const NODE_UP: &str = "redquorum_node_up";
+/// Locks granted (`kind`).
+pub const GRANTS: &str = "redquorum_grants_total";
+/// Acquisitions refused (`kind`, `reason`).
+pub const REFUSALS: &str = "redquorum_refusals_total";
+/// Extensions, by result (`result`: `extended`, `refused`, `expired`).
+pub const EXTENSIONS: &str = "redquorum_extensions_total";
+/// Locks found expired by an extension or a release.
+pub const EXPIRATIONS: &str = "redquorum_expirations_total";
+/// Leases lost while their work ran.
+pub const LEASES_LOST: &str = "redquorum_leases_lost_total";
+/// How long waiting acquisitions waited, in seconds (`result`: `granted`,
+/// `timeout`, `refused`).
+pub const WAIT: &str = "redquorum_wait_seconds";
+
+/// The outcomes of [`NODE_REQUESTS`], in label order.
+const OUTCOMES: [&str; 7] = [
+    "done",
+    "held",
+    "not_held",
+    "timed_out",
+    "unreachable",
+    "overloaded",
+    "error",
+];
+
+/// Which of [`OUTCOMES`] a call had, and how it failed, if it did.
+fn classify(outcome: &Result<Reply, NodeError>) -> (usize, Option<Failure>) {
+    match outcome {
+        Ok(Reply::Done | Reply::Fence(_)) => (0, None),
+        Ok(Reply::Held { .. }) => (1, None),
+        Ok(Reply::NotHeld) => (2, None),
+        Err(NodeError::TimedOut) => (3, Some(Failure::TimedOut)),
+        Err(NodeError::NotConnected(_) | NodeError::Connection(_)) => {
+            (4, Some(Failure::Unreachable))
+        }
+        Err(NodeError::Overloaded(_)) => (5, Some(Failure::Overloaded)),
+        Err(_) => (6, Some(Failure::Error)),
+    }
+}
+
+/// One node's instruments and health.
+pub(crate) struct NodeTelemetry {
+    name: Arc<str>,
+    outcomes: [Counter; 7],
+    latency: Histogram,
+    in_flight: Gauge,
+    up: Gauge,
+    health: Mutex<Tracker>,
+}
+
+impl std::fmt::Debug for NodeTelemetry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeTelemetry")
+            .field("name", &self.name)
+            .field("degraded", &self.degraded())
+            .finish()
+    }
+}
+
+impl NodeTelemetry {
+    /// Registers the instruments of the node called `name` (its redacted
+    /// name: no password ever reaches a label).
+    pub(crate) fn new(name: &Arc<str>) -> Self {
+        let node = name.to_string();
+        let up = gauge!(NODE_UP, "node" => node.clone());
+        up.set(1.0);
+        NodeTelemetry {
+            name: Arc::clone(name),
+            outcomes: OUTCOMES.map(
+                |outcome| counter!(NODE_REQUESTS, "node" => node.clone(), "outcome" => outcome),
+            ),
+            latency: histogram!(NODE_LATENCY, "node" => node.clone()),
+            in_flight: gauge!(NODE_IN_FLIGHT, "node" => node),
+            up,
+            health: Mutex::new(Tracker::default()),
+        }
+    }
+
+    /// Whether the node is degraded now.
+    pub(crate) fn degraded(&self) -> bool {
+        self.tracker().is_degraded()
+    }
+
+    /// A call was made (it is in flight until [`ended`](Self::ended)).
+    pub(crate) fn started(&self) {
+        self.in_flight.increment(1.0);
+    }
+
+    /// A call made at `started` ended with `outcome`.
+    pub(crate) fn ended(&self, outcome: &Result<Reply, NodeError>, started: Instant) {
+        self.in_flight.decrement(1.0);
+        let now = Instant::now();
+        let (i, failure) = classify(outcome);
+        if !matches!(failure, Some(Failure::TimedOut | Failure::Unreachable)) {
+            self.latency
+                .record(now.saturating_duration_since(started).as_secs_f64());
+        }
+        self.count(i, failure, outcome, now);
+    }
+
+    /// A call is still unanswered after the node timeout (it goes on; its
+    /// outcome is counted when it ends).
+    pub(crate) fn late(&self) {
+        if let Some(change) = self.tracker().on(Some(Failure::TimedOut), Instant::now()) {
+            self.report(change, "no answer within the node timeout");
+        }
+    }
+
+    /// A call was refused before it was made (no connection, or the
+    /// in-flight bound).
+    pub(crate) fn refused(&self, error: &NodeError) {
+        let outcome = Err(error.clone());
+        let (i, failure) = classify(&outcome);
+        self.count(i, failure, &outcome, Instant::now());
+    }
+
+    fn count(
+        &self,
+        i: usize,
+        failure: Option<Failure>,
+        outcome: &Result<Reply, NodeError>,
+        now: Instant,
+    ) {
+        self.outcomes[i].increment(1);
+        let change = self.tracker().on(failure, now);
+        if let Some(change) = change {
+            let error = outcome.as_ref().err().map(ToString::to_string);
+            self.report(change, error.as_deref().unwrap_or_default());
+        }
+    }
+
+    /// Sets the up gauge and logs a change the tracker says to announce.
+    fn report(&self, change: Change, error: &str) {
+        match change {
+            Change::Degraded { why, announce } => {
+                self.up.set(0.0);
+                if announce {
+                    tracing::warn!(
+                        node = %self.name,
+                        error,
+                        "node {why}: rounds go on without it while a quorum answers"
+                    );
+                }
+            }
+            Change::Recovered {
+                after,
+                failed,
+                announce,
+            } => {
+                self.up.set(1.0);
+                if announce {
+                    tracing::info!(
+                        node = %self.name,
+                        degraded_for = ?after,
+                        failed_calls = failed,
+                        "node recovered"
+                    );
+                }
+            }
+        }
+    }
+
+    fn tracker(&self) -> std::sync::MutexGuard<'_, Tracker> {
+        self.health.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The `kind` label of a lock.
+pub(crate) type Kind = &'static str;
+
+/// The `reason` label of an error.
+fn reason(error: &LockError) -> &'static str {
+    match error {
+        LockError::Taken { .. } => "taken",
+        LockError::Unavailable { .. } => "unavailable",
+        LockError::Expired { .. } => "expired",
+        LockError::Timeout { .. } => "timeout",
+        LockError::Lost { .. } => "lost",
+        LockError::Config(_) => "config",
+    }
+}
+
+/// An acquisition of a `kind` lock ended; `waited` is how long a waiting
+/// one (`lock_wait`, `LockOptions::wait`) took.
+pub(crate) fn acquired<T>(kind: Kind, result: &Result<T, LockError>, waited: Option<Duration>) {
+    match result {
+        Ok(_) => counter!(GRANTS, "kind" => kind).increment(1),
+        Err(e) => counter!(REFUSALS, "kind" => kind, "reason" => reason(e)).increment(1),
+    }
+    if let Some(waited) = waited {
+        let result = match result {
+            Ok(_) => "granted",
+            Err(LockError::Timeout { .. }) => "timeout",
+            Err(_) => "refused",
+        };
+        histogram!(WAIT, "result" => result).record(waited.as_secs_f64());
+    }
+}
+
+/// An extension ended.
+pub(crate) fn extended<T>(result: &Result<T, LockError>) {
+    let result = match result {
+        Ok(_) => "extended",
+        Err(LockError::Expired { .. }) => {
+            counter!(EXPIRATIONS).increment(1);
+            "expired"
+        }
+        Err(_) => "refused",
+    };
+    counter!(EXTENSIONS, "result" => result).increment(1);
+}
+
+/// A release found its lock already expired.
+pub(crate) fn released_expired() {
+    counter!(EXPIRATIONS).increment(1);
+}
+
+/// A lease was lost.
+pub(crate) fn lease_lost() {
+    counter!(LEASES_LOST).increment(1);
+}
