@@ -9,6 +9,10 @@
 //! `REDQUORUM_NODES=$(scripts/nodes urls) cargo run --release --example contention`.
 //! Nodes are frozen and thawed with `scripts/nodes freeze|thaw N`
 //! (SIGSTOP of the server). Exits non-zero if two holders ever overlap.
+//!
+//! The client's own log (a `WARN` when a node degrades, an `INFO` when it
+//! recovers) goes to stderr with the time since start, and the metrics it
+//! recorded are printed at the end, as a Prometheus scrape would read them.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -26,6 +30,16 @@ const NODE_TIMEOUT: Duration = Duration::from_millis(50);
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // Both before the client is built: its instruments bind to the recorder
+    // installed then.
+    tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_timer(tracing_subscriber::fmt::time::uptime())
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let metrics = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
+    let started = Instant::now();
     let urls: Vec<String> = match std::env::var("REDQUORUM_NODES") {
         Ok(v) => v.split(',').map(str::to_owned).collect(),
         Err(_) => (1..=5)
@@ -47,7 +61,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     println!("phase 1: all nodes healthy");
     let healthy = phase(&redlock, "healthy").await;
-    println!("phase 2: node 3 frozen mid-run");
+    println!(
+        "phase 2: node 3 frozen mid-run (at {:.3}s; watch stderr for the client's warning)",
+        started.elapsed().as_secs_f64()
+    );
     let frozen = {
         let _frozen = Freeze::new(&[3]).await;
         phase(&redlock, "frozen").await
@@ -88,6 +105,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     let overlaps = healthy.overlaps + frozen.overlaps;
     println!("overlapping holders observed: {overlaps}");
+    println!();
+    print_metrics(&metrics.render());
     if overlaps > 0 {
         return Err("mutual exclusion violated".into());
     }
@@ -217,6 +236,62 @@ async fn nodes_script(action: &str, node: usize) {
         .await
         .expect("run scripts/nodes");
     assert!(status.success(), "scripts/nodes {action} {node} failed");
+}
+
+/// The scrape's per-node call outcomes as a table, then the operation
+/// counters as they are.
+fn print_metrics(scrape: &str) {
+    const OUTCOMES: [&str; 7] = [
+        "done",
+        "held",
+        "not_held",
+        "timed_out",
+        "unreachable",
+        "overloaded",
+        "error",
+    ];
+    let label = |series: &str, key: &str| -> Option<String> {
+        let start = series.find(&format!("{key}=\""))? + key.len() + 2;
+        let len = series[start..].find('"')?;
+        Some(series[start..start + len].to_owned())
+    };
+    let mut nodes: std::collections::BTreeMap<String, [u64; 7]> = Default::default();
+    let mut others = Vec::new();
+    for line in scrape.lines() {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        if let Some(rest) = series.strip_prefix("redquorum_node_requests_total") {
+            let (Some(node), Some(outcome)) = (label(rest, "node"), label(rest, "outcome")) else {
+                continue;
+            };
+            if let Some(i) = OUTCOMES.iter().position(|o| *o == outcome) {
+                nodes.entry(node).or_default()[i] = value.parse::<f64>().unwrap_or(0.0) as u64;
+            }
+        } else if series.starts_with("redquorum_")
+            && !series.starts_with("redquorum_node_")
+            && !series.contains("quantile")
+        {
+            others.push(line);
+        }
+    }
+    println!("metrics: redquorum_node_requests_total by node and outcome");
+    print!("  {:<24}", "node");
+    for o in OUTCOMES {
+        print!(" {o:>11}");
+    }
+    println!();
+    for (node, counts) in &nodes {
+        print!("  {node:<24}");
+        for c in counts {
+            print!(" {c:>11}");
+        }
+        println!();
+    }
+    println!("metrics: operations");
+    for line in others {
+        println!("  {line}");
+    }
 }
 
 fn percentile(samples: &mut [Duration], p: usize) -> Duration {

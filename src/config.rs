@@ -409,6 +409,7 @@ impl Builder {
             return Err(ConfigError::InvalidRetry);
         }
         let layout = KeyLayout::new(&self.key_prefix, self.interop_keys)?;
+        crate::telemetry::describe();
         let max_in_flight = self.max_in_flight.unwrap_or(DEFAULT_MAX_IN_FLIGHT);
         if max_in_flight == 0 {
             return Err(ConfigError::InvalidMaxInFlight);

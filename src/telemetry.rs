@@ -11,7 +11,10 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
+use metrics::{
+    Counter, Gauge, Histogram, Unit, counter, describe_counter, describe_gauge, describe_histogram,
+    gauge, histogram,
+};
 
 use crate::error::{LockError, NodeError};
 use crate::node::Reply;
@@ -38,6 +41,29 @@ pub const LEASES_LOST: &str = "redquorum_leases_lost_total";
 /// How long waiting acquisitions waited, in seconds (`result`: `granted`,
 /// `timeout`, `refused`).
 pub const WAIT: &str = "redquorum_wait_seconds";
+
+/// Describes every metric to the recorder installed now (its `# HELP`
+/// lines). Called when a client is built.
+pub(crate) fn describe() {
+    describe_counter!(NODE_REQUESTS, "Node calls by outcome");
+    describe_histogram!(
+        NODE_LATENCY,
+        Unit::Seconds,
+        "Latency of node calls that got an answer"
+    );
+    describe_gauge!(NODE_IN_FLIGHT, "Node calls in flight");
+    describe_gauge!(NODE_UP, "1 while the node answers, 0 while it is degraded");
+    describe_counter!(GRANTS, "Locks granted");
+    describe_counter!(REFUSALS, "Acquisitions refused, by reason");
+    describe_counter!(EXTENSIONS, "Lock extensions, by result");
+    describe_counter!(EXPIRATIONS, "Locks found expired by an extension or a release");
+    describe_counter!(LEASES_LOST, "Leases lost while their work ran");
+    describe_histogram!(
+        WAIT,
+        Unit::Seconds,
+        "Time waiting acquisitions waited, by result"
+    );
+}
 
 /// The outcomes of [`NODE_REQUESTS`], in label order.
 const OUTCOMES: [&str; 7] = [
