@@ -43,7 +43,11 @@ async fn run(urls: &[String], notify: bool, secs: u64) {
             while Instant::now() < end {
                 let asked = Instant::now();
                 let Ok(lock) = redlock
-                    .lock_wait(&resource, Duration::from_secs(2), Duration::from_secs(10))
+                    .lock_with(
+                        &resource,
+                        Duration::from_secs(2),
+                        &redquorum::LockOptions::new().wait(Duration::from_secs(10)),
+                    )
                     .await
                 else {
                     continue;

@@ -210,7 +210,11 @@ async fn churn(urls: &[String]) {
             tokio::spawn(async move {
                 while !stop.load(Ordering::Relaxed) {
                     let _ = c
-                        .lock_wait(&r, Duration::from_secs(5), Duration::from_millis(2))
+                        .lock_with(
+                            &r,
+                            Duration::from_secs(5),
+                            &redquorum::LockOptions::new().wait(Duration::from_millis(2)),
+                        )
                         .await;
                     waits.fetch_add(1, Ordering::Relaxed);
                 }
@@ -226,7 +230,11 @@ async fn churn(urls: &[String]) {
         let (c, r) = (shared.clone(), resource.clone());
         let waiting = tokio::spawn(async move {
             let lock = c
-                .lock_wait(&r, Duration::from_secs(5), Duration::from_secs(30))
+                .lock_with(
+                    &r,
+                    Duration::from_secs(5),
+                    &redquorum::LockOptions::new().wait(Duration::from_secs(30)),
+                )
                 .await
                 .unwrap();
             let got = Instant::now();

@@ -147,7 +147,11 @@ async fn phase(redlock: &Redlock, name: &str) -> Stats {
         workers.push(tokio::spawn(async move {
             while Instant::now() < end {
                 let lock = match redlock
-                    .lock_wait(&resource, TTL, Duration::from_secs(1))
+                    .lock_with(
+                        &resource,
+                        TTL,
+                        &redquorum::LockOptions::new().wait(Duration::from_secs(1)),
+                    )
                     .await
                 {
                     Ok(lock) => lock,

@@ -48,7 +48,19 @@ impl LockOptions {
     }
 
     /// Keep trying for up to `max_wait` instead of following the retry
-    /// policy, as [`Redlock::lock_wait`] does.
+    /// policy; then [`LockError::Timeout`](crate::LockError::Timeout) with
+    /// the last round's error.
+    ///
+    /// Between rounds a waiter sleeps until a release wakes it
+    /// ([`Builder::notify_waiters`]) or the holder's reported TTL runs out,
+    /// never past an abandoned lock's expiry. A round never starts after
+    /// `max_wait`, so the call returns within `max_wait` plus one round.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let wait = redquorum::LockOptions::new().wait(Duration::from_secs(5));
+    /// # let _ = wait;
+    /// ```
     pub fn wait(mut self, max_wait: Duration) -> Self {
         self.max_wait = Some(max_wait);
         self
@@ -201,8 +213,8 @@ impl Builder {
         self
     }
 
-    /// The retry policy of [`Redlock::lock`] (and the pause ceiling of
-    /// [`Redlock::lock_wait`]). Default: [`Retry::default`].
+    /// The retry policy of [`Redlock::lock`] (and the pause ceiling of a
+    /// waiting [`Redlock::lock_with`]). Default: [`Retry::default`].
     pub fn retry(mut self, retry: Retry) -> Self {
         self.retry = retry;
         self
@@ -233,7 +245,7 @@ impl Builder {
     }
 
     /// Interop keys (default: off): a plain lock (`try_lock`, `lock`,
-    /// `lock_wait`, a lease without fencing) is keyed by the resource name
+    /// `lock_with` without fencing, a lease without fencing) is keyed by the resource name
     /// itself (after any [`key_prefix`](Self::key_prefix)), set with
     /// `SET key token NX PX ttl` and released by compare-and-delete, as
     /// rslock, node-redlock and redsync do. A redquorum holder and one of
@@ -261,8 +273,8 @@ impl Builder {
         self
     }
 
-    /// Whether waiters ([`Redlock::lock_wait`], and waiting
-    /// [`Redlock::lock_with`] / [`Redlock::run_with`]) are woken as soon as
+    /// Whether waiters (a [`Redlock::lock_with`] or [`Redlock::run_with`]
+    /// with [`LockOptions::wait`]) are woken as soon as
     /// the holder releases (default: yes). Releases are published on each
     /// node; one subscriber connection per node, shared by all waiters,
     /// listens. Off, waiters poll with jittered pauses up to the retry delay.

@@ -38,8 +38,19 @@ struct Shared {
     token: String,
     fence: Option<u64>,
     deadline: Mutex<Instant>,
-    /// `true` while the lease is held; set to `false` once, when it ends.
-    held: watch::Sender<bool>,
+    /// `None` while the lease is held; how it ended, set once.
+    over: watch::Sender<Option<LeaseEnd>>,
+}
+
+/// How a [`Lease`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseEnd {
+    /// It could not be extended before its deadline: another holder may
+    /// have the resource now.
+    Lost,
+    /// Its work finished, it was released or stopped, or the future running
+    /// it was dropped: nothing went wrong.
+    Finished,
 }
 
 impl fmt::Debug for Lease {
@@ -48,21 +59,21 @@ impl fmt::Debug for Lease {
             .field("resource", &self.shared.resource)
             .field("fence", &self.shared.fence)
             .field("remaining", &self.remaining())
-            .field("held", &*self.shared.held.borrow())
+            .field("over", &*self.shared.over.borrow())
             .finish()
     }
 }
 
 impl Lease {
     fn new(lock: &Lock) -> Self {
-        let (held, _) = watch::channel(true);
+        let (over, _) = watch::channel(None);
         Lease {
             shared: Arc::new(Shared {
                 resource: lock.resource().to_owned(),
                 token: lock.token().to_owned(),
                 fence: lock.fence(),
                 deadline: Mutex::new(lock.deadline_at()),
-                held,
+                over,
             }),
         }
     }
@@ -106,19 +117,62 @@ impl Lease {
         self.is_held() && Instant::now() < self.deadline_at()
     }
 
-    /// Resolves once the lease is no longer held: lost (it could not be
-    /// extended before its deadline), or ended because its work finished.
-    /// Await it at cooperative checkpoints, or `select!` on it in subtasks.
+    /// Resolves once the lease is **lost**: it could not be extended before
+    /// its deadline, so another holder may have the resource now. Stays
+    /// pending if the lease ends any other way (its work finished, it was
+    /// released): a subtask that must also stop then awaits
+    /// [`ended`](Self::ended) instead. `select!` on it at cooperative
+    /// checkpoints.
+    ///
+    /// ```no_run
+    /// # async fn demo(lease: redquorum::Lease) {
+    /// tokio::select! {
+    ///     () = lease.lost() => eprintln!("lost {}: stop writing", lease.resource()),
+    ///     () = async { /* a step of the work */ } => {}
+    /// }
+    /// # }
+    /// ```
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        let mut held = self.shared.held.subscribe();
+        let ended = self.ended();
         async move {
-            // An error means the sender is gone: the lease is over too.
-            let _ = held.wait_for(|held| !*held).await;
+            if ended.await != LeaseEnd::Lost {
+                std::future::pending::<()>().await;
+            }
         }
     }
 
+    /// Resolves once the lease is over, for whatever reason, with how it
+    /// ended. For subtasks that must stop with the work.
+    ///
+    /// ```no_run
+    /// # async fn demo(lease: redquorum::Lease) {
+    /// use redquorum::LeaseEnd;
+    /// let watcher = tokio::spawn(async move {
+    ///     match lease.ended().await {
+    ///         LeaseEnd::Lost => eprintln!("lease lost"),
+    ///         LeaseEnd::Finished => {}
+    ///     }
+    /// });
+    /// # }
+    /// ```
+    pub fn ended(&self) -> impl Future<Output = LeaseEnd> + Send + 'static {
+        let mut over = self.shared.over.subscribe();
+        async move {
+            match over.wait_for(Option::is_some).await {
+                Ok(end) => end.unwrap_or(LeaseEnd::Finished),
+                // Unreachable while a `Lease` lives (it owns the sender).
+                Err(_) => LeaseEnd::Finished,
+            }
+        }
+    }
+
+    /// Whether the lease was lost (not merely finished).
+    pub fn is_lost(&self) -> bool {
+        *self.shared.over.borrow() == Some(LeaseEnd::Lost)
+    }
+
     fn is_held(&self) -> bool {
-        *self.shared.held.borrow()
+        self.shared.over.borrow().is_none()
     }
 
     fn deadline_at(&self) -> Instant {
@@ -137,8 +191,19 @@ impl Lease {
             .unwrap_or_else(PoisonError::into_inner) = deadline;
     }
 
+    /// Ends the lease as `how`, unless it has ended already.
+    fn end_as(&self, how: LeaseEnd) {
+        self.shared.over.send_if_modified(|over| {
+            let first = over.is_none();
+            if first {
+                *over = Some(how);
+            }
+            first
+        });
+    }
+
     fn end(&self) {
-        self.shared.held.send_replace(false);
+        self.end_as(LeaseEnd::Finished);
     }
 }
 
@@ -230,7 +295,7 @@ async fn keep(lock: &mut Lock, keeping: Keeping, lease: &Lease) {
         ),
         None => tracing::warn!(resource = lock.resource(), "lease lost: {why}"),
     }
-    lease.end();
+    lease.end_as(LeaseEnd::Lost);
 }
 
 impl Redlock {
@@ -397,7 +462,8 @@ pub struct KeepAlive {
 }
 
 impl KeepAlive {
-    /// The lease: validity, tokens, and the [`Lease::lost`] signal.
+    /// The lease: validity, tokens, and the [`Lease::lost`] and
+    /// [`Lease::ended`] signals.
     pub fn lease(&self) -> &Lease {
         &self.lease
     }

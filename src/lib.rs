@@ -65,7 +65,7 @@ mod wakeup;
 
 pub use config::{Builder, LockOptions, Retry};
 pub use error::{Answer, ConfigError, LockError, NodeError, Votes};
-pub use lease::{KeepAlive, Lease};
+pub use lease::{KeepAlive, Lease, LeaseEnd};
 pub use lock::Lock;
 pub use probe::NodeHealth;
 pub use proto::keys::KeyLayout;

@@ -186,23 +186,27 @@ impl Redlock {
         self.lock_with(resource, ttl, &LockOptions::new()).await
     }
 
-    /// Tries until the lock is had or `max_wait` has passed, then
-    /// [`LockError::Timeout`] with the last round's error.
-    ///
-    /// Between rounds it sleeps a random time up to the retry delay, and never
-    /// longer than the smallest remaining TTL another holder reported, so it
-    /// wakes by the time an abandoned lock expires. A round never starts after
-    /// `max_wait`, so the call returns within `max_wait` plus one round.
+    /// Tries until the lock is had or `max_wait` has passed: the same as
+    /// [`lock_with`](Self::lock_with) with
+    /// [`LockOptions::wait`]`(max_wait)`, which names the waiting time
+    /// instead of putting it next to the TTL, where the two are easily
+    /// swapped.
     ///
     /// ```no_run
     /// # async fn demo(redlock: redquorum::Redlock) -> Result<(), redquorum::LockError> {
     /// use std::time::Duration;
-    /// let lock = redlock
-    ///     .lock_wait("orders:42", Duration::from_secs(10), Duration::from_secs(5))
-    ///     .await?;
+    /// use redquorum::LockOptions;
+    /// // Instead of redlock.lock_wait("orders:42", ttl, max_wait):
+    /// let wait = LockOptions::new().wait(Duration::from_secs(5));
+    /// let lock = redlock.lock_with("orders:42", Duration::from_secs(10), &wait).await?;
     /// lock.release().await
     /// # }
     /// ```
+    #[deprecated(
+        since = "0.2.0",
+        note = "two adjacent durations are easily swapped: use \
+                `lock_with(resource, ttl, &LockOptions::new().wait(max_wait))`"
+    )]
     pub async fn lock_wait(
         &self,
         resource: &str,
@@ -236,8 +240,8 @@ impl Redlock {
             .await
     }
 
-    /// A lock with explicit [`LockOptions`]: how long to wait, whether to
-    /// carry a fencing token.
+    /// A lock with explicit [`LockOptions`]: how long to wait
+    /// ([`LockOptions::wait`]), whether to carry a fencing token.
     ///
     /// ```no_run
     /// # async fn demo(redlock: redquorum::Redlock) -> Result<(), redquorum::LockError> {

@@ -56,7 +56,10 @@ pub(crate) fn describe() {
     describe_counter!(GRANTS, "Locks granted");
     describe_counter!(REFUSALS, "Acquisitions refused, by reason");
     describe_counter!(EXTENSIONS, "Lock extensions, by result");
-    describe_counter!(EXPIRATIONS, "Locks found expired by an extension or a release");
+    describe_counter!(
+        EXPIRATIONS,
+        "Locks found expired by an extension or a release"
+    );
     describe_counter!(LEASES_LOST, "Leases lost while their work ran");
     describe_histogram!(
         WAIT,

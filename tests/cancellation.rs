@@ -107,7 +107,11 @@ fn futures_are_send() {
     if let Some(r) = redlock {
         send(&r.lock("r", Duration::from_secs(1)));
         send(&r.try_lock("r", Duration::from_secs(1)));
-        send(&r.lock_wait("r", Duration::from_secs(1), Duration::from_secs(1)));
+        send(&r.lock_with(
+            "r",
+            Duration::from_secs(1),
+            &redquorum::LockOptions::new().wait(Duration::from_secs(1)),
+        ));
         send(&Redlock::connect(["redis://127.0.0.1:7001"]));
         send(&Redlock::builder().build());
     }

@@ -135,7 +135,11 @@ async fn majority_frozen_is_unavailable_then_recovers_without_leftovers() {
     // dropped connections come back (within the reconnect backoff), and a
     // round is granted again.
     let lock = redlock
-        .lock_wait(&resource, Duration::from_secs(5), Duration::from_secs(5))
+        .lock_with(
+            &resource,
+            Duration::from_secs(5),
+            &redquorum::LockOptions::new().wait(Duration::from_secs(5)),
+        )
         .await
         .unwrap();
     lock.release().await.unwrap();

@@ -250,7 +250,15 @@ async fn memory_case(s: Settings, name: String, other: String, ttl: Duration) ->
             // `lock` and `lock_wait` validate before any round or pause.
             check_config_error(bounded("lock", redlock.lock(&name, ttl)).await, &want);
             check_config_error(
-                bounded("lock_wait", redlock.lock_wait(&name, ttl, Duration::MAX)).await,
+                bounded(
+                    "lock_wait",
+                    redlock.lock_with(
+                        &name,
+                        ttl,
+                        &redquorum::LockOptions::new().wait(Duration::MAX),
+                    ),
+                )
+                .await,
                 &want,
             );
             Ended::InputError

@@ -132,7 +132,13 @@ async fn fenced_locks_keep_their_layout_and_waiters_are_woken_in_interop_mode() 
     let waiter = interop("").await;
     let name = resource.clone();
     let waiting = tokio::spawn(async move {
-        let lock = waiter.lock_wait(&name, TTL, Duration::from_secs(30)).await;
+        let lock = waiter
+            .lock_with(
+                &name,
+                TTL,
+                &redquorum::LockOptions::new().wait(Duration::from_secs(30)),
+            )
+            .await;
         (lock.map(|lock| lock.token().to_owned()), Instant::now())
     });
     // The waiter subscribed on every node (the channel is the key itself):

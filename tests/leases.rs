@@ -290,11 +290,14 @@ async fn dropping_run_ends_the_lease_for_subtasks() {
         _ = run => unreachable!("the work never finishes"),
         lease = rx => lease.unwrap(),
     };
-    // The run future is gone: the lease must end, not linger until its TTL.
-    tokio::time::timeout(Duration::from_secs(1), lease.lost())
+    // The run future is gone: the lease must end, not linger until its TTL,
+    // and it was not lost.
+    let end = tokio::time::timeout(Duration::from_secs(1), lease.ended())
         .await
-        .expect("lost() resolves once run is dropped");
+        .expect("ended() resolves once run is dropped");
+    assert_eq!(end, redquorum::LeaseEnd::Finished);
     assert!(!lease.is_valid());
+    assert!(!lease.is_lost());
     eventually_snapshot(
         &mut raw_all().await,
         &resource,
@@ -302,4 +305,26 @@ async fn dropping_run_ends_the_lease_for_subtasks() {
         Duration::from_secs(2),
     )
     .await;
+}
+
+#[tokio::test]
+async fn a_finished_lease_is_ended_not_lost() {
+    use futures::FutureExt;
+    let redlock = support::redlock().await;
+    let resource = unique("lease-finished");
+    let lease = redlock
+        .run(
+            &resource,
+            Duration::from_secs(30),
+            |lease| async move { lease },
+        )
+        .await
+        .expect("run");
+    assert_eq!(lease.ended().await, redquorum::LeaseEnd::Finished);
+    assert!(!lease.is_lost());
+    // The work finished: nothing was lost, so lost() never fires.
+    assert!(
+        lease.lost().now_or_never().is_none(),
+        "lost() fired for a lease whose work simply finished"
+    );
 }

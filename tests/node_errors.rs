@@ -457,7 +457,15 @@ async fn least_privilege_acl_user_can_lock() {
     let waiter = {
         let redlock = redlock.clone();
         let r = r.clone();
-        tokio::spawn(async move { redlock.lock_wait(&r, ttl, Duration::from_secs(10)).await })
+        tokio::spawn(async move {
+            redlock
+                .lock_with(
+                    &r,
+                    ttl,
+                    &redquorum::LockOptions::new().wait(Duration::from_secs(10)),
+                )
+                .await
+        })
     };
     // The waiter's SUBSCRIBE went through: node 1 counts a subscriber.
     let mut admin = raw(0).await;

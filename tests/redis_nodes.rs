@@ -278,7 +278,11 @@ async fn only_a_waiter_asks_for_the_holders_ttl() {
     }
 
     let waited = redlock
-        .lock_wait(&resource, Duration::from_secs(5), Duration::ZERO)
+        .lock_with(
+            &resource,
+            Duration::from_secs(5),
+            &redquorum::LockOptions::new().wait(Duration::ZERO),
+        )
         .await;
     let Err(LockError::Timeout { last, .. }) = waited else {
         panic!("expected Timeout, got {waited:?}");
@@ -373,10 +377,10 @@ async fn lock_wait_outlasts_an_abandoned_holder() {
             .unwrap();
     }
     match redlock
-        .lock_wait(
+        .lock_with(
             &resource,
             Duration::from_secs(5),
-            Duration::from_millis(100),
+            &redquorum::LockOptions::new().wait(Duration::from_millis(100)),
         )
         .await
     {
@@ -387,7 +391,11 @@ async fn lock_wait_outlasts_an_abandoned_holder() {
         other => panic!("expected Timeout, got {other:?}"),
     }
     let lock = redlock
-        .lock_wait(&resource, Duration::from_secs(5), Duration::from_secs(10))
+        .lock_with(
+            &resource,
+            Duration::from_secs(5),
+            &redquorum::LockOptions::new().wait(Duration::from_secs(10)),
+        )
         .await
         .unwrap();
     let pttl: i64 = conns[0].pttl(&key).await.unwrap();
@@ -417,7 +425,11 @@ async fn contending_tasks_never_overlap() {
         tasks.push(tokio::spawn(async move {
             for _ in 0..15 {
                 let lock = redlock
-                    .lock_wait(&resource, Duration::from_secs(5), Duration::from_secs(20))
+                    .lock_with(
+                        &resource,
+                        Duration::from_secs(5),
+                        &redquorum::LockOptions::new().wait(Duration::from_secs(20)),
+                    )
                     .await
                     .unwrap();
                 assert!(!busy.swap(true, Ordering::SeqCst), "two holders at once");
@@ -507,7 +519,11 @@ async fn bad_input_gives_typed_errors() {
     assert!(matches!(
         config(
             redlock
-                .lock_wait("r", Duration::from_millis(2), Duration::MAX)
+                .lock_with(
+                    "r",
+                    Duration::from_millis(2),
+                    &redquorum::LockOptions::new().wait(Duration::MAX)
+                )
                 .await
         ),
         ConfigError::TtlNotAboveDrift { .. }
@@ -637,4 +653,22 @@ async fn require_quorum_refuses_a_client_without_a_quorum() {
             .iter()
             .all(|h| h.is_reachable())
     );
+}
+
+/// The deprecated form still waits like `lock_with` + `LockOptions::wait`.
+#[tokio::test]
+#[allow(deprecated)]
+async fn deprecated_lock_wait_still_waits() {
+    let redlock = redlock().await;
+    let resource = unique("deprecated-wait");
+    let held = redlock
+        .try_lock(&resource, Duration::from_millis(300))
+        .await
+        .unwrap();
+    let lock = redlock
+        .lock_wait(&resource, Duration::from_secs(5), Duration::from_secs(5))
+        .await
+        .expect("got it once the holder's key expired");
+    assert!(!held.is_valid());
+    lock.release().await.unwrap();
 }

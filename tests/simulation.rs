@@ -560,7 +560,11 @@ async fn client(
         let acquiring = async {
             match plan.kind {
                 // Half the time a waiter: rounds until granted or out of time.
-                Kind::Plain if waits => redlock.lock_wait(RESOURCE, ttl, max_wait).await,
+                Kind::Plain if waits => {
+                    redlock
+                        .lock_with(RESOURCE, ttl, &redquorum::LockOptions::new().wait(max_wait))
+                        .await
+                }
                 Kind::Plain => redlock.try_lock(RESOURCE, ttl).await,
                 Kind::Fenced => redlock.lock_fenced(RESOURCE, ttl).await,
                 Kind::Reentrant => redlock.lock_reentrant(RESOURCE, ttl, &owner).await,
@@ -1154,7 +1158,11 @@ fn hand_off_after_release(deaf: bool) -> Duration {
         let lock = holder.try_lock(RESOURCE, ttl).await.expect("first lock");
         let waiting = tokio::spawn(async move {
             let lock = waiter
-                .lock_wait(RESOURCE, ttl, Duration::from_secs(30))
+                .lock_with(
+                    RESOURCE,
+                    ttl,
+                    &redquorum::LockOptions::new().wait(Duration::from_secs(30)),
+                )
                 .await;
             (lock.map(|l| l.token().to_owned()), Instant::now())
         });

@@ -30,7 +30,11 @@ async fn slow_poller(urls: &[String], notify: bool) -> Redlock {
 fn spawn_waiter(waiter: Redlock, resource: String) -> tokio::task::JoinHandle<Instant> {
     tokio::spawn(async move {
         let lock = waiter
-            .lock_wait(&resource, Duration::from_secs(5), Duration::from_secs(20))
+            .lock_with(
+                &resource,
+                Duration::from_secs(5),
+                &redquorum::LockOptions::new().wait(Duration::from_secs(20)),
+            )
             .await
             .unwrap();
         let got = Instant::now();
@@ -107,7 +111,11 @@ async fn without_notifications_a_waiter_falls_back_to_polling() {
         lock.release().await.unwrap();
     });
     let got = waiter
-        .lock_wait(&resource, Duration::from_secs(5), Duration::from_secs(20))
+        .lock_with(
+            &resource,
+            Duration::from_secs(5),
+            &redquorum::LockOptions::new().wait(Duration::from_secs(20)),
+        )
         .await
         .unwrap();
     let after = Instant::now() - release_at;
@@ -144,7 +152,11 @@ async fn contend(notify: bool) {
         tasks.push(tokio::spawn(async move {
             for _ in 0..15 {
                 let lock = redlock
-                    .lock_wait(&resource, Duration::from_secs(5), Duration::from_secs(30))
+                    .lock_with(
+                        &resource,
+                        Duration::from_secs(5),
+                        &redquorum::LockOptions::new().wait(Duration::from_secs(30)),
+                    )
                     .await
                     .unwrap();
                 assert!(!busy.swap(true, Ordering::SeqCst), "two holders at once");
@@ -262,7 +274,11 @@ async fn a_waiter_is_woken_under_registration_churn() {
                 let end = Instant::now() + Duration::from_secs(20);
                 while !stop.load(Ordering::Relaxed) && Instant::now() < end {
                     let refused = client
-                        .lock_wait(&r, Duration::from_secs(5), Duration::from_millis(2))
+                        .lock_with(
+                            &r,
+                            Duration::from_secs(5),
+                            &redquorum::LockOptions::new().wait(Duration::from_millis(2)),
+                        )
                         .await;
                     assert!(refused.is_err(), "a held resource was granted");
                     waits.fetch_add(1, Ordering::Relaxed);
@@ -277,7 +293,11 @@ async fn a_waiter_is_woken_under_registration_churn() {
     let (w, r) = (client.clone(), resource.clone());
     let waiting = tokio::spawn(async move {
         let lock = w
-            .lock_wait(&r, Duration::from_secs(5), Duration::from_secs(25))
+            .lock_with(
+                &r,
+                Duration::from_secs(5),
+                &redquorum::LockOptions::new().wait(Duration::from_secs(25)),
+            )
             .await
             .unwrap();
         let got = Instant::now();

@@ -184,7 +184,10 @@ impl Client {
         match self {
             Client::Redquorum(r) => {
                 let wait = until.saturating_duration_since(Instant::now());
-                let lock = r.lock_wait(resource, TTL, wait).await.map_err(short)?;
+                let lock = r
+                    .lock_with(resource, TTL, &redquorum::LockOptions::new().wait(wait))
+                    .await
+                    .map_err(short)?;
                 section();
                 lock.release().await.map_err(short)
             }
