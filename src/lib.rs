@@ -60,6 +60,8 @@ mod redis_node;
 mod redlock;
 mod scripts;
 pub mod telemetry;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod token;
 mod wakeup;
 

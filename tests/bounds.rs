@@ -38,7 +38,7 @@ fn in_flight(redlock: &Redlock) -> Vec<usize> {
 #[tokio::test(start_paused = true)]
 async fn a_frozen_node_costs_at_most_max_in_flight_calls() {
     let (nodes, redlock) = cluster(LIMIT).await;
-    nodes[4].close(); // frozen: takes calls, never answers
+    nodes[4].freeze(); // frozen: takes calls, never answers
     let tasks_before = tokio::runtime::Handle::current()
         .metrics()
         .num_alive_tasks();
@@ -78,7 +78,7 @@ async fn past_the_bound_a_call_is_refused_at_once_and_votes_overloaded() {
     const LIMIT: usize = 4;
     let (nodes, redlock) = cluster(LIMIT).await;
     for n in &nodes[2..] {
-        n.close(); // a frozen majority: every round fails
+        n.freeze(); // a frozen majority: every round fails
     }
     let mut saw_overloaded = false;
     for i in 0..(2 * LIMIT) {
@@ -108,7 +108,7 @@ async fn past_the_bound_a_call_is_refused_at_once_and_votes_overloaded() {
     // A refused call was never sent: once the frozen nodes are back, each
     // of them applied at most LIMIT calls.
     for n in &nodes[2..] {
-        n.open();
+        n.thaw();
     }
     tokio::time::sleep(GRACE * 2).await;
     assert_eq!(in_flight(&redlock), [0; 5]);

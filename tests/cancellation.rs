@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use redquorum::node::Node;
 use redquorum::{Lock, Redlock, Retry};
-use support::memory::MemoryNode;
+use support::memory::{MemoryNode, Until};
 
 const BOUND: Duration = Duration::from_secs(5);
 const KEY: &str = "{job}:lock";
@@ -31,7 +31,7 @@ async fn cluster() -> (Vec<Arc<MemoryNode>>, Redlock) {
 async fn dropping_lock_mid_round_releases_what_it_set() {
     let (nodes, redlock) = cluster().await;
     for n in &nodes[2..] {
-        n.close(); // three nodes hold their answers: the round stays open
+        n.freeze(); // three nodes hold their answers: the round stays open
     }
     let lock = redlock.lock("job", Duration::from_secs(60));
     tokio::select! {
@@ -48,7 +48,7 @@ async fn dropping_lock_mid_round_releases_what_it_set() {
             .await;
     }
     for n in &nodes[2..] {
-        n.open();
+        n.thaw();
     }
     for n in &nodes {
         n.until(BOUND, "key released", |n| n.holder(KEY).is_none())
@@ -72,7 +72,7 @@ async fn dropping_release_mid_round_still_releases() {
             n.holder(KEY).as_deref() == Some(&token)
         })
         .await;
-        n.close();
+        n.freeze();
     }
     let release = lock.release();
     tokio::select! {
@@ -80,7 +80,7 @@ async fn dropping_release_mid_round_still_releases() {
         _ = tokio::task::yield_now() => {}
     }
     for n in &nodes {
-        n.open();
+        n.thaw();
     }
     for n in &nodes {
         n.until(BOUND, "key released", |n| n.holder(KEY).is_none())
@@ -268,7 +268,7 @@ async fn cancelled_acquisitions_leave_nothing_behind() {
                 }
                 Cancel::FrozenMajority => {
                     for n in &nodes[2..] {
-                        n.close();
+                        n.freeze();
                     }
                     tokio::select! {
                         r = &mut call => panic!("{op:?} decided with three nodes silent: {r:?}"),
@@ -283,7 +283,7 @@ async fn cancelled_acquisitions_leave_nothing_behind() {
             drop(call);
             drop(granted);
             for n in &nodes {
-                n.open();
+                n.thaw();
             }
             settled(&redlock).await;
             let want = usize::from(outer.is_some());
@@ -311,14 +311,14 @@ async fn cancelled_extend_keeps_the_lock() {
     let mut lock = redlock.lock("job", Duration::from_secs(60)).await.unwrap();
     let deadline = lock.deadline();
     for n in &nodes[2..] {
-        n.close();
+        n.freeze();
     }
     {
         let mut extend = Box::pin(lock.extend(Duration::from_secs(120)));
         assert!(futures::poll!(&mut extend).is_pending());
     }
     for n in &nodes {
-        n.open();
+        n.thaw();
     }
     settled(&redlock).await;
     assert_eq!(

@@ -58,14 +58,14 @@ fn run(counters: [u64; 5], grants: Vec<Grant>) -> Result<(), TestCaseError> {
                 if !frozen_now.contains(n) {
                     frozen_now.push(*n);
                 }
-                nodes[*n].close();
+                nodes[*n].freeze();
             }
             while frozen_now.len() > 2 {
                 let i = frozen_now
                     .iter()
                     .position(|n| !g.frozen.contains(n))
                     .unwrap();
-                nodes[frozen_now.remove(i)].open();
+                nodes[frozen_now.remove(i)].thaw();
             }
             let lock = redlock.lock_fenced("r", Duration::from_secs(10)).await;
             let lock = lock.map_err(|e| TestCaseError::fail(format!("no grant: {e}")))?;
@@ -75,7 +75,7 @@ fn run(counters: [u64; 5], grants: Vec<Grant>) -> Result<(), TestCaseError> {
             lock.release().await.unwrap_or(());
             if g.thaw_after {
                 for n in frozen_now.drain(..) {
-                    nodes[n].open();
+                    nodes[n].thaw();
                 }
             }
         }

@@ -57,7 +57,7 @@ async fn lease_lost_to_a_frozen_majority_stops_the_work_before_its_deadline() {
         tokio::spawn(async move {
             tokio::time::sleep_until(frozen_at).await;
             for n in &nodes[..3] {
-                n.close();
+                n.freeze();
             }
         })
     };

@@ -108,7 +108,7 @@ async fn a_frozen_node_is_one_warning_its_recovery_one_note_and_every_call_is_co
     let redlock = client(&nodes).await;
     let frozen = "memory://frozen-4";
 
-    nodes[4].close();
+    nodes[4].freeze();
     for i in 0..20 {
         let lock = redlock
             .try_lock(&format!("job-{i}"), Duration::from_secs(5))
@@ -140,7 +140,7 @@ async fn a_frozen_node_is_one_warning_its_recovery_one_note_and_every_call_is_co
     assert_eq!(done, Some(40.0), "20 acquires and 20 releases:\n{scrape}");
 
     // Thawed: the queued calls land, the node answers, one note.
-    nodes[4].open();
+    nodes[4].thaw();
     let lock = redlock
         .try_lock("after-thaw", Duration::from_secs(5))
         .await
@@ -203,7 +203,7 @@ async fn a_lost_lease_says_which_nodes_failed_and_how() {
             async move {
                 // A majority freezes under the running work.
                 for node in &nodes[..3] {
-                    node.close();
+                    node.freeze();
                 }
                 std::future::pending::<()>().await
             }
@@ -218,7 +218,7 @@ async fn a_lost_lease_says_which_nodes_failed_and_how() {
         lost[0]
     );
     for node in &nodes {
-        node.open();
+        node.thaw();
     }
     let scrape = prom.render();
     assert!(sample(&scrape, "redquorum_leases_lost_total", &[]).is_some_and(|n| n >= 1.0));
