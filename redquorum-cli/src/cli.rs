@@ -79,13 +79,32 @@ pub struct Global {
     )]
     pub tls_key: Option<std::path::PathBuf>,
 
+    /// Interop keys: a plain lock's key is the resource name itself, as
+    /// rslock, node-redlock and redsync name theirs, so that their holders
+    /// and this command's exclude each other (see docs/migrating.md).
+    /// (Environment: REDQUORUM_INTEROP_KEYS=1.)
+    #[arg(long, env = "REDQUORUM_INTEROP_KEYS", global = true, value_parser = clap::builder::FalseyValueParser::new())]
+    pub interop_keys: bool,
+
+    /// A prefix in front of every key (no braces, at most 256 bytes); every
+    /// client of a resource must use the same one.
+    #[arg(
+        long,
+        env = "REDQUORUM_KEY_PREFIX",
+        global = true,
+        value_name = "P",
+        default_value = ""
+    )]
+    pub key_prefix: String,
+
     /// Print nothing of redquorum's own but usage errors (the exit code says
     /// what happened).
     #[arg(short, long, global = true, conflicts_with = "verbose")]
     pub quiet: bool,
 
-    /// More detail on stderr: -v what happens, -vv every node's answer, -vvv
-    /// everything. RUST_LOG (an env filter) overrides it.
+    /// More detail on stderr. By default: nodes that degrade or recover. -v:
+    /// what happens and every node's answer in each round; -vv: debug;
+    /// -vvv: everything. RUST_LOG (an env filter) overrides it.
     #[arg(short, long, global = true, action = ArgAction::Count)]
     pub verbose: u8,
 }

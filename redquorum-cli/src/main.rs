@@ -113,7 +113,11 @@ pub(crate) async fn connect_with(
     retry: Retry,
     node_timeout: Option<std::time::Duration>,
 ) -> Result<Redlock, ConfigError> {
-    let mut builder = Redlock::builder().nodes(nodes).retry(retry);
+    let mut builder = Redlock::builder()
+        .nodes(nodes)
+        .retry(retry)
+        .interop_keys(global.interop_keys)
+        .key_prefix(&global.key_prefix);
     if let Some(timeout) = node_timeout {
         builder = builder.node_timeout(timeout);
     }

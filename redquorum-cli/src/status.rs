@@ -210,8 +210,16 @@ pub async fn status(global: &Global, nodes: &[String], args: &StatusArgs, ui: &U
         }
     }
     let timeout = global.node_timeout.unwrap_or(DEFAULT_TIMEOUT);
-    let lock_key = format!("{{{}}}:lock", args.resource);
-    let fence_key = format!("{{{}}}:fence", args.resource);
+    // The keys as `exec` (without --fence) names them.
+    let layout = match redquorum::KeyLayout::new(&global.key_prefix, global.interop_keys) {
+        Ok(layout) => layout,
+        Err(e) => {
+            ui.usage(&e.to_string());
+            return exit::USAGE;
+        }
+    };
+    let lock_key = layout.plain_key(&args.resource);
+    let fence_key = layout.fence_key(&args.resource);
     let states = futures::future::join_all(clients.into_iter().map(|(name, client)| {
         let (lock_key, fence_key) = (&lock_key, &fence_key);
         async move {

@@ -11,8 +11,11 @@ use tracing_subscriber::EnvFilter;
 /// Sets up tracing on stderr: RUST_LOG if set, else by `-v` count.
 pub fn init_logging(verbose: u8, quiet: bool) {
     let default = match (quiet, verbose) {
-        (true, _) | (false, 0) => "off",
-        (false, 1) => "redquorum=info",
+        (true, _) => "off",
+        // Degraded and recovered nodes, lost leases: without asking.
+        (false, 0) => "redquorum=warn,redquorum::telemetry=info",
+        // Each round's per-node answers and the nodes heard after it.
+        (false, 1) => "redquorum=info,redquorum::driver=debug,redquorum::dispatch=debug",
         (false, 2) => "redquorum=debug",
         (false, _) => "trace",
     };
