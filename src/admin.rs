@@ -31,8 +31,10 @@ impl Redlock {
     /// a lease ([`Redlock::run`], [`Lock::keep_alive`](crate::Lock::keep_alive))
     /// then reports the loss.
     ///
-    /// ```no_run
-    /// # async fn demo(redlock: redquorum::Redlock) -> Result<(), redquorum::LockError> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
     /// let votes = redlock
     ///     .release_token("cron:nightly", "3f9c0a6d2b7e41c58e0f6a1d9b2c4e7f")
     ///     .await?;

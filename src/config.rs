@@ -19,7 +19,7 @@ use crate::redis_node::{RedisNode, Servers};
 use crate::wakeup::{Hub, Open};
 
 /// Options of one lock call: how long to wait for the lock, whether it
-/// carries a fencing token, and — for [`Redlock::run_with`] — how the lease
+/// carries a fencing token, and — for [`Redlock::run_with`](crate::Redlock::run_with) — how the lease
 /// is kept alive.
 ///
 /// ```
@@ -66,7 +66,7 @@ impl LockOptions {
         self
     }
 
-    /// Carry a fencing token, as [`Redlock::lock_fenced`] does.
+    /// Carry a fencing token, as [`Redlock::lock_fenced`](crate::Redlock::lock_fenced) does.
     pub fn fenced(mut self) -> Self {
         self.fenced = true;
         self
@@ -107,13 +107,14 @@ impl LockOptions {
     }
 }
 
-/// Builds a [`Redlock`]: nodes, timeouts, drift and retries.
+/// Builds a [`Redlock`](crate::Redlock): nodes, timeouts, drift and retries.
 ///
 /// Every setting is checked by [`build`](Builder::build), which returns a
 /// [`ConfigError`] instead of panicking on anything it is given.
 ///
-/// ```no_run
-/// # async fn demo() -> Result<(), redquorum::ConfigError> {
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redquorum::ConfigError> {
 /// use std::time::Duration;
 /// use redquorum::{Redlock, Retry};
 ///
@@ -213,8 +214,8 @@ impl Builder {
         self
     }
 
-    /// The retry policy of [`Redlock::lock`] (and the pause ceiling of a
-    /// waiting [`Redlock::lock_with`]). Default: [`Retry::default`].
+    /// The retry policy of [`Redlock::lock`](crate::Redlock::lock) (and the pause ceiling of a
+    /// waiting [`Redlock::lock_with`](crate::Redlock::lock_with)). Default: [`Retry::default`].
     pub fn retry(mut self, retry: Retry) -> Self {
         self.retry = retry;
         self
@@ -273,7 +274,7 @@ impl Builder {
         self
     }
 
-    /// Whether waiters (a [`Redlock::lock_with`] or [`Redlock::run_with`]
+    /// Whether waiters (a [`Redlock::lock_with`](crate::Redlock::lock_with) or [`Redlock::run_with`](crate::Redlock::run_with)
     /// with [`LockOptions::wait`]) are woken as soon as
     /// the holder releases (default: yes). Releases are published on each
     /// node; one subscriber connection per node, shared by all waiters,

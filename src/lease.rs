@@ -124,12 +124,19 @@ impl Lease {
     /// [`ended`](Self::ended) instead. `select!` on it at cooperative
     /// checkpoints.
     ///
-    /// ```no_run
-    /// # async fn demo(lease: redquorum::Lease) {
-    /// tokio::select! {
-    ///     () = lease.lost() => eprintln!("lost {}: stop writing", lease.resource()),
-    ///     () = async { /* a step of the work */ } => {}
-    /// }
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// use std::time::Duration;
+    /// redlock
+    ///     .run("ledger", Duration::from_secs(10), |lease| async move {
+    ///         tokio::select! {
+    ///             () = lease.lost() => eprintln!("lost {}: stop writing", lease.resource()),
+    ///             () = async { /* a step of the work */ } => {}
+    ///         }
+    ///     })
+    ///     .await
     /// # }
     /// ```
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
@@ -144,15 +151,20 @@ impl Lease {
     /// Resolves once the lease is over, for whatever reason, with how it
     /// ended. For subtasks that must stop with the work.
     ///
-    /// ```no_run
-    /// # async fn demo(lease: redquorum::Lease) {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// use std::time::Duration;
     /// use redquorum::LeaseEnd;
-    /// let watcher = tokio::spawn(async move {
-    ///     match lease.ended().await {
-    ///         LeaseEnd::Lost => eprintln!("lease lost"),
-    ///         LeaseEnd::Finished => {}
-    ///     }
-    /// });
+    /// let watcher = redlock
+    ///     .run("ledger", Duration::from_secs(10), |lease| async move {
+    ///         // A subtask that stops with the work, and says why.
+    ///         tokio::spawn(async move { lease.ended().await })
+    ///     })
+    ///     .await?;
+    /// assert_eq!(watcher.await?, LeaseEnd::Finished);
+    /// # Ok(())
     /// # }
     /// ```
     pub fn ended(&self) -> impl Future<Output = LeaseEnd> + Send + 'static {
@@ -309,8 +321,10 @@ impl Redlock {
     /// released when the work ends, either way. See [`run_with`](Redlock::run_with)
     /// for waiting, fencing, the extension interval and a cap on extensions.
     ///
-    /// ```no_run
-    /// # async fn demo(redlock: redquorum::Redlock) -> Result<(), redquorum::LockError> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
     /// use std::time::Duration;
     /// let rows = redlock
     ///     .run("nightly-report", Duration::from_secs(30), |lease| async move {
@@ -339,8 +353,10 @@ impl Redlock {
     /// the lock, carry a fencing token ([`Lease::fence`]), set the extension
     /// interval (default `ttl / 3`) or cap the number of extensions.
     ///
-    /// ```no_run
-    /// # async fn demo(redlock: redquorum::Redlock) -> Result<(), redquorum::LockError> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
     /// use std::time::Duration;
     /// use redquorum::LockOptions;
     /// let options = LockOptions::new()
@@ -404,8 +420,11 @@ impl Lock {
     /// its TTL, until the returned watchdog is released, stopped or dropped
     /// (dropping it also releases the lock).
     ///
-    /// ```no_run
-    /// # async fn demo(lock: redquorum::Lock) -> Result<(), redquorum::LockError> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// let lock = redlock.lock("report", std::time::Duration::from_secs(3)).await?;
     /// let watchdog = lock.keep_alive()?;
     /// let lost = watchdog.lease().lost();
     /// tokio::select! {

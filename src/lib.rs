@@ -4,24 +4,108 @@
 //! independent Redis masters agree, so that losing a minority of them —
 //! dead, frozen, slow or cut off — loses neither the lock nor its safety.
 //!
-//! ```no_run
-//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! use std::time::Duration;
-//! use redquorum::Redlock;
+//! ```toml
+//! [dependencies]
+//! redquorum = "0.1"   # default feature `tls`: rediss:// nodes
+//! # redquorum = { version = "0.1", default-features = false }   # no TLS, fewer crates
+//! ```
 //!
-//! let redlock = Redlock::connect([
-//!     "redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003",
-//!     "redis://127.0.0.1:7004", "redis://127.0.0.1:7005",
-//! ]).await?;
+//! Connect to the masters (independent ones: not replicas of each other):
 //!
-//! let mut lock = redlock.lock("payments:batch-7", Duration::from_secs(10)).await?;
-//! while lock.is_valid() {
-//!     // ... one step of the critical section ...
-//!     # break;
+//! ```
+//! use redquorum::{ConfigError, Redlock};
+//!
+//! async fn connect() -> Result<Redlock, ConfigError> {
+//!     Redlock::connect([
+//!         "redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379",
+//!         "redis://10.0.0.4:6379", "redis://10.0.0.5:6379",
+//!     ])
+//!     .await
 //! }
-//! lock.extend(Duration::from_secs(10)).await?;
-//! lock.release().await?;
+//! # let _ = connect;
+//! ```
+//!
+//! The examples below run on in-memory nodes (`redquorum::testing`, feature
+//! `testing`) where they say `redlock`; the code is the same against Redis.
+//!
+//! **Take it once, or leave it** — [`Redlock::try_lock`] and [`Lock::release`]:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), redquorum::LockError> {
+//! # let redlock = redquorum::testing::redlock(5).await;
+//! use std::time::Duration;
+//! use redquorum::LockError;
+//!
+//! match redlock.try_lock("cron:nightly", Duration::from_secs(60)).await {
+//!     Ok(lock) => {
+//!         // Exclusion holds while the lock is valid: check before each step.
+//!         if lock.is_valid() { /* run the job */ }
+//!         lock.release().await?;
+//!     }
+//!     Err(LockError::Taken { .. }) => { /* another host runs it */ }
+//!     Err(e) => return Err(e),
+//! }
 //! # Ok(()) }
+//! ```
+//!
+//! **Work under a lease** — [`Redlock::run`] extends the lock every third of
+//! its TTL while the work runs, and drops the work at once if the lease
+//! cannot be kept ([`LockError::Lost`]):
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), redquorum::LockError> {
+//! # let redlock = redquorum::testing::redlock(5).await;
+//! use std::time::Duration;
+//!
+//! let rows = redlock
+//!     .run("reports:daily", Duration::from_secs(30), |lease| async move {
+//!         // long work; lease.remaining() and lease.lost() at checkpoints
+//!         assert!(lease.is_valid());
+//!         42
+//!     })
+//!     .await?;
+//! assert_eq!(rows, 42);
+//! # Ok(()) }
+//! ```
+//!
+//! **Wait for it** — [`LockOptions::wait`] keeps trying up to a deadline,
+//! woken the moment the holder releases:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), redquorum::LockError> {
+//! # let redlock = redquorum::testing::redlock(5).await;
+//! use std::time::Duration;
+//! use redquorum::LockOptions;
+//!
+//! let holder = redlock.lock("queue:drain", Duration::from_millis(200)).await?;
+//! let wait = LockOptions::new().wait(Duration::from_secs(5));
+//! // Held for 200 ms more at most: the waiter gets it then.
+//! let lock = redlock.lock_with("queue:drain", Duration::from_secs(10), &wait).await?;
+//! assert!(!holder.is_valid());
+//! lock.release().await
+//! # }
+//! ```
+//!
+//! **Fence the storage** — a fenced lock carries a token larger than every
+//! earlier holder's; the storage rejects writes with a smaller one, which
+//! stops a holder that paused past its validity (`docs/fencing.md`):
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), redquorum::LockError> {
+//! # let redlock = redquorum::testing::redlock(5).await;
+//! use std::time::Duration;
+//!
+//! let first = redlock.lock_fenced("ledger", Duration::from_secs(10)).await?;
+//! let token = first.fence().expect("fenced locks carry a token");
+//! first.release().await?;
+//! let second = redlock.lock_fenced("ledger", Duration::from_secs(10)).await?;
+//! assert!(second.fence() > Some(token));
+//! second.release().await
+//! # }
 //! ```
 //!
 //! ## What it guarantees
@@ -37,7 +121,9 @@
 //! - **Clear outcomes**: [`LockError`] says taken, unavailable, expired, timed
 //!   out or misconfigured, with every node's answer.
 //!
-//! The algorithm and its arithmetic are in [`quorum`] and `docs/design.md`.
+//! The algorithm and its arithmetic are in [`quorum`] and `docs/design.md`;
+//! operating the nodes, metrics and logs in `docs/operations.md`; moving
+//! from rslock, node-redlock or redsync in `docs/migrating.md`.
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]

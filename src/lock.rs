@@ -74,12 +74,25 @@ impl Lock {
     }
 
     /// The resource this lock holds (the first one, for
-    /// [`Redlock::lock_many`]).
+    /// [`Redlock::lock_many`](crate::Redlock::lock_many)).
     pub fn resource(&self) -> &str {
         self.claim.keys().resources().next().unwrap_or_default()
     }
 
     /// Every resource this lock holds, in the order given.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// let lock = redlock
+    ///     .lock_many(&["account:1", "account:2"], std::time::Duration::from_secs(5))
+    ///     .await?;
+    /// assert_eq!(lock.resource(), "account:1");
+    /// assert_eq!(lock.resources().collect::<Vec<_>>(), ["account:1", "account:2"]);
+    /// lock.release().await
+    /// # }
+    /// ```
     pub fn resources(&self) -> impl ExactSizeIterator<Item = &str> {
         self.claim.keys().resources()
     }
@@ -90,7 +103,7 @@ impl Lock {
         self.claim.token()
     }
 
-    /// The fencing token of a lock from [`Redlock::lock_fenced`]: larger than
+    /// The fencing token of a lock from [`Redlock::lock_fenced`](crate::Redlock::lock_fenced): larger than
     /// that of every earlier holder of the resource. `None` for other locks.
     pub fn fence(&self) -> Option<u64> {
         self.fence
@@ -104,6 +117,19 @@ impl Lock {
     }
 
     /// Validity left, rounded down to whole milliseconds; zero once expired.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// use std::time::Duration;
+    /// let lock = redlock.lock("report", Duration::from_secs(10)).await?;
+    /// // The TTL less the round's time and the drift allowance (102 ms).
+    /// assert!(lock.remaining() <= Duration::from_millis(9_898));
+    /// assert!(lock.is_valid());
+    /// lock.release().await
+    /// # }
+    /// ```
     pub fn remaining(&self) -> Duration {
         quorum::remaining(
             self.deadline.saturating_duration_since(Instant::now()),
@@ -113,6 +139,18 @@ impl Lock {
 
     /// Whether the lock is still valid: mutual exclusion holds only while this
     /// is true.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// use std::time::Duration;
+    /// let lock = redlock.lock("report", Duration::from_secs(1)).await?;
+    /// assert!(lock.is_valid());
+    /// tokio::time::sleep(Duration::from_secs(1)).await; // paused clock: no real wait
+    /// assert!(!lock.is_valid());
+    /// # Ok(()) }
+    /// ```
     pub fn is_valid(&self) -> bool {
         Instant::now() < self.deadline
     }
@@ -131,10 +169,17 @@ impl Lock {
     /// has vanished is never given it back (that would be a new acquisition),
     /// and no node's expiry is ever shortened.
     ///
-    /// ```no_run
-    /// # async fn demo(mut lock: redquorum::Lock) -> Result<(), redquorum::LockError> {
-    /// lock.extend(std::time::Duration::from_secs(10)).await?;
-    /// # Ok(()) }
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// use std::time::Duration;
+    /// let mut lock = redlock.lock("report", Duration::from_secs(10)).await?;
+    /// let before = lock.deadline();
+    /// lock.extend(Duration::from_secs(30)).await?;
+    /// assert!(lock.deadline() > before);
+    /// # lock.release().await
+    /// # }
     /// ```
     pub async fn extend(&mut self, ttl: Duration) -> Result<(), LockError> {
         let ttl = self.driver.check_ttl(ttl)?;
@@ -159,10 +204,16 @@ impl Lock {
     /// dropping it before releases in the background, as dropping the lock
     /// does.
     ///
-    /// ```no_run
-    /// # async fn demo(lock: redquorum::Lock) -> Result<(), redquorum::LockError> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// use std::time::Duration;
+    /// let lock = redlock.lock("report", Duration::from_secs(10)).await?;
     /// lock.release().await?;
-    /// # Ok(()) }
+    /// // Free again at once: the key is gone from every node.
+    /// redlock.try_lock("report", Duration::from_secs(10)).await?.release().await
+    /// # }
     /// ```
     pub async fn release(mut self) -> Result<(), LockError> {
         // Set before the release is handed over, in the same poll: from here

@@ -23,17 +23,25 @@ use crate::telemetry;
 /// A lock is granted when a majority of the configured nodes — `N / 2 + 1`,
 /// however many are reachable — agree within the validity window.
 ///
-/// ```no_run
-/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// ```
 /// use std::time::Duration;
 /// use redquorum::Redlock;
 ///
-/// let redlock = Redlock::connect([
-///     "redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003",
-///     "redis://127.0.0.1:7004", "redis://127.0.0.1:7005",
-/// ]).await?;
+/// async fn connect() -> Result<Redlock, redquorum::ConfigError> {
+///     Redlock::connect([
+///         "redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003",
+///         "redis://127.0.0.1:7004", "redis://127.0.0.1:7005",
+///     ])
+///     .await
+/// }
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let _ = connect;
+/// # let redlock = redquorum::testing::redlock(5).await; // in place of connect().await?
 /// let lock = redlock.lock("orders:42", Duration::from_secs(10)).await?;
-/// // ... critical section, while lock.is_valid() ...
+/// if lock.is_valid() {
+///     // ... the critical section: exclusion holds while the lock is valid ...
+/// }
 /// lock.release().await?;
 /// # Ok(()) }
 /// ```
@@ -154,8 +162,10 @@ impl Redlock {
     /// returns (on nodes that answer within the node timeout; on the others in
     /// the background, behind the acquire on the same connection).
     ///
-    /// ```no_run
-    /// # async fn demo(redlock: redquorum::Redlock) {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// # let redlock = redquorum::testing::redlock(5).await;
     /// use std::time::Duration;
     /// use redquorum::LockError;
     ///
@@ -176,8 +186,10 @@ impl Redlock {
     /// Up to [`Retry::attempts`](crate::Retry::attempts) rounds, pausing a
     /// random time between them; the last round's error if all fail.
     ///
-    /// ```no_run
-    /// # async fn demo(redlock: redquorum::Redlock) -> Result<(), redquorum::LockError> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
     /// let lock = redlock.lock("orders:42", std::time::Duration::from_secs(10)).await?;
     /// lock.release().await
     /// # }
@@ -192,8 +204,10 @@ impl Redlock {
     /// instead of putting it next to the TTL, where the two are easily
     /// swapped.
     ///
-    /// ```no_run
-    /// # async fn demo(redlock: redquorum::Redlock) -> Result<(), redquorum::LockError> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
     /// use std::time::Duration;
     /// use redquorum::LockOptions;
     /// // Instead of redlock.lock_wait("orders:42", ttl, max_wait):
@@ -227,8 +241,10 @@ impl Redlock {
     /// protect and have it reject writes carrying a smaller one: that stops a
     /// holder that paused past its validity. See `docs/fencing.md`.
     ///
-    /// ```no_run
-    /// # async fn demo(redlock: redquorum::Redlock) -> Result<(), redquorum::LockError> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
     /// let lock = redlock.lock_fenced("ledger", std::time::Duration::from_secs(10)).await?;
     /// let token: u64 = lock.fence().expect("fenced locks carry a token");
     /// // storage.write_if_newer(token, ...)
@@ -243,8 +259,10 @@ impl Redlock {
     /// A lock with explicit [`LockOptions`]: how long to wait
     /// ([`LockOptions::wait`]), whether to carry a fencing token.
     ///
-    /// ```no_run
-    /// # async fn demo(redlock: redquorum::Redlock) -> Result<(), redquorum::LockError> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
     /// use std::time::Duration;
     /// use redquorum::LockOptions;
     /// let options = LockOptions::new().fenced().wait(Duration::from_secs(5));
@@ -273,8 +291,10 @@ impl Redlock {
     /// overlapping sets never both get a quorum. Extend and release act on
     /// all of them.
     ///
-    /// ```no_run
-    /// # async fn demo(redlock: redquorum::Redlock) -> Result<(), redquorum::LockError> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
     /// use std::time::Duration;
     /// let lock = redlock.lock_many(&["account:1", "account:2"], Duration::from_secs(5)).await?;
     /// assert_eq!(lock.resources().count(), 2);
@@ -299,8 +319,10 @@ impl Redlock {
     /// exclude the others a distinct one. Quorum and validity rules are those
     /// of plain locks; each returned `Lock` has its own deadline.
     ///
-    /// ```no_run
-    /// # async fn demo(redlock: redquorum::Redlock) -> Result<(), redquorum::LockError> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
     /// use std::time::Duration;
     /// let outer = redlock.lock_reentrant("job", Duration::from_secs(10), "worker-7").await?;
     /// let inner = redlock.lock_reentrant("job", Duration::from_secs(10), "worker-7").await?;

@@ -8,7 +8,7 @@
 //! until [thawed](MemoryNode::thaw), then applies the queue in order (a
 //! SIGSTOPped Redis). Keys expire by tokio's clock, so a test on a paused
 //! runtime controls time. It reports no releases
-//! ([`Node::listen`](crate::node::Node::listen)): waiters poll.
+//! (`Node::listen`): waiters poll.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]

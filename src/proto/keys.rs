@@ -3,7 +3,7 @@
 //! By default a resource `R` is locked under `{R}:lock`; a fenced lock's
 //! counter is `{R}:fence`. The braces make `R` the keys' hash tag, so both
 //! share one Redis Cluster slot (unless `R` starts with `}`, which empties
-//! the tag; see [`slot`](super::slot)). A [`KeyLayout`] may put a prefix in
+//! the tag; see `proto::slot`). A [`KeyLayout`] may put a prefix in
 //! front (`app:{R}:lock`), and in *interop* mode a plain lock's key is the
 //! prefix and the resource name alone (`app:R`), as rslock, node-redlock and
 //! redsync name theirs, so that their holders and redquorum's exclude each
