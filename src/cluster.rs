@@ -70,6 +70,8 @@ struct Shared {
     /// Asks the mapper for a fresh map.
     refresh: Notify,
     max_in_flight: usize,
+    /// Whether masters batch what is queued for them.
+    batching: bool,
 }
 
 /// Which master serves each slot.
@@ -140,17 +142,19 @@ impl ClusterNode {
         servers: Arc<Servers>,
         wait: Duration,
         max_in_flight: usize,
+        batching: bool,
     ) -> Result<(Self, Option<NodeError>), ConfigError> {
         let name = Arc::clone(address.name());
         let own = Servers::new(vec![Arc::clone(&name)]);
         let (seed, seed_failed) =
-            RedisNode::connect(address.clone(), 0, own, wait, max_in_flight).await?;
+            RedisNode::connect(address.clone(), 0, own, wait, max_in_flight, batching).await?;
         let shared = Arc::new(Shared {
             address,
             seed,
             map: Mutex::new(Map::empty()),
             refresh: Notify::new(),
             max_in_flight,
+            batching,
         });
         let (first_tx, first_rx) = oneshot::channel();
         let mapper = Background::spawn(map_continuously(
@@ -353,9 +357,16 @@ async fn map_once(shared: &Shared, identity: &Identity) -> Result<(), Mapping> {
                 .node_at(host, port)
                 .map_err(|e| NodeError::Protocol(e.to_string().into()))?;
             let own = Servers::new(vec![Arc::clone(address.name())]);
-            let (node, _) = RedisNode::connect(address, 0, own, ASK_TIMEOUT, shared.max_in_flight)
-                .await
-                .map_err(|e| NodeError::Auth(e.to_string().into()))?;
+            let (node, _) = RedisNode::connect(
+                address,
+                0,
+                own,
+                ASK_TIMEOUT,
+                shared.max_in_flight,
+                shared.batching,
+            )
+            .await
+            .map_err(|e| NodeError::Auth(e.to_string().into()))?;
             Ok((at.clone(), Arc::new(node)))
         }
     });

@@ -130,6 +130,7 @@
 
 mod address;
 mod admin;
+mod batch;
 mod claim;
 mod cluster;
 mod config;

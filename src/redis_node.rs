@@ -21,6 +21,7 @@ use tokio::sync::{Notify, oneshot};
 use tokio::task::AbortHandle;
 
 use crate::address::Address;
+use crate::batch::{self, Batcher, Route};
 use crate::error::{ConfigError, NodeError};
 use crate::node::{Op, Reply};
 use crate::scripts;
@@ -152,8 +153,12 @@ enum First {
 pub(crate) struct RedisNode {
     name: Arc<str>,
     slot: Arc<Slot>,
+    /// Calls queued behind the write in flight.
+    batch: Arc<Batcher>,
     /// Owns (re)connecting; aborted with the node.
     _reconnector: Background,
+    /// Sends what `batch` queues; aborted with the node.
+    _sender: Background,
 }
 
 /// A background task owned by a node: aborted when the node is dropped.
@@ -192,6 +197,7 @@ impl RedisNode {
         servers: Arc<Servers>,
         wait: Duration,
         max_in_flight: usize,
+        batching: bool,
     ) -> Result<(Self, Option<NodeError>), ConfigError> {
         let slot = Arc::new(Slot::default());
         let (first_tx, first_rx) = oneshot::channel();
@@ -212,10 +218,29 @@ impl RedisNode {
             slot.clone(),
             first_tx,
         ));
+        let batch = Arc::new(Batcher::new(batching));
+        let sender = {
+            let (current, broken) = (Arc::clone(&slot), Arc::clone(&slot));
+            Background::spawn(batch::send_queued(
+                Arc::clone(&name),
+                Arc::clone(&batch),
+                move || {
+                    current.get().map_err(|e| {
+                        RedisError::from(std::io::Error::new(
+                            std::io::ErrorKind::NotConnected,
+                            e.to_string(),
+                        ))
+                    })
+                },
+                move |generation| broken.mark_broken(generation, &NodeError::TimedOut),
+            ))
+        };
         let node = RedisNode {
             name,
             slot,
+            batch,
             _reconnector: reconnector,
+            _sender: sender,
         };
         match tokio::time::timeout(wait, first_rx).await {
             Ok(Ok(First::Failed(NodeError::Auth(message)))) => Err(ConfigError::Auth {
@@ -295,17 +320,22 @@ impl RedisNode {
     ) -> Result<Value, Failure> {
         let (generation, mut conn) = self.slot.get()?;
         let exchange = async {
-            if asking {
-                let mut pipe = redis::pipe();
-                pipe.cmd("ASKING").add_command(command.clone());
-                conn.send_packed_commands(&pipe, 1, 1)
+            // Routed at the first poll, which also writes a call sent now:
+            // a later call finds the node busy and queues behind it.
+            match self.batch.route(generation, command, asking, grace) {
+                Route::Now(_busy) if asking => {
+                    let mut pipe = redis::pipe();
+                    pipe.cmd("ASKING").add_command(command.clone());
+                    conn.send_packed_commands(&pipe, 1, 1)
+                        .await
+                        .and_then(|mut values| values.pop().ok_or_else(no_answer))
+                        .and_then(Value::extract_error)
+                }
+                Route::Now(_busy) => conn
+                    .send_packed_command(command)
                     .await
-                    .and_then(|mut values| values.pop().ok_or_else(no_answer))
-                    .and_then(Value::extract_error)
-            } else {
-                conn.send_packed_command(command)
-                    .await
-                    .and_then(Value::extract_error)
+                    .and_then(Value::extract_error),
+                Route::Queued(answer) => answer.await.unwrap_or_else(|_| Err(no_answer())),
             }
         };
         let Ok(result) = tokio::time::timeout(grace, exchange).await else {

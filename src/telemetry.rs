@@ -28,6 +28,9 @@ pub const NODE_LATENCY: &str = "redquorum_node_request_duration_seconds";
 pub const NODE_IN_FLIGHT: &str = "redquorum_node_in_flight";
 /// 1 while the node answers, 0 while it is degraded (`node`).
 pub const NODE_UP: &str = "redquorum_node_up";
+/// Calls sent in a batch ([`Builder::batching`](crate::Builder::batching))
+/// (`node`).
+pub const NODE_BATCHED: &str = "redquorum_node_batched_total";
 /// Locks granted (`kind`).
 pub const GRANTS: &str = "redquorum_grants_total";
 /// Acquisitions refused (`kind`, `reason`).
@@ -52,6 +55,7 @@ pub(crate) fn describe() {
         "Latency of node calls that got an answer"
     );
     describe_gauge!(NODE_IN_FLIGHT, "Node calls in flight");
+    describe_counter!(NODE_BATCHED, "Node calls sent in a batch");
     describe_gauge!(NODE_UP, "1 while the node answers, 0 while it is degraded");
     describe_counter!(GRANTS, "Locks granted");
     describe_counter!(REFUSALS, "Acquisitions refused, by reason");
