@@ -235,7 +235,7 @@ impl ClusterNode {
         let mut master = self.shared.owner(slot(key.as_bytes())).inspect_err(|_| {
             self.shared.refresh.notify_one();
         })?;
-        let command = scripts::command(&op);
+        let command = scripts::command(&op, master.scripts_loaded());
         let mut asking = false;
         for _ in 0..=MAX_REDIRECTS {
             match master.exchange(&command, asking, grace).await {

@@ -50,6 +50,8 @@ struct Current {
     last_error: Option<Arc<str>>,
     /// The server and version the last connection reported.
     server: Option<Arc<str>>,
+    /// The current connection has the scripts loaded (`EVALSHA`).
+    loaded: bool,
 }
 
 impl Slot {
@@ -77,12 +79,20 @@ impl Slot {
         }
     }
 
-    fn install(&self, conn: MultiplexedConnection, server: Option<Arc<str>>) {
+    fn install(&self, conn: MultiplexedConnection, server: Option<Arc<str>>, loaded: bool) {
         let mut cur = self.current.lock().unwrap_or_else(PoisonError::into_inner);
         cur.generation += 1;
         cur.conn = Some(conn);
+        cur.loaded = loaded;
         cur.last_error = None;
         cur.server = server.or(cur.server.take());
+    }
+
+    fn loaded(&self) -> bool {
+        self.current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .loaded
     }
 
     fn server(&self) -> Option<Arc<str>> {
@@ -266,6 +276,12 @@ impl RedisNode {
         self.slot.ready()
     }
 
+    /// Whether the current connection has the scripts loaded, so that
+    /// commands go as `EVALSHA` (see `scripts`).
+    pub(crate) fn scripts_loaded(&self) -> bool {
+        self.slot.loaded()
+    }
+
     /// The server and version its last connection reported.
     pub(crate) fn server(&self) -> Option<Arc<str>> {
         self.slot.server()
@@ -294,7 +310,7 @@ impl RedisNode {
     /// queued on it) and re-established in the background.
     pub(crate) async fn run(&self, op: Op<'_>, grace: Duration) -> Result<Reply, NodeError> {
         let value = self
-            .exchange(&scripts::command(&op), false, grace)
+            .exchange(&scripts::command(&op, self.scripts_loaded()), false, grace)
             .await
             .map_err(|failure| match failure {
                 Failure::Node(error) => error,
@@ -356,7 +372,13 @@ impl RedisNode {
                 };
             }
             let error = classify(&e);
-            if e.is_unrecoverable_error() || e.is_connection_dropped() || e.is_io_error() {
+            // NOSCRIPT: the scripts were flushed; a new connection loads
+            // them again (the call itself is not retried: see `scripts`).
+            if e.is_unrecoverable_error()
+                || e.is_connection_dropped()
+                || e.is_io_error()
+                || e.code() == Some("NOSCRIPT")
+            {
                 self.slot.mark_broken(generation, &error);
             }
             Failure::Node(error)
@@ -432,7 +454,7 @@ async fn reconnect(
                 e => e,
             });
         let outcome = match attempt {
-            Ok((conn, run_id, server)) => match run_id
+            Ok((conn, run_id, server, loaded)) => match run_id
                 .map(|id| member.servers.claim(member.index, &id))
             {
                 Some(Err(other)) => {
@@ -445,7 +467,7 @@ async fn reconnect(
                     First::SameAs(other)
                 }
                 _ => {
-                    slot.install(conn, server.map(Arc::from));
+                    slot.install(conn, server.map(Arc::from), loaded);
                     First::Connected
                 }
             },
@@ -470,13 +492,15 @@ async fn reconnect(
     }
 }
 
+/// What a connection attempt found: the connection, the server's `run_id`
+/// and name, and whether the scripts are loaded on it.
+type Opened = (MultiplexedConnection, Option<String>, Option<String>, bool);
+
 /// One connection attempt, including a PING so that missing or wrong
-/// credentials show up here rather than in the first lock round, and the
-/// server's `run_id` (`None` where `INFO` is not allowed).
-async fn open(
-    client: &redis::Client,
-    queue: usize,
-) -> Result<(MultiplexedConnection, Option<String>, Option<String>), NodeError> {
+/// credentials show up here rather than in the first lock round, the
+/// server's `run_id` (`None` where `INFO` is not allowed), and the scripts
+/// loaded (`false` where `SCRIPT LOAD` is not allowed: `EVAL` then).
+async fn open(client: &redis::Client, queue: usize) -> Result<Opened, NodeError> {
     // Timeouts are the dispatcher's business: it bounds every call itself.
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(CONNECT_TIMEOUT))
@@ -499,7 +523,26 @@ async fn open(
         Ok(Value::VerbatimString { text, .. }) => text,
         _ => String::new(),
     };
-    Ok((conn, run_id(&info), server(&info)))
+    let mut load = redis::pipe();
+    for (source, _) in scripts::all() {
+        load.cmd("SCRIPT").arg("LOAD").arg(source);
+    }
+    let count = scripts::all().count();
+    let loaded = match conn.send_packed_commands(&load, 0, count).await {
+        Ok(hashes) => {
+            hashes.len() == count
+                && hashes
+                    .into_iter()
+                    .zip(scripts::all())
+                    .all(|(hash, (_, sha))| match hash {
+                        Value::BulkString(h) => h == sha.as_bytes(),
+                        Value::SimpleString(h) => h == sha,
+                        _ => false,
+                    })
+        }
+        Err(_) => false,
+    };
+    Ok((conn, run_id(&info), server(&info), loaded))
 }
 
 /// The server and version from `INFO server`: `valkey 8.1.8` (Valkey also

@@ -2,12 +2,16 @@
 //! and a native `SET NX PX` for a plain acquire that needs nothing more
 //! (Redis runs it in about half the time of the script).
 //!
-//! Scripts are sent as `EVAL` of their source (comments stripped, once per
-//! process), never `EVALSHA`. Redis caches a script by its hash either way;
-//! what `EVAL` avoids is the `NOSCRIPT` retry after a restart or `SCRIPT
-//! FLUSH`: a retried call goes out *after* calls made later on the same
-//! connection, so a release could run before the acquire it follows. One
-//! message per call keeps every node's calls in the order they were made.
+//! Scripts are loaded (`SCRIPT LOAD`) on every new connection before it
+//! takes a call, and then sent as `EVALSHA`: the node neither receives nor
+//! hashes the source on every call. A call is never retried: a `NOSCRIPT`
+//! (after a `SCRIPT FLUSH`) fails that call like any error reply — a retry
+//! would go out *after* calls made later on the same connection, so a
+//! release could run before the acquire it follows — and the connection is
+//! renewed, which loads the scripts again. One message per call keeps every
+//! node's calls in the order they were made. Where `SCRIPT LOAD` is not
+//! allowed (an ACL without it), that connection sends `EVAL` of the source
+//! (comments stripped, once per process), which needs nothing loaded.
 //!
 //! Commands are built in reused buffers: a fresh `redis::Cmd` grows its two
 //! vectors six times while an `EVALSHA` is written into it, on every call to
@@ -21,15 +25,18 @@ use redis::Cmd;
 
 use crate::node::Op;
 
-/// A script's source without its comment lines, computed on first use.
+/// A script's source without its comment lines, and its SHA-1, computed on
+/// first use.
 struct Lua {
     source: LazyLock<String>,
+    sha: LazyLock<String>,
 }
 
 macro_rules! lua {
     ($name:ident, $file:literal) => {
         static $name: Lua = Lua {
             source: LazyLock::new(|| strip_comments(include_str!($file))),
+            sha: LazyLock::new(|| redis::Script::new(&$name.source).get_hash().to_owned()),
         };
     };
 }
@@ -94,9 +101,29 @@ impl Drop for Command {
     }
 }
 
-/// The command for `op`: `EVAL` of its script, or a native `SET` for a
-/// plain acquire.
-pub(crate) fn command(op: &Op<'_>) -> Command {
+/// Every script, for `SCRIPT LOAD` on a new connection: (source, SHA-1).
+pub(crate) fn all() -> impl Iterator<Item = (&'static str, &'static str)> {
+    [
+        &ACQUIRE,
+        &EXTEND,
+        &RELEASE,
+        &ACQUIRE_REENTRANT,
+        &EXTEND_REENTRANT,
+        &RELEASE_REENTRANT,
+        &ACQUIRE_MANY,
+        &EXTEND_MANY,
+        &RELEASE_MANY,
+        &ACQUIRE_FENCED,
+        &FENCE_WRITEBACK,
+    ]
+    .into_iter()
+    .map(|lua| (lua.source.as_str(), lua.sha.as_str()))
+}
+
+/// The command for `op`: `EVALSHA` of its script where the connection has
+/// them loaded (`loaded`), else `EVAL` of its source; or a native `SET`
+/// for a plain acquire.
+pub(crate) fn command(op: &Op<'_>, loaded: bool) -> Command {
     let mut command = Command::new();
     if let Op::Acquire {
         key,
@@ -128,7 +155,11 @@ pub(crate) fn command(op: &Op<'_>) -> Command {
         Op::FenceWriteBack { .. } => &FENCE_WRITEBACK,
     };
     let cmd = &mut command.0;
-    cmd.arg("EVAL").arg(lua.source.as_str());
+    if loaded {
+        cmd.arg("EVALSHA").arg(lua.sha.as_str());
+    } else {
+        cmd.arg("EVAL").arg(lua.source.as_str());
+    }
     match *op {
         Op::Acquire {
             key, token, ttl_ms, ..
@@ -191,6 +222,23 @@ pub(crate) fn command(op: &Op<'_>) -> Command {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn loaded_scripts_go_by_hash() {
+        let op = Op::Release {
+            key: "{r}:lock",
+            token: "t",
+        };
+        let by_hash = command(&op, true);
+        let packed = String::from_utf8_lossy(&by_hash.get_packed_command()).into_owned();
+        assert!(packed.contains("EVALSHA") && packed.contains(RELEASE.sha.as_str()));
+        assert!(!packed.contains("redis.call"));
+        let by_source = command(&op, false);
+        let packed = String::from_utf8_lossy(&by_source.get_packed_command()).into_owned();
+        assert!(packed.contains("EVAL") && packed.contains("redis.call"));
+        assert_eq!(all().count(), 11);
+        assert!(all().all(|(_, sha)| sha.len() == 40));
+    }
 
     #[test]
     fn comments_are_stripped_and_code_kept() {

@@ -12,7 +12,7 @@ use redis::AsyncCommands;
 use redquorum::node::Node;
 use redquorum::quorum::MAX_TTL_MS;
 use redquorum::{Answer, ConfigError, LockError, NodeError, Redlock};
-use support::acl::{AclUser, blocking_conn};
+use support::acl::{AclUser, acl_all, blocking_conn};
 use support::memory::MemoryNode;
 use support::*;
 use tokio::sync::Mutex;
@@ -507,4 +507,96 @@ async fn least_privilege_acl_user_can_lock() {
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     let denied: redis::RedisResult<()> = conn.set("not-a-lock-key", "x").await;
     assert!(denied.is_err(), "the user may write other keys");
+}
+
+/// Scripts go by hash (`EVALSHA`) once loaded on a connection. A `SCRIPT
+/// FLUSH` makes that node's next script call fail (`NOSCRIPT`, never
+/// retried: a retry could overtake later calls) and renews its connection,
+/// which loads them again; meanwhile the quorum carries every round.
+#[tokio::test]
+async fn flushed_scripts_cost_one_failed_call_then_load_again() {
+    let _turn = CLUSTER.lock().await;
+    let redlock = redlock().await;
+    let resource = unique("noscript");
+    redlock
+        .try_lock(&resource, Duration::from_secs(5))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let mut node1 = raw(0).await;
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut node1)
+        .await
+        .unwrap();
+    assert!(stats.contains("cmdstat_evalsha:"), "no EVALSHA reached node 1:\n{stats}");
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut node1)
+        .await
+        .unwrap();
+    // Release is a script: node 1 refuses it, four nodes carry it.
+    let lock = redlock
+        .try_lock(&resource, Duration::from_secs(5))
+        .await
+        .unwrap();
+    lock.release().await.expect("a quorum released");
+    // Node 1's copy of the key waits for its TTL; a later cycle on another
+    // resource goes through on node 1 again once its connection is renewed.
+    let start = std::time::Instant::now();
+    loop {
+        let other = unique("noscript-after");
+        let lock = redlock
+            .try_lock(&other, Duration::from_secs(5))
+            .await
+            .unwrap();
+        lock.release().await.unwrap();
+        let left: bool = node1.exists(lock_key(&other)).await.unwrap();
+        if !left {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "node 1 never released again after SCRIPT FLUSH"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _: () = node1.del(lock_key(&resource)).await.unwrap();
+}
+
+/// A user who may run scripts but not `SCRIPT LOAD`: its connections send
+/// `EVAL` of the source, and every lock kind works.
+#[tokio::test]
+async fn without_script_load_rights_scripts_go_as_eval() {
+    let _turn = CLUSTER.lock().await;
+    let user = AclUser::create(
+        "rq-noload",
+        &["on", ">pw", "~*", "&*", "+@all", "-script|load"],
+    )
+    .await;
+    let redlock = Redlock::builder()
+        .nodes(user.urls("pw"))
+        .node_timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap();
+    let resource = unique("noload");
+    let mut lock = redlock
+        .lock_fenced(&resource, Duration::from_secs(5))
+        .await
+        .unwrap();
+    lock.extend(Duration::from_secs(5)).await.unwrap();
+    lock.release().await.unwrap();
+    let lock = redlock
+        .lock_reentrant(&resource, Duration::from_secs(5), "owner")
+        .await
+        .unwrap();
+    lock.release().await.unwrap();
+    for i in 0..5 {
+        let left: bool = raw(i).await.exists(lock_key(&resource)).await.unwrap();
+        assert!(!left, "node {} kept the key", i + 1);
+    }
+    acl_all(&["DELUSER", user.name()]).await;
 }
