@@ -103,10 +103,18 @@ pub(crate) fn process_cpu() -> Duration {
     cpu_of("/proc/self/stat")
 }
 
-/// CPU time used so far by the Redis servers, when they are local processes
-/// started by `scripts/nodes` (their pid files are under
-/// `REDQUORUM_STATE_DIR`); `None` otherwise (e.g. Docker nodes).
+/// CPU time used so far by the Redis servers: the pids in
+/// `REDQUORUM_SERVER_PIDS` (comma-separated; e.g. Docker nodes' host pids),
+/// or local processes started by `scripts/nodes` (their pid files are under
+/// `REDQUORUM_STATE_DIR`); `None` otherwise.
 pub(crate) fn servers_cpu() -> Option<Duration> {
+    if let Ok(pids) = std::env::var("REDQUORUM_SERVER_PIDS") {
+        return Some(
+            pids.split(',')
+                .map(|pid| cpu_of(&format!("/proc/{}/stat", pid.trim())))
+                .sum(),
+        );
+    }
     let dir = std::env::var("REDQUORUM_STATE_DIR").ok()?;
     let mut total = Duration::ZERO;
     for n in 1..=5 {
