@@ -277,7 +277,7 @@ impl RedisNode {
     }
 
     /// Whether the current connection has the scripts loaded, so that
-    /// commands go as `EVALSHA` (see `scripts`).
+    /// commands go as `FCALL` (see `scripts`).
     pub(crate) fn scripts_loaded(&self) -> bool {
         self.slot.loaded()
     }
@@ -372,12 +372,13 @@ impl RedisNode {
                 };
             }
             let error = classify(&e);
-            // NOSCRIPT: the scripts were flushed; a new connection loads
-            // them again (the call itself is not retried: see `scripts`).
+            // The library was deleted (`FUNCTION FLUSH`): a new connection
+            // loads it again (the call itself is not retried: see `scripts`).
+            let unloaded = e.to_string().contains("Function not found");
             if e.is_unrecoverable_error()
                 || e.is_connection_dropped()
                 || e.is_io_error()
-                || e.code() == Some("NOSCRIPT")
+                || unloaded
             {
                 self.slot.mark_broken(generation, &error);
             }
@@ -499,7 +500,8 @@ type Opened = (MultiplexedConnection, Option<String>, Option<String>, bool);
 /// One connection attempt, including a PING so that missing or wrong
 /// credentials show up here rather than in the first lock round, the
 /// server's `run_id` (`None` where `INFO` is not allowed), and the scripts
-/// loaded (`false` where `SCRIPT LOAD` is not allowed: `EVAL` then).
+/// loaded as a function library (`false` where the server has no functions
+/// or `FUNCTION LOAD` is not allowed: `EVAL` then).
 async fn open(client: &redis::Client, queue: usize) -> Result<Opened, NodeError> {
     // Timeouts are the dispatcher's business: it bounds every call itself.
     let config = AsyncConnectionConfig::new()
@@ -523,24 +525,20 @@ async fn open(client: &redis::Client, queue: usize) -> Result<Opened, NodeError>
         Ok(Value::VerbatimString { text, .. }) => text,
         _ => String::new(),
     };
-    let mut load = redis::pipe();
-    for (source, _) in scripts::all() {
-        load.cmd("SCRIPT").arg("LOAD").arg(source);
-    }
-    let count = scripts::all().count();
-    let loaded = match conn.send_packed_commands(&load, 0, count).await {
-        Ok(hashes) => {
-            hashes.len() == count
-                && hashes
-                    .into_iter()
-                    .zip(scripts::all())
-                    .all(|(hash, (_, sha))| match hash {
-                        Value::BulkString(h) => h == sha.as_bytes(),
-                        Value::SimpleString(h) => h == sha,
-                        _ => false,
-                    })
-        }
-        Err(_) => false,
+    // The library, once per server and version; "already exists" is this
+    // version, loaded before. Any other refusal (an older server, no
+    // rights): `EVAL` on this connection.
+    let loaded = match conn
+        .send_packed_command(
+            redis::cmd("FUNCTION")
+                .arg("LOAD")
+                .arg(scripts::LIBRARY.as_str()),
+        )
+        .await
+        .and_then(Value::extract_error)
+    {
+        Ok(_) => true,
+        Err(e) => e.to_string().contains("already exists"),
     };
     Ok((conn, run_id(&info), server(&info), loaded))
 }

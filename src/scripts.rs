@@ -2,16 +2,21 @@
 //! and a native `SET NX PX` for a plain acquire that needs nothing more
 //! (Redis runs it in about half the time of the script).
 //!
-//! Scripts are loaded (`SCRIPT LOAD`) on every new connection before it
-//! takes a call, and then sent as `EVALSHA`: the node neither receives nor
-//! hashes the source on every call. A call is never retried: a `NOSCRIPT`
-//! (after a `SCRIPT FLUSH`) fails that call like any error reply — a retry
-//! would go out *after* calls made later on the same connection, so a
-//! release could run before the acquire it follows — and the connection is
-//! renewed, which loads the scripts again. One message per call keeps every
-//! node's calls in the order they were made. Where `SCRIPT LOAD` is not
-//! allowed (an ACL without it), that connection sends `EVAL` of the source
-//! (comments stripped, once per process), which needs nothing loaded.
+//! Where the server offers functions (Redis 7+, Valkey; `FUNCTION LOAD`
+//! allowed), every new connection loads the scripts as one library before
+//! it takes a call — `redquorum_<version hash>`, one function per script,
+//! loaded once per server and kept across restarts with persistence — and
+//! calls go as `FCALL`: the node neither receives nor hashes the source on
+//! every call. A `SCRIPT FLUSH` leaves functions alone. Elsewhere a
+//! connection sends `EVAL` of each script's source (comments stripped, once
+//! per process), which needs nothing loaded.
+//!
+//! Never `EVALSHA` with a retry: a call retried after `NOSCRIPT` goes out
+//! *after* calls made later on the same connection, so a release could run
+//! before the acquire it follows. One message per call keeps every node's
+//! calls in the order they were made. If the library is deleted under a
+//! live connection (`FUNCTION FLUSH`), that call fails like any error reply
+//! and the connection is renewed, which loads it again.
 //!
 //! Commands are built in reused buffers: a fresh `redis::Cmd` grows its two
 //! vectors six times while an `EVALSHA` is written into it, on every call to
@@ -25,18 +30,18 @@ use redis::Cmd;
 
 use crate::node::Op;
 
-/// A script's source without its comment lines, and its SHA-1, computed on
-/// first use.
+/// A script's source without its comment lines, computed on first use, and
+/// its function's name in the library.
 struct Lua {
     source: LazyLock<String>,
-    sha: LazyLock<String>,
+    function: LazyLock<String>,
 }
 
 macro_rules! lua {
-    ($name:ident, $file:literal) => {
+    ($name:ident, $file:literal, $fname:literal) => {
         static $name: Lua = Lua {
             source: LazyLock::new(|| strip_comments(include_str!($file))),
-            sha: LazyLock::new(|| redis::Script::new(&$name.source).get_hash().to_owned()),
+            function: LazyLock::new(|| format!("redquorum_{}_{}", $fname, &*VERSION)),
         };
     };
 }
@@ -52,17 +57,72 @@ fn strip_comments(source: &str) -> String {
         .join("\n")
 }
 
-lua!(ACQUIRE, "scripts/acquire.lua");
-lua!(EXTEND, "scripts/extend.lua");
-lua!(RELEASE, "scripts/release.lua");
-lua!(ACQUIRE_REENTRANT, "scripts/acquire_reentrant.lua");
-lua!(EXTEND_REENTRANT, "scripts/extend_reentrant.lua");
-lua!(RELEASE_REENTRANT, "scripts/release_reentrant.lua");
-lua!(ACQUIRE_MANY, "scripts/acquire_many.lua");
-lua!(EXTEND_MANY, "scripts/extend_many.lua");
-lua!(RELEASE_MANY, "scripts/release_many.lua");
-lua!(ACQUIRE_FENCED, "scripts/acquire_fenced.lua");
-lua!(FENCE_WRITEBACK, "scripts/fence_writeback.lua");
+lua!(ACQUIRE, "scripts/acquire.lua", "acquire");
+lua!(EXTEND, "scripts/extend.lua", "extend");
+lua!(RELEASE, "scripts/release.lua", "release");
+lua!(
+    ACQUIRE_REENTRANT,
+    "scripts/acquire_reentrant.lua",
+    "acquire_reentrant"
+);
+lua!(
+    EXTEND_REENTRANT,
+    "scripts/extend_reentrant.lua",
+    "extend_reentrant"
+);
+lua!(
+    RELEASE_REENTRANT,
+    "scripts/release_reentrant.lua",
+    "release_reentrant"
+);
+lua!(ACQUIRE_MANY, "scripts/acquire_many.lua", "acquire_many");
+lua!(EXTEND_MANY, "scripts/extend_many.lua", "extend_many");
+lua!(RELEASE_MANY, "scripts/release_many.lua", "release_many");
+lua!(
+    ACQUIRE_FENCED,
+    "scripts/acquire_fenced.lua",
+    "acquire_fenced"
+);
+lua!(
+    FENCE_WRITEBACK,
+    "scripts/fence_writeback.lua",
+    "fence_writeback"
+);
+
+/// Every script.
+const ALL: [&Lua; 11] = [
+    &ACQUIRE,
+    &EXTEND,
+    &RELEASE,
+    &ACQUIRE_REENTRANT,
+    &EXTEND_REENTRANT,
+    &RELEASE_REENTRANT,
+    &ACQUIRE_MANY,
+    &EXTEND_MANY,
+    &RELEASE_MANY,
+    &ACQUIRE_FENCED,
+    &FENCE_WRITEBACK,
+];
+
+/// The first 12 hex digits of the SHA-1 of every script's source: names the
+/// library and its functions, so that two versions never clash.
+static VERSION: LazyLock<String> = LazyLock::new(|| {
+    let sources: String = ALL.iter().map(|lua| lua.source.as_str()).collect();
+    redis::Script::new(&sources).get_hash()[..12].to_owned()
+});
+
+/// The library's source for `FUNCTION LOAD`: each script's body, unchanged,
+/// as a function whose parameters are named as a script's globals.
+pub(crate) static LIBRARY: LazyLock<String> = LazyLock::new(|| {
+    let mut library = format!("#!lua name=redquorum_{}\n", &*VERSION);
+    for lua in ALL {
+        library.push_str(&format!(
+            "redis.register_function('{}', function(KEYS, ARGV)\n{}\nend)\n",
+            &*lua.function, &*lua.source
+        ));
+    }
+    library
+});
 
 /// At most this many spare command buffers are kept (about 200 bytes each).
 /// One process-wide stock rather than one per thread: a call often starts on
@@ -101,28 +161,9 @@ impl Drop for Command {
     }
 }
 
-/// Every script, for `SCRIPT LOAD` on a new connection: (source, SHA-1).
-pub(crate) fn all() -> impl Iterator<Item = (&'static str, &'static str)> {
-    [
-        &ACQUIRE,
-        &EXTEND,
-        &RELEASE,
-        &ACQUIRE_REENTRANT,
-        &EXTEND_REENTRANT,
-        &RELEASE_REENTRANT,
-        &ACQUIRE_MANY,
-        &EXTEND_MANY,
-        &RELEASE_MANY,
-        &ACQUIRE_FENCED,
-        &FENCE_WRITEBACK,
-    ]
-    .into_iter()
-    .map(|lua| (lua.source.as_str(), lua.sha.as_str()))
-}
-
-/// The command for `op`: `EVALSHA` of its script where the connection has
-/// them loaded (`loaded`), else `EVAL` of its source; or a native `SET`
-/// for a plain acquire.
+/// The command for `op`: `FCALL` of its function where the connection has
+/// the library loaded (`loaded`), else `EVAL` of its source; or a native
+/// `SET` for a plain acquire.
 pub(crate) fn command(op: &Op<'_>, loaded: bool) -> Command {
     let mut command = Command::new();
     if let Op::Acquire {
@@ -156,7 +197,7 @@ pub(crate) fn command(op: &Op<'_>, loaded: bool) -> Command {
     };
     let cmd = &mut command.0;
     if loaded {
-        cmd.arg("EVALSHA").arg(lua.sha.as_str());
+        cmd.arg("FCALL").arg(lua.function.as_str());
     } else {
         cmd.arg("EVAL").arg(lua.source.as_str());
     }
@@ -224,20 +265,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn loaded_scripts_go_by_hash() {
+    fn loaded_scripts_go_as_functions_of_a_versioned_library() {
         let op = Op::Release {
             key: "{r}:lock",
             token: "t",
         };
-        let by_hash = command(&op, true);
-        let packed = String::from_utf8_lossy(&by_hash.get_packed_command()).into_owned();
-        assert!(packed.contains("EVALSHA") && packed.contains(RELEASE.sha.as_str()));
+        let by_name = command(&op, true);
+        let packed = String::from_utf8_lossy(&by_name.get_packed_command()).into_owned();
+        assert!(packed.contains("FCALL") && packed.contains(RELEASE.function.as_str()));
         assert!(!packed.contains("redis.call"));
         let by_source = command(&op, false);
         let packed = String::from_utf8_lossy(&by_source.get_packed_command()).into_owned();
         assert!(packed.contains("EVAL") && packed.contains("redis.call"));
-        assert_eq!(all().count(), 11);
-        assert!(all().all(|(_, sha)| sha.len() == 40));
+        assert!(LIBRARY.starts_with(&format!("#!lua name=redquorum_{}", &*VERSION)));
+        for lua in ALL {
+            assert!(LIBRARY.contains(&format!("'{}'", &*lua.function)));
+        }
     }
 
     #[test]

@@ -404,7 +404,8 @@ async fn least_privilege_acl_user_can_lock() {
             "-@all",
             "+ping",
             "+info",
-            "+evalsha",
+            "+fcall",
+            "+function|load",
             "+eval",
             "+subscribe",
             "+unsubscribe",
@@ -509,12 +510,12 @@ async fn least_privilege_acl_user_can_lock() {
     assert!(denied.is_err(), "the user may write other keys");
 }
 
-/// Scripts go by hash (`EVALSHA`) once loaded on a connection. A `SCRIPT
-/// FLUSH` makes that node's next script call fail (`NOSCRIPT`, never
-/// retried: a retry could overtake later calls) and renews its connection,
-/// which loads them again; meanwhile the quorum carries every round.
+/// Scripts go as functions (`FCALL`) once their library is loaded. A
+/// `FUNCTION FLUSH` makes that node's next script call fail (never retried:
+/// a retry could overtake later calls) and renews its connection, which
+/// loads the library again; meanwhile the quorum carries every round.
 #[tokio::test]
-async fn flushed_scripts_cost_one_failed_call_then_load_again() {
+async fn flushed_functions_cost_one_failed_call_then_load_again() {
     let _turn = CLUSTER.lock().await;
     let redlock = redlock().await;
     let resource = unique("noscript");
@@ -531,8 +532,11 @@ async fn flushed_scripts_cost_one_failed_call_then_load_again() {
         .query_async(&mut node1)
         .await
         .unwrap();
-    assert!(stats.contains("cmdstat_evalsha:"), "no EVALSHA reached node 1:\n{stats}");
-    let _: () = redis::cmd("SCRIPT")
+    assert!(
+        stats.contains("cmdstat_fcall:"),
+        "no FCALL reached node 1:\n{stats}"
+    );
+    let _: () = redis::cmd("FUNCTION")
         .arg("FLUSH")
         .query_async(&mut node1)
         .await
@@ -559,21 +563,21 @@ async fn flushed_scripts_cost_one_failed_call_then_load_again() {
         }
         assert!(
             start.elapsed() < Duration::from_secs(10),
-            "node 1 never released again after SCRIPT FLUSH"
+            "node 1 never released again after FUNCTION FLUSH"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let _: () = node1.del(lock_key(&resource)).await.unwrap();
 }
 
-/// A user who may run scripts but not `SCRIPT LOAD`: its connections send
+/// A user who may run scripts but not `FUNCTION LOAD`: its connections send
 /// `EVAL` of the source, and every lock kind works.
 #[tokio::test]
 async fn without_script_load_rights_scripts_go_as_eval() {
     let _turn = CLUSTER.lock().await;
     let user = AclUser::create(
         "rq-noload",
-        &["on", ">pw", "~*", "&*", "+@all", "-script|load"],
+        &["on", ">pw", "~*", "&*", "+@all", "-function|load"],
     )
     .await;
     let redlock = Redlock::builder()
@@ -583,6 +587,19 @@ async fn without_script_load_rights_scripts_go_as_eval() {
         .await
         .unwrap();
     let resource = unique("noload");
+    let evals = || async {
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut raw(0).await)
+            .await
+            .unwrap();
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_eval:calls="))
+            .and_then(|v| v.split(',').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let before = evals().await;
     let mut lock = redlock
         .lock_fenced(&resource, Duration::from_secs(5))
         .await
@@ -598,5 +615,6 @@ async fn without_script_load_rights_scripts_go_as_eval() {
         let left: bool = raw(i).await.exists(lock_key(&resource)).await.unwrap();
         assert!(!left, "node {} kept the key", i + 1);
     }
+    assert!(evals().await > before, "the fallback sent no EVAL");
     acl_all(&["DELUSER", user.name()]).await;
 }
