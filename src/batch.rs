@@ -169,9 +169,15 @@ impl Batcher {
         }
     }
 
-    /// A batch returned.
+    /// A batch returned: the sender goes on if calls wait.
     fn batch_returned(&self) {
-        self.lock().in_flight -= 1;
+        let mut state = self.lock();
+        state.in_flight -= 1;
+        let waiting = !state.queue.is_empty();
+        drop(state);
+        if waiting {
+            self.wake.notify_one();
+        }
     }
 }
 
@@ -184,89 +190,90 @@ pub(crate) async fn send_queued(
     node: Arc<str>,
     batcher: Arc<Batcher>,
     connection: impl Fn() -> Result<(u64, MultiplexedConnection), redis::RedisError>,
-    broken: impl Fn(u64),
+    broken: Arc<dyn Fn(u64) + Send + Sync>,
 ) {
     let batched = metrics::counter!(crate::telemetry::NODE_BATCHED, "node" => node.to_string());
     loop {
         batcher.wake.notified().await;
         while let Some(batch) = batcher.take() {
             batched.increment(batch.len() as u64);
-            send(&batcher, batch, &connection, &broken).await;
-            batcher.batch_returned();
+            send(&batcher, batch, &connection, &broken);
         }
     }
 }
 
-/// Sends one batch and hands each call its answer.
-async fn send(
-    batcher: &Batcher,
+/// Writes one batch now, and hands each call its answer when it comes —
+/// in a task of the batch's own, so that a batch stuck on a connection
+/// that was dropped meanwhile holds up no later one.
+fn send(
+    batcher: &Arc<Batcher>,
     batch: Vec<Queued>,
     connection: &impl Fn() -> Result<(u64, MultiplexedConnection), redis::RedisError>,
-    broken: &impl Fn(u64),
+    broken: &Arc<dyn Fn(u64) + Send + Sync>,
 ) {
-    {
-        {
-            let (generation, mut conn) = match connection() {
-                Ok(current) => current,
-                Err(e) => {
-                    batcher.written();
-                    fail(batch, &e);
-                    return;
-                }
-            };
-            // Calls made on a connection that broke meanwhile fail as it
-            // did: none is sent on a later one, behind calls made after it.
-            let (batch, stale): (Vec<Queued>, Vec<Queued>) =
-                batch.into_iter().partition(|q| q.generation == generation);
-            fail(stale, &reset());
-            if batch.is_empty() {
-                batcher.written();
-                return;
-            }
-            let grace = batch.iter().map(|q| q.grace).max().unwrap_or_default();
-            let mut pipe = redis::pipe();
-            for queued in &batch {
-                if queued.asking {
-                    pipe.cmd("ASKING");
-                }
-                pipe.add_command(queued.command.clone());
-            }
-            let count = batch.len() + batch.iter().filter(|q| q.asking).count();
-            let mut sending = std::pin::pin!(tokio::time::timeout(
-                grace,
-                conn.send_packed_commands(&pipe, 0, count)
-            ));
-            // The first poll writes the pipeline (the connection's queue has
-            // room for every call in flight); only then may later calls go
-            // out on their own without overtaking it.
-            let first = sending
-                .as_mut()
-                .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()));
+    let (generation, mut conn) = match connection() {
+        Ok(current) => current,
+        Err(e) => {
             batcher.written();
-            let sent = match first {
-                std::task::Poll::Ready(sent) => sent,
-                std::task::Poll::Pending => sending.await,
-            };
-            match sent {
-                Ok(Ok(values)) if values.len() == count => {
-                    let mut values = values.into_iter();
-                    for queued in batch {
-                        if queued.asking {
-                            values.next(); // ASKING's OK
-                        }
-                        let value = values.next().ok_or_else(mismatch);
-                        let _ = queued.answer.send(value.and_then(Value::extract_error));
+            batcher.batch_returned();
+            fail(batch, &e);
+            return;
+        }
+    };
+    // Calls made on a connection that broke meanwhile fail as it did: none
+    // is sent on a later one, behind calls made after it.
+    let (batch, stale): (Vec<Queued>, Vec<Queued>) =
+        batch.into_iter().partition(|q| q.generation == generation);
+    fail(stale, &reset());
+    if batch.is_empty() {
+        batcher.written();
+        batcher.batch_returned();
+        return;
+    }
+    let grace = batch.iter().map(|q| q.grace).max().unwrap_or_default();
+    let mut pipe = redis::pipe();
+    for queued in &batch {
+        if queued.asking {
+            pipe.cmd("ASKING");
+        }
+        pipe.add_command(queued.command.clone());
+    }
+    let count = batch.len() + batch.iter().filter(|q| q.asking).count();
+    let (done, broken) = (Arc::clone(batcher), Arc::clone(broken));
+    // Never held back by the task's budget: the first poll must write the
+    // pipeline.
+    let mut sending = Box::pin(tokio::task::coop::unconstrained(async move {
+        let sent = tokio::time::timeout(grace, conn.send_packed_commands(&pipe, 0, count)).await;
+        match sent {
+            Ok(Ok(values)) if values.len() == count => {
+                let mut values = values.into_iter();
+                for queued in batch {
+                    if queued.asking {
+                        values.next(); // ASKING's OK
                     }
+                    let value = values.next().ok_or_else(mismatch);
+                    let _ = queued.answer.send(value.and_then(Value::extract_error));
                 }
-                Ok(Ok(_)) => fail(batch, &mismatch()),
-                Ok(Err(e)) => fail(batch, &e),
-                Err(_) => {
-                    // Unresponsive: what the callers' own graces would find.
-                    broken(generation);
-                    fail(batch, &timed_out());
-                }
+            }
+            Ok(Ok(_)) => fail(batch, &mismatch()),
+            Ok(Err(e)) => fail(batch, &e),
+            Err(_) => {
+                // Unresponsive: what the callers' own graces would find.
+                broken(generation);
+                fail(batch, &timed_out());
             }
         }
+        done.batch_returned();
+    }));
+    // The first poll writes the pipeline (the connection's queue has room
+    // for every call in flight); only then may later calls go out on their
+    // own without overtaking it.
+    let first = sending
+        .as_mut()
+        .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()));
+    batcher.written();
+    if first.is_pending() {
+        tokio::spawn(sending);
     }
 }
 
@@ -357,6 +364,33 @@ mod tests {
             batcher.route(1, &cmd(), false, grace),
             Route::Now(_)
         ));
+    }
+
+    #[test]
+    fn a_returning_batch_wakes_the_sender_for_what_waits() {
+        use futures::FutureExt;
+        let batcher = Batcher::new(true);
+        let grace = Duration::from_secs(1);
+        let mut now: Vec<Route<'_>> = (0..WINDOW)
+            .map(|_| batcher.route(1, &cmd(), false, grace))
+            .collect();
+        let _first = batcher.route(1, &cmd(), false, grace);
+        now.pop(); // one write returns: the sender is woken…
+        assert!(batcher.wake.notified().now_or_never().is_some());
+        assert_eq!(batcher.take().map(|b| b.len()), Some(1)); // …and sends it
+        batcher.written();
+        // The window is full again (three writes and the batch); a call waits.
+        let _second = batcher.route(1, &cmd(), false, grace);
+        assert!(batcher.take().is_none(), "past the window");
+        while batcher.wake.notified().now_or_never().is_some() {}
+        // Only the batch returns: it must wake the sender.
+        batcher.batch_returned();
+        assert!(
+            batcher.wake.notified().now_or_never().is_some(),
+            "the sender was not woken"
+        );
+        assert_eq!(batcher.take().map(|b| b.len()), Some(1));
+        drop(now);
     }
 
     #[test]

@@ -35,7 +35,6 @@ use crate::error::{ConfigError, NodeError};
 use crate::node::{Op, Reply};
 use crate::proto::slot::{SLOTS, slot};
 use crate::redis_node::{Background, Failure, RedisNode, Servers, parse_reply};
-use crate::scripts;
 
 /// Redirections one call follows at most.
 pub(crate) const MAX_REDIRECTS: usize = 3;
@@ -235,10 +234,9 @@ impl ClusterNode {
         let mut master = self.shared.owner(slot(key.as_bytes())).inspect_err(|_| {
             self.shared.refresh.notify_one();
         })?;
-        let command = scripts::command(&op, master.scripts_loaded());
         let mut asking = false;
         for _ in 0..=MAX_REDIRECTS {
-            match master.exchange(&command, asking, grace).await {
+            match master.exchange(&op, asking, grace).await {
                 Ok(value) => return parse_reply(&op, value),
                 Err(Failure::Node(error)) => {
                     if matches!(

@@ -67,6 +67,27 @@ impl Slot {
         }
     }
 
+    /// [`get`](Self::get), and whether that connection has the library.
+    fn get_with_scripts(&self) -> Result<(u64, MultiplexedConnection, bool), NodeError> {
+        let cur = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        match &cur.conn {
+            Some(conn) => Ok((cur.generation, conn.clone(), cur.loaded)),
+            None => Err(NodeError::NotConnected(
+                cur.last_error
+                    .clone()
+                    .unwrap_or_else(|| "connecting".into()),
+            )),
+        }
+    }
+
+    /// Connection `generation` (if still current) lost the library.
+    fn unload(&self, generation: u64) {
+        let mut cur = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        if cur.generation == generation {
+            cur.loaded = false;
+        }
+    }
+
     fn ready(&self) -> Result<(), NodeError> {
         let cur = self.current.lock().unwrap_or_else(PoisonError::into_inner);
         match &cur.conn {
@@ -86,13 +107,6 @@ impl Slot {
         cur.loaded = loaded;
         cur.last_error = None;
         cur.server = server.or(cur.server.take());
-    }
-
-    fn loaded(&self) -> bool {
-        self.current
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .loaded
     }
 
     fn server(&self) -> Option<Arc<str>> {
@@ -242,7 +256,7 @@ impl RedisNode {
                         ))
                     })
                 },
-                move |generation| broken.mark_broken(generation, &NodeError::TimedOut),
+                Arc::new(move |generation| broken.mark_broken(generation, &NodeError::TimedOut)),
             ))
         };
         let node = RedisNode {
@@ -276,12 +290,6 @@ impl RedisNode {
         self.slot.ready()
     }
 
-    /// Whether the current connection has the scripts loaded, so that
-    /// commands go as `FCALL` (see `scripts`).
-    pub(crate) fn scripts_loaded(&self) -> bool {
-        self.slot.loaded()
-    }
-
     /// The server and version its last connection reported.
     pub(crate) fn server(&self) -> Option<Arc<str>> {
         self.slot.server()
@@ -310,7 +318,7 @@ impl RedisNode {
     /// queued on it) and re-established in the background.
     pub(crate) async fn run(&self, op: Op<'_>, grace: Duration) -> Result<Reply, NodeError> {
         let value = self
-            .exchange(&scripts::command(&op, self.scripts_loaded()), false, grace)
+            .exchange(&op, false, grace)
             .await
             .map_err(|failure| match failure {
                 Failure::Node(error) => error,
@@ -325,16 +333,19 @@ impl RedisNode {
         parse_reply(&op, value)
     }
 
-    /// Sends `command` (after `ASKING`, if `asking`: the answer to an `ASK`
-    /// redirection) and waits at most `grace` for the answer, as
-    /// [`run`](Self::run) does. The first poll writes it.
+    /// Sends the command for `op` (after `ASKING`, if `asking`: the answer to
+    /// an `ASK` redirection) and waits at most `grace` for the answer, as
+    /// [`run`](Self::run) does. The first poll writes it. The command is
+    /// built for the connection it goes on (`FCALL` where that connection
+    /// has the library, else `EVAL`).
     pub(crate) async fn exchange(
         &self,
-        command: &Cmd,
+        op: &Op<'_>,
         asking: bool,
         grace: Duration,
     ) -> Result<Value, Failure> {
-        let (generation, mut conn) = self.slot.get()?;
+        let (generation, mut conn, loaded) = self.slot.get_with_scripts()?;
+        let command = &*scripts::command(op, loaded);
         let exchange = async {
             // Routed at the first poll, which also writes a call sent now:
             // a later call finds the node busy and queues behind it.
@@ -372,14 +383,13 @@ impl RedisNode {
                 };
             }
             let error = classify(&e);
-            // The library was deleted (`FUNCTION FLUSH`): a new connection
-            // loads it again (the call itself is not retried: see `scripts`).
-            let unloaded = e.to_string().contains("Function not found");
-            if e.is_unrecoverable_error()
-                || e.is_connection_dropped()
-                || e.is_io_error()
-                || unloaded
-            {
+            // The library was deleted (`FUNCTION FLUSH`): this connection
+            // sends `EVAL` from now on, in order; the next one loads the
+            // library again. The call itself is not retried (see `scripts`).
+            if e.to_string().contains("Function not found") {
+                self.slot.unload(generation);
+            }
+            if e.is_unrecoverable_error() || e.is_connection_dropped() || e.is_io_error() {
                 self.slot.mark_broken(generation, &error);
             }
             Failure::Node(error)

@@ -15,8 +15,11 @@
 //! *after* calls made later on the same connection, so a release could run
 //! before the acquire it follows. One message per call keeps every node's
 //! calls in the order they were made. If the library is deleted under a
-//! live connection (`FUNCTION FLUSH`), that call fails like any error reply
-//! and the connection is renewed, which loads it again.
+//! live connection (`FUNCTION FLUSH`), the calls already sent fail like any
+//! error reply and that connection sends `EVAL` from then on, in order; the
+//! next connection loads the library again. Functions that only extend or
+//! delete are flagged `allow-oom`: like `EVAL` of them, they run on a node
+//! out of memory.
 //!
 //! Commands are built in reused buffers: a fresh `redis::Cmd` grows its two
 //! vectors six times while an `EVALSHA` is written into it, on every call to
@@ -30,18 +33,21 @@ use redis::Cmd;
 
 use crate::node::Op;
 
-/// A script's source without its comment lines, computed on first use, and
-/// its function's name in the library.
+/// A script's source without its comment lines, computed on first use, its
+/// function's name in the library, and whether it may run on a node out of
+/// memory (it only shortens or deletes, as `EVAL` would allow).
 struct Lua {
     source: LazyLock<String>,
     function: LazyLock<String>,
+    allow_oom: bool,
 }
 
 macro_rules! lua {
-    ($name:ident, $file:literal, $fname:literal) => {
+    ($name:ident, $file:literal, $fname:literal, $allow_oom:literal) => {
         static $name: Lua = Lua {
             source: LazyLock::new(|| strip_comments(include_str!($file))),
             function: LazyLock::new(|| format!("redquorum_{}_{}", $fname, &*VERSION)),
+            allow_oom: $allow_oom,
         };
     };
 }
@@ -57,36 +63,51 @@ fn strip_comments(source: &str) -> String {
         .join("\n")
 }
 
-lua!(ACQUIRE, "scripts/acquire.lua", "acquire");
-lua!(EXTEND, "scripts/extend.lua", "extend");
-lua!(RELEASE, "scripts/release.lua", "release");
+lua!(ACQUIRE, "scripts/acquire.lua", "acquire", false);
+lua!(EXTEND, "scripts/extend.lua", "extend", true);
+lua!(RELEASE, "scripts/release.lua", "release", true);
 lua!(
     ACQUIRE_REENTRANT,
     "scripts/acquire_reentrant.lua",
-    "acquire_reentrant"
+    "acquire_reentrant",
+    false
 );
 lua!(
     EXTEND_REENTRANT,
     "scripts/extend_reentrant.lua",
-    "extend_reentrant"
+    "extend_reentrant",
+    true
 );
 lua!(
     RELEASE_REENTRANT,
     "scripts/release_reentrant.lua",
-    "release_reentrant"
+    "release_reentrant",
+    true
 );
-lua!(ACQUIRE_MANY, "scripts/acquire_many.lua", "acquire_many");
-lua!(EXTEND_MANY, "scripts/extend_many.lua", "extend_many");
-lua!(RELEASE_MANY, "scripts/release_many.lua", "release_many");
+lua!(
+    ACQUIRE_MANY,
+    "scripts/acquire_many.lua",
+    "acquire_many",
+    false
+);
+lua!(EXTEND_MANY, "scripts/extend_many.lua", "extend_many", true);
+lua!(
+    RELEASE_MANY,
+    "scripts/release_many.lua",
+    "release_many",
+    true
+);
 lua!(
     ACQUIRE_FENCED,
     "scripts/acquire_fenced.lua",
-    "acquire_fenced"
+    "acquire_fenced",
+    false
 );
 lua!(
     FENCE_WRITEBACK,
     "scripts/fence_writeback.lua",
-    "fence_writeback"
+    "fence_writeback",
+    false
 );
 
 /// Every script.
@@ -104,24 +125,50 @@ const ALL: [&Lua; 11] = [
     &FENCE_WRITEBACK,
 ];
 
-/// The first 12 hex digits of the SHA-1 of every script's source: names the
-/// library and its functions, so that two versions never clash.
-static VERSION: LazyLock<String> = LazyLock::new(|| {
-    let sources: String = ALL.iter().map(|lua| lua.source.as_str()).collect();
-    redis::Script::new(&sources).get_hash()[..12].to_owned()
-});
-
-/// The library's source for `FUNCTION LOAD`: each script's body, unchanged,
-/// as a function whose parameters are named as a script's globals.
-pub(crate) static LIBRARY: LazyLock<String> = LazyLock::new(|| {
-    let mut library = format!("#!lua name=redquorum_{}\n", &*VERSION);
-    for lua in ALL {
-        library.push_str(&format!(
-            "redis.register_function('{}', function(KEYS, ARGV)\n{}\nend)\n",
-            &*lua.function, &*lua.source
+/// The library's body: each script's source, unchanged, as a function
+/// whose parameters are named as a script's globals; `{v}` for the version.
+fn body() -> String {
+    let mut body = String::new();
+    for (lua, fname) in ALL.iter().zip(NAMES) {
+        let flags = if lua.allow_oom { "'allow-oom'" } else { "" };
+        body.push_str(&format!(
+            "redis.register_function{{function_name='redquorum_{fname}_{{v}}', \
+             callback=function(KEYS, ARGV)\n{}\nend, flags={{{flags}}}}}\n",
+            &*lua.source
         ));
     }
-    library
+    body
+}
+
+/// The functions' names, in the order of [`ALL`].
+const NAMES: [&str; 11] = [
+    "acquire",
+    "extend",
+    "release",
+    "acquire_reentrant",
+    "extend_reentrant",
+    "release_reentrant",
+    "acquire_many",
+    "extend_many",
+    "release_many",
+    "acquire_fenced",
+    "fence_writeback",
+];
+
+/// The first 12 hex digits of the SHA-1 of the whole library (sources,
+/// wrappers and flags): names the library and its functions, so that two
+/// versions never clash and a changed library is never taken for a loaded
+/// one.
+static VERSION: LazyLock<String> =
+    LazyLock::new(|| redis::Script::new(&body()).get_hash()[..12].to_owned());
+
+/// The library's source for `FUNCTION LOAD`.
+pub(crate) static LIBRARY: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "#!lua name=redquorum_{v}\n{}",
+        body().replace("{v}", &VERSION),
+        v = &*VERSION
+    )
 });
 
 /// At most this many spare command buffers are kept (about 200 bytes each).

@@ -123,6 +123,27 @@ async fn out_of_memory_nodes_give_typed_server_errors() {
             .expect("three nodes with memory are a quorum");
         lock.release().await.unwrap();
     }
+    // Memory runs out under a held lock: extending and releasing need none,
+    // so both still work everywhere (docs/operations.md §2).
+    let mut lock = redlock
+        .try_lock(&resource, Duration::from_secs(5))
+        .await
+        .unwrap();
+    {
+        let _oom = ConfigSet::new(
+            &[0, 1, 2, 3, 4],
+            &[("maxmemory", "1"), ("maxmemory-policy", "noeviction")],
+        )
+        .await;
+        lock.extend(Duration::from_secs(5))
+            .await
+            .expect("extend on full nodes");
+        lock.release().await.expect("release on full nodes");
+        for (i, conn) in raw_all().await.iter_mut().enumerate() {
+            let left: bool = conn.exists(lock_key(&resource)).await.unwrap();
+            assert!(!left, "node {} kept the key", i + 1);
+        }
+    }
     // Restored: all five take writes again.
     let mut conns = raw_all().await;
     for conn in &mut conns {
@@ -512,8 +533,8 @@ async fn least_privilege_acl_user_can_lock() {
 
 /// Scripts go as functions (`FCALL`) once their library is loaded. A
 /// `FUNCTION FLUSH` makes that node's next script call fail (never retried:
-/// a retry could overtake later calls) and renews its connection, which
-/// loads the library again; meanwhile the quorum carries every round.
+/// a retry could overtake later calls); the connection then sends `EVAL`, in
+/// order, and the quorum carries every round meanwhile.
 #[tokio::test]
 async fn flushed_functions_cost_one_failed_call_then_load_again() {
     let _turn = CLUSTER.lock().await;
