@@ -313,6 +313,7 @@ async fn map_continuously(
             let _ = first.send(outcome);
         }
         tokio::select! {
+            biased;
             () = shared.refresh.notified() => {}
             () = tokio::time::sleep(next) => {}
         }

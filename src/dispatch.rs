@@ -402,22 +402,26 @@ impl Dispatcher {
 async fn finish(mut calls: mpsc::UnboundedReceiver<Boxed>) {
     // A call that panics (a custom node's) must not take the task, and with
     // it every later call, down.
-    let mut running = FuturesUnordered::new();
+    let mut running: FuturesUnordered<futures::future::CatchUnwind<AssertUnwindSafe<Boxed>>> =
+        FuturesUnordered::new();
     let mut open = true;
     loop {
         if !open && running.is_empty() {
             return;
         }
+        // Biased (finished calls first): unbiased branches are picked at
+        // random, which a seeded simulation could not replay.
         tokio::select! {
-            call = calls.recv(), if open => match call {
-                Some(call) => running.push(AssertUnwindSafe(call).catch_unwind()),
-                None => open = false,
-            },
+            biased;
             Some(done) = running.next(), if !running.is_empty() => {
                 if done.is_err() {
                     tracing::error!("a node call panicked; its slot is given back");
                 }
             }
+            call = calls.recv(), if open => match call {
+                Some(call) => running.push(AssertUnwindSafe(call).catch_unwind()),
+                None => open = false,
+            },
             else => return,
         }
     }

@@ -124,7 +124,7 @@ impl Driver {
 
     /// A uniform random `u64` for a pause: seeded if asked, else the
     /// operating system's.
-    fn draw(&self) -> u64 {
+    pub(crate) fn draw(&self) -> u64 {
         match &self.jitter {
             Some(rng) => rand::Rng::next_u64(
                 &mut *rng
@@ -327,7 +327,11 @@ impl Driver {
             };
             match &mut interest {
                 Some(interest) => {
+                    // Biased, as every select here: tokio picks unbiased
+                    // branches at random, which a seeded simulation
+                    // could not replay.
                     tokio::select! {
+                        biased;
                         () = tokio::time::sleep(pause) => {}
                         () = interest.released() => {
                             // Every waiter hears the same release: stagger

@@ -457,6 +457,7 @@ impl Lock {
         let task_lease = lease.clone();
         let task = runtime.spawn(async move {
             tokio::select! {
+                biased;
                 _ = stopped => {}
                 () = keep(&mut self, keeping, &task_lease) => {}
             }

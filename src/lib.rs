@@ -146,6 +146,7 @@ use proto::error;
 mod redis_node;
 mod redlock;
 mod scripts;
+pub mod semaphore;
 pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -160,6 +161,7 @@ pub use probe::NodeHealth;
 pub use proto::keys::KeyLayout;
 pub use proto::{keys, quorum};
 pub use redlock::Redlock;
+pub use semaphore::{Permit, Semaphore};
 
 // The README's example is compiled as a doctest, so it stays true.
 #[cfg(doctest)]

@@ -36,7 +36,9 @@ use futures::future::BoxFuture;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use smallvec::SmallVec;
-use tokio::sync::{Notify, watch};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
 use crate::error::NodeError;
@@ -96,7 +98,7 @@ impl std::fmt::Debug for Hub {
 struct Channel {
     waiters: usize,
     /// Bumped once per release, when a quorum of nodes has reported it.
-    released: watch::Sender<u64>,
+    released: Arc<Released>,
     /// Per node: the subscription's state on its connection.
     subs: SmallVec<[Sub; 5]>,
     /// The release being reported (its nonce), and by which nodes.
@@ -149,22 +151,24 @@ impl Hub {
             None if full => return Interest::unregistered(),
             None => channels.entry(key.into()).or_insert_with(|| Channel {
                 waiters: 0,
-                released: watch::channel(0).0,
+                released: Arc::default(),
                 subs: SmallVec::from_elem(Sub::No, n),
                 nonce: Vec::new(),
                 reported: SmallVec::from_elem(false, n),
             }),
         };
         entry.waiters += 1;
-        let released = entry.released.subscribe();
+        let released = Arc::clone(&entry.released);
         if entry.waiters == 1 {
             for s in subscribers {
                 s.wake.notify_one();
             }
         }
+        let seen = released.count.load(Ordering::Acquire);
         Interest {
             registered: Some((Arc::clone(self), key.into())),
             released,
+            seen,
         }
     }
 
@@ -204,7 +208,11 @@ impl Hub {
         if !std::mem::replace(&mut entry.reported[node], true)
             && entry.reported.iter().filter(|r| **r).count() == self.quorum
         {
-            entry.released.send_modify(|n| *n += 1);
+            entry.released.count.fetch_add(1, Ordering::AcqRel);
+            // Wakes the waiters in the order they started waiting (a
+            // `watch` would wake them in a random order, which a seeded
+            // simulation could not replay).
+            entry.released.notify.notify_waiters();
         }
     }
 
@@ -315,6 +323,7 @@ async fn subscribe_loop(node: usize, hub: Weak<Hub>, wake: Arc<Notify>, mut rng:
             drop(h);
             if subscribe.is_empty() && unsubscribe.is_empty() {
                 tokio::select! {
+                    biased;
                     () = wake.notified() => continue,
                     notice = listener.next() => {
                         let Some(notice) = notice else { break };
@@ -340,6 +349,7 @@ async fn subscribe_loop(node: usize, hub: Weak<Hub>, wake: Arc<Notify>, mut rng:
             // Releases keep arriving while the batch is confirmed.
             let sent = loop {
                 tokio::select! {
+                    biased;
                     sent = &mut send => break matches!(sent, Ok(Ok(()))),
                     notice = listener.next() => {
                         let Some(notice) = notice else { break false };
@@ -359,32 +369,56 @@ async fn subscribe_loop(node: usize, hub: Weak<Hub>, wake: Arc<Notify>, mut rng:
     }
 }
 
+/// The releases counted on one channel, and the waiters' wake-up.
+#[derive(Debug, Default)]
+struct Released {
+    count: AtomicU64,
+    notify: Notify,
+}
+
 /// A waiter's registration on one channel; unregisters when dropped.
 #[derive(Debug)]
 pub(crate) struct Interest {
     /// `None` when the hub was full: no wake-up will come.
     registered: Option<(Arc<Hub>, Arc<str>)>,
-    released: watch::Receiver<u64>,
+    released: Arc<Released>,
+    /// Releases counted when last marked seen.
+    seen: u64,
 }
 
 impl Interest {
     fn unregistered() -> Self {
         Interest {
             registered: None,
-            released: watch::channel(0).1,
+            released: Arc::default(),
+            seen: 0,
         }
     }
 
     /// Forgets releases seen so far: call before each attempt.
     pub(crate) fn mark_seen(&mut self) {
-        self.released.borrow_and_update();
+        self.seen = self.released.count.load(Ordering::Acquire);
     }
 
     /// Resolves at the first release since [`mark_seen`](Self::mark_seen).
     pub(crate) async fn released(&mut self) {
-        if self.registered.is_none() || self.released.changed().await.is_err() {
+        if self.registered.is_none() {
             std::future::pending::<()>().await;
         }
+        loop {
+            let notified = self.released.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.has_changed() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Whether a release was counted since [`mark_seen`](Self::mark_seen).
+    fn has_changed(&self) -> bool {
+        self.released.count.load(Ordering::Acquire) != self.seen
     }
 
     /// Whether a wake-up can be counted on: the channel is subscribed on a
@@ -472,20 +506,14 @@ mod tests {
         let mut waiter = hub.register("{r}:lock");
         waiter.mark_seen();
         hub.released("{r}:lock", b"n1", 0);
-        assert!(
-            !waiter.released.has_changed().unwrap(),
-            "woken before a quorum"
-        );
+        assert!(!waiter.has_changed(), "woken before a quorum");
         hub.released("{r}:lock", b"n1", 1);
         hub.released("{r}:lock", b"n1", 2);
-        assert!(waiter.released.has_changed().unwrap());
+        assert!(waiter.has_changed());
         waiter.mark_seen();
         // The same owner's next release carries a new nonce: it counts.
         hub.released("{r}:lock", b"n2", 0);
         hub.released("{r}:lock", b"n2", 2);
-        assert!(
-            waiter.released.has_changed().unwrap(),
-            "a second release woke nobody"
-        );
+        assert!(waiter.has_changed(), "a second release woke nobody");
     }
 }

@@ -80,6 +80,9 @@ enum Control {
     /// The client's bound on calls in flight is 1024 while the checker
     /// expects 1: shows the in-flight checker can fail.
     LooseBound,
+    /// Semaphores; the clients open 3 permits while the fleet agreed on 2
+    /// (the checker's limit): shows the permit checker can fail.
+    ExtraPermit,
 }
 
 /// Which kind of lock a schedule's clients take.
@@ -97,7 +100,13 @@ enum Kind {
     /// `run_with`: work that runs while a lease is extended every third of
     /// the TTL, for longer than the TTL.
     Lease,
+    /// A semaphore of [`PERMITS`] permits (`try_acquire`, or waiting with
+    /// `acquire_with`): at most that many valid holders at once.
+    Semaphore,
 }
+
+/// The permits of a semaphore schedule.
+const PERMITS: u32 = 2;
 
 impl Control {
     fn name(self) -> &'static str {
@@ -110,6 +119,7 @@ impl Control {
             Control::DoubleRelease => "double-release",
             Control::PartialMany => "partial-many",
             Control::LooseBound => "loose-bound",
+            Control::ExtraPermit => "extra-permit",
         }
     }
 
@@ -123,6 +133,7 @@ impl Control {
             "double-release" => Control::DoubleRelease,
             "partial-many" => Control::PartialMany,
             "loose-bound" => Control::LooseBound,
+            "extra-permit" => Control::ExtraPermit,
             other => panic!("REDQUORUM_SIM_CONTROL: unknown control {other:?}"),
         }
     }
@@ -138,6 +149,7 @@ impl Control {
             Control::DoubleRelease => 0x5555_5555_0000_0000,
             Control::PartialMany => 0x6666_6666_0000_0000,
             Control::LooseBound => 0x7777_7777_0000_0000,
+            Control::ExtraPermit => 0x8888_8888_0000_0000,
         }
     }
 }
@@ -160,6 +172,9 @@ struct Plan {
     forget_counters: bool,
     /// The kind of lock every client takes.
     kind: Kind,
+    /// The permits the clients open a semaphore with (the checker allows
+    /// [`PERMITS`]).
+    permits: u32,
     /// The bound on calls in flight per node (`Builder::max_in_flight`)…
     max_in_flight: usize,
     /// …and the one the checker holds every link to (the same, except in
@@ -232,13 +247,20 @@ fn plan(r: &mut StdRng, control: Control) -> Plan {
                 Control::LostCounters => Kind::Fenced,
                 Control::DoubleRelease => Kind::Reentrant,
                 Control::PartialMany => Kind::Many,
+                Control::ExtraPermit => Kind::Semaphore,
                 _ => [
                     Kind::Plain,
                     Kind::Fenced,
                     Kind::Reentrant,
                     Kind::Many,
                     Kind::Lease,
-                ][r.random_range(0..5)],
+                    Kind::Semaphore,
+                ][r.random_range(0..6)],
+            },
+            permits: if control == Control::ExtraPermit {
+                PERMITS + 1
+            } else {
+                PERMITS
             },
             max_in_flight: if control == Control::LooseBound {
                 1024
@@ -323,6 +345,34 @@ fn overlaps(mut windows: Vec<Window>) -> Vec<String> {
         }
         if latest.as_ref().is_none_or(|l| w.end > l.end) {
             latest = Some(w);
+        }
+    }
+    found
+}
+
+/// The permit checker: every instant at which more than `limit` windows
+/// were open (one line per window that opens past the limit). Windows that
+/// merely touch do not overlap.
+fn over_limit(windows: Vec<Window>, limit: usize) -> Vec<String> {
+    // Ends sort before starts at the same instant.
+    let mut events: Vec<(Duration, bool, usize)> = windows
+        .iter()
+        .flat_map(|w| [(w.start, true, w.client), (w.end, false, w.client)])
+        .collect();
+    events.sort_by_key(|&(t, opens, _)| (t, opens));
+    let mut open = 0usize;
+    let mut found = Vec::new();
+    for (t, opens, client) in events {
+        if opens {
+            open += 1;
+            if open > limit {
+                found.push(format!(
+                    "client {client} made {open} valid holders at {:.3} ms (limit {limit})",
+                    t.as_secs_f64() * 1e3
+                ));
+            }
+        } else {
+            open -= 1;
         }
     }
     found
@@ -513,7 +563,11 @@ async fn simulate(seed: u64, control: Control, verbose: bool) -> (Outcome, Strin
             plan.checked_in_flight
         ));
     }
-    out.overlaps = overlaps(windows);
+    out.overlaps = if plan.kind == Kind::Semaphore {
+        over_limit(windows, PERMITS as usize)
+    } else {
+        overlaps(windows)
+    };
     out.leftovers = nodes.iter().map(|n| n.leftovers()).sum();
     let counts = world.counts();
     out.lost_replies = counts.lost_replies;
@@ -554,7 +608,7 @@ async fn client(
         let owner = format!("owner-{id}");
         let waits = world.chance(0.5);
         let max_wait = world.between(Duration::ZERO, ttl * 2);
-        if waits && plan.kind == Kind::Plain {
+        if waits && matches!(plan.kind, Kind::Plain | Kind::Semaphore) {
             waited.fetch_add(1, Ordering::Relaxed);
         }
         let acquiring = async {
@@ -572,6 +626,18 @@ async fn client(
                 // first alone: the sets overlap.
                 Kind::Many if id % 2 == 1 => redlock.lock_many(&[RESOURCE, OTHER], ttl).await,
                 Kind::Many | Kind::Lease => redlock.try_lock(RESOURCE, ttl).await,
+                Kind::Semaphore => {
+                    let semaphore = redlock
+                        .semaphore(RESOURCE, plan.permits)
+                        .expect("semaphore");
+                    let permit = if waits {
+                        let wait = redquorum::LockOptions::new().wait(max_wait);
+                        semaphore.acquire_with(ttl, &wait).await
+                    } else {
+                        semaphore.try_acquire(ttl).await
+                    };
+                    permit.map(redquorum::Permit::into_lock)
+                }
             }
         };
         let acquired = if world.chance(plan.cancel_p) {
@@ -807,6 +873,7 @@ struct Totals {
     reentrant_schedules: u64,
     many_schedules: u64,
     lease_schedules: u64,
+    semaphore_schedules: u64,
     leases_past_ttl: u64,
     most_in_flight: usize,
     faults: u64,
@@ -857,6 +924,7 @@ fn run_many(base: u64, count: u64, until: Option<std::time::Instant>) -> Totals 
                     t.reentrant_schedules += u64::from(out.kind == Some(Kind::Reentrant));
                     t.many_schedules += u64::from(out.kind == Some(Kind::Many));
                     t.lease_schedules += u64::from(out.kind == Some(Kind::Lease));
+                    t.semaphore_schedules += u64::from(out.kind == Some(Kind::Semaphore));
                     t.leases_past_ttl += out.leases_past_ttl;
                     t.most_in_flight = t.most_in_flight.max(out.most_in_flight);
                     t.nested += out.nested;
@@ -907,7 +975,7 @@ fn simulated_schedules_never_overlap() {
         "simulation: {} schedules (seeds {base}..) in {:.1?} wall, {:.1?} virtual; \
          {} rounds, {} grants, {} extends, {} waits, {} release notices heard, {} acquires cancelled, {} faults injected, {} messages, {} replies lost; \
          {} overlaps, {} leftover keys; {} schedules fenced, {} token regressions, {} undelivered grants; {} schedules reentrant, \
-         {} nested holds; {} schedules multi-resource; {} schedules leases ({} held past one TTL); at most {} calls in flight on a link; \
+         {} nested holds; {} schedules multi-resource; {} schedules leases ({} held past one TTL); {} schedules semaphores (2 permits); at most {} calls in flight on a link; \
          {:.0} schedules/s",
         t.schedules,
         started.elapsed(),
@@ -931,6 +999,7 @@ fn simulated_schedules_never_overlap() {
         t.many_schedules,
         t.lease_schedules,
         t.leases_past_ttl,
+        t.semaphore_schedules,
         t.most_in_flight,
         t.schedules as f64 / started.elapsed().as_secs_f64()
     );
@@ -957,6 +1026,7 @@ fn simulated_schedules_never_overlap() {
     );
     assert!(t.many_schedules > t.schedules / 8, "{t:?}");
     assert!(t.lease_schedules > t.schedules / 8, "{t:?}");
+    assert!(t.semaphore_schedules > t.schedules / 8, "{t:?}");
     assert!(t.leases_past_ttl > 0, "no lease outlived its TTL: {t:?}");
     assert!(t.cancelled > 0, "no acquire was cancelled: {t:?}");
     assert!(t.waited > 0, "no client waited: {t:?}");
@@ -1055,6 +1125,32 @@ fn control_partial_multi_resource_acquires_are_caught() {
 #[test]
 fn control_an_unchecked_bound_is_caught() {
     caught_within(Control::LooseBound, 20, |o| &o.unbounded);
+}
+
+/// Semaphore clients that open one permit more than the fleet agreed on:
+/// the permit checker must see three valid holders at once.
+#[test]
+fn control_an_extra_permit_is_caught() {
+    caught_within(Control::ExtraPermit, 40, |o| &o.overlaps);
+}
+
+#[test]
+fn permit_checker_counts_open_windows_and_only_those() {
+    let w = |client, start, end| Window {
+        client,
+        start: Duration::from_millis(start),
+        end: Duration::from_millis(end),
+        fence: None,
+        token: String::new(),
+        extended: 0,
+    };
+    // Two at once, touching a third: within a limit of 2.
+    assert!(over_limit(vec![w(0, 0, 10), w(1, 5, 15), w(2, 10, 20)], 2).is_empty());
+    // Three at once at 6 ms.
+    assert_eq!(
+        over_limit(vec![w(0, 0, 10), w(1, 5, 15), w(2, 6, 20)], 2).len(),
+        1
+    );
 }
 
 /// A transport that loses requests: granted acquires that never reach a

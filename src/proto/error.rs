@@ -103,6 +103,9 @@ pub enum ConfigError {
     EmptyResource,
     /// A multi-resource lock over no resources.
     NoResources,
+    /// A semaphore with 0 permits or more than
+    /// [`MAX_PERMITS`](crate::semaphore::MAX_PERMITS).
+    InvalidPermits(u32),
     /// A key prefix ([`Builder::key_prefix`](crate::Builder::key_prefix))
     /// that holds `{` or `}`, or is longer than
     /// [`MAX_KEY_PREFIX`](crate::keys::MAX_KEY_PREFIX) bytes.
@@ -349,6 +352,9 @@ impl fmt::Display for ConfigError {
             ),
             ConfigError::EmptyResource => write!(f, "resource name is empty"),
             ConfigError::NoResources => write!(f, "no resources given"),
+            ConfigError::InvalidPermits(n) => {
+                write!(f, "a semaphore needs 1 to 1024 permits, not {n}")
+            }
             ConfigError::InvalidKeyPrefix(prefix) => write!(
                 f,
                 "key prefix {prefix:?} must hold no '{{' or '}}' and be at most {} bytes",

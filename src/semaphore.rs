@@ -1,0 +1,214 @@
+//! Counting semaphores over a quorum: at most `permits` valid holders of a
+//! name at any time.
+//!
+//! A semaphore of `N` permits is `N` independent Redlock mutexes, the
+//! *slots* `name:permit:0` … `name:permit:N-1`; a permit is a valid lock on
+//! one slot. Safety follows from the mutex's: no two valid locks on one slot
+//! ever coexist, so at most `N` valid permits do. (A naive quorum semaphore
+//! — every node admits up to `N` holders, a holder needs a majority of
+//! admissions — is not safe for `N ≥ 2`: with 5 nodes and `N = 2`, three
+//! holders can each collect 3 of the 10 admissions.) A holder tries the slots
+//! from a random one on, one round each, and keeps the first it is granted;
+//! a failed round leaves nothing behind, as for any lock. Extending,
+//! releasing, dropping and cancelling a permit are those of its [`Lock`].
+//!
+//! Waiting ([`LockOptions::wait`]) retries the slots with jittered pauses of
+//! up to the retry policy's delay (no release notifications across slots).
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::config::LockOptions;
+use crate::error::{ConfigError, LockError};
+use crate::lock::Lock;
+use crate::redlock::Redlock;
+
+/// The most permits a semaphore may have (each is a slot key per node, and
+/// an acquisition tries up to all of them).
+pub const MAX_PERMITS: u32 = 1024;
+
+/// A counting semaphore; see the [module docs](self) and
+/// [`Redlock::semaphore`].
+#[derive(Debug, Clone)]
+pub struct Semaphore {
+    redlock: Redlock,
+    name: String,
+    permits: u32,
+}
+
+/// One of a [`Semaphore`]'s permits: a valid lock on one of its slots.
+/// Released when dropped, as any [`Lock`].
+#[derive(Debug)]
+pub struct Permit {
+    lock: Lock,
+    slot: u32,
+}
+
+impl Redlock {
+    /// A semaphore named `name` with `permits` permits: at most that many
+    /// valid [`Permit`]s at any time, across every client of the same nodes
+    /// that names it alike. [`ConfigError::InvalidPermits`] for 0 or more
+    /// than [`MAX_PERMITS`], [`ConfigError::EmptyResource`] for an empty
+    /// name.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// use std::time::Duration;
+    /// let api = redlock.semaphore("rate-limited-api", 3)?;
+    /// let a = api.try_acquire(Duration::from_secs(10)).await?;
+    /// let b = api.try_acquire(Duration::from_secs(10)).await?;
+    /// let c = api.try_acquire(Duration::from_secs(10)).await?;
+    /// assert!(api.try_acquire(Duration::from_secs(10)).await.is_err()); // all 3 taken
+    /// a.release().await?;
+    /// let d = api.try_acquire(Duration::from_secs(10)).await?; // a's slot again
+    /// # for p in [b, c, d] { p.release().await?; }
+    /// # Ok(()) }
+    /// ```
+    pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore, ConfigError> {
+        if name.is_empty() {
+            return Err(ConfigError::EmptyResource);
+        }
+        if permits == 0 || permits > MAX_PERMITS {
+            return Err(ConfigError::InvalidPermits(permits));
+        }
+        Ok(Semaphore {
+            redlock: self.clone(),
+            name: name.to_owned(),
+            permits,
+        })
+    }
+}
+
+impl Semaphore {
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// How many permits it has.
+    pub fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    /// The resource of slot `slot`: `name:permit:slot`.
+    pub fn slot_resource(&self, slot: u32) -> String {
+        format!("{}:permit:{slot}", self.name)
+    }
+
+    /// One pass over the slots, from a random one: the first granted, else
+    /// the last refusal ([`LockError::Taken`] when every slot is held).
+    pub async fn try_acquire(&self, ttl: Duration) -> Result<Permit, LockError> {
+        // Seeded where the client's jitter is (`Builder::jitter_seed`).
+        let start = (self.redlock.driver().draw() % u64::from(self.permits)) as u32;
+        let mut last = None;
+        for i in 0..self.permits {
+            let slot = (start + i) % self.permits;
+            match self.redlock.try_lock(&self.slot_resource(slot), ttl).await {
+                Ok(lock) => return Ok(Permit { lock, slot }),
+                Err(e @ LockError::Config(_)) => return Err(e),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or(LockError::Config(ConfigError::InvalidPermits(0))))
+    }
+
+    /// Passes over the slots per the client's retry policy
+    /// ([`Builder::retry`](crate::Builder::retry)), with jittered pauses.
+    pub async fn acquire(&self, ttl: Duration) -> Result<Permit, LockError> {
+        self.acquire_with(ttl, &LockOptions::new()).await
+    }
+
+    /// [`acquire`](Self::acquire), or with [`LockOptions::wait`] passes until
+    /// a permit is had or the wait is over ([`LockError::Timeout`] with the
+    /// last pass's error). Fencing and extension settings do not apply.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// use std::time::Duration;
+    /// use redquorum::LockOptions;
+    /// let workers = redlock.semaphore("workers", 1)?;
+    /// let held = workers.acquire(Duration::from_millis(200)).await?;
+    /// let wait = LockOptions::new().wait(Duration::from_secs(5));
+    /// let next = workers.acquire_with(Duration::from_secs(10), &wait).await?; // after expiry
+    /// assert!(!held.is_valid());
+    /// next.release().await
+    /// # }
+    /// ```
+    pub async fn acquire_with(
+        &self,
+        ttl: Duration,
+        options: &LockOptions,
+    ) -> Result<Permit, LockError> {
+        let retry = self.redlock.driver().settings.retry;
+        let started = Instant::now();
+        let give_up = options.max_wait().and_then(|w| started.checked_add(w));
+        let mut pass = 0u32;
+        loop {
+            let error = match self.try_acquire(ttl).await {
+                Ok(permit) => return Ok(permit),
+                Err(e @ LockError::Config(_)) => return Err(e),
+                Err(e) => e,
+            };
+            pass += 1;
+            let now = Instant::now();
+            let pause = retry.jitter(retry.max_delay(), self.redlock.driver().draw());
+            match options.max_wait() {
+                None if pass >= retry.attempts() => return Err(error),
+                None => tokio::time::sleep(pause).await,
+                Some(_) => {
+                    let left = give_up.map_or(Duration::MAX, |g| g.saturating_duration_since(now));
+                    if left.is_zero() {
+                        return Err(LockError::Timeout {
+                            waited: now - started,
+                            last: Box::new(error),
+                        });
+                    }
+                    tokio::time::sleep(pause.min(left)).await;
+                }
+            }
+        }
+    }
+}
+
+impl Permit {
+    /// Which slot it holds (`0..permits`).
+    pub fn slot(&self) -> u32 {
+        self.slot
+    }
+
+    /// The lock on its slot.
+    pub fn lock(&self) -> &Lock {
+        &self.lock
+    }
+
+    /// Whether the permit is still valid: the count holds only while it is.
+    pub fn is_valid(&self) -> bool {
+        self.lock.is_valid()
+    }
+
+    /// Validity left; see [`Lock::remaining`].
+    pub fn remaining(&self) -> Duration {
+        self.lock.remaining()
+    }
+
+    /// Extends the permit; see [`Lock::extend`].
+    pub async fn extend(&mut self, ttl: Duration) -> Result<(), LockError> {
+        self.lock.extend(ttl).await
+    }
+
+    /// Gives the permit back; see [`Lock::release`].
+    pub async fn release(self) -> Result<(), LockError> {
+        self.lock.release().await
+    }
+
+    /// The lock on its slot, to keep alive ([`Lock::keep_alive`]) or
+    /// release yourself.
+    pub fn into_lock(self) -> Lock {
+        self.lock
+    }
+}
