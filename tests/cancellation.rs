@@ -114,6 +114,10 @@ fn futures_are_send() {
         ));
         send(&Redlock::connect(["redis://127.0.0.1:7001"]));
         send(&Redlock::builder().build());
+        let semaphore = r.semaphore("s", 3).unwrap();
+        send(&semaphore.try_acquire(Duration::from_secs(1)));
+        send(&semaphore.acquire(Duration::from_secs(1)));
+        send(&semaphore.acquire_with(Duration::from_secs(1), &redquorum::LockOptions::new()));
     }
     let lock: Option<Lock> = None;
     if let Some(mut l) = lock {
@@ -124,6 +128,8 @@ fn futures_are_send() {
     sync::<Redlock>();
     sync::<Lock>();
     sync::<redquorum::LockError>();
+    sync::<redquorum::Semaphore>();
+    sync::<redquorum::Permit>();
 }
 
 /// A client over five memory nodes that tries once (refusals come back at
