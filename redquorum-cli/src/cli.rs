@@ -159,8 +159,14 @@ pub struct ExecArgs {
 
     /// Take a fencing token (REDQUORUM_FENCE): larger than every earlier
     /// holder's; pass it to the storage you write to.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "permits")]
     pub fence: bool,
+
+    /// Let N holders run at once: take one of N permits of RESOURCE (a
+    /// semaphore; every exec of RESOURCE must give the same N). The command
+    /// gets its slot in REDQUORUM_PERMIT.
+    #[arg(short = 'n', long = "permits", value_name = "N")]
+    pub permits: Option<u32>,
 
     /// The name of the lock.
     pub resource: String,

@@ -76,6 +76,11 @@ pub async fn exec(global: &Global, nodes: &[String], args: ExecArgs, ui: &Ui) ->
         Err(code) => return code,
     };
     let resource = args.resource.as_str();
+    // The key's resource: RESOURCE, or the permit's slot of it.
+    let held = lock.resource().to_owned();
+    let permit = args
+        .permits
+        .map(|_| held.rsplit(':').next().unwrap_or_default().to_owned());
     let token = lock.token().to_owned();
     let fence = lock.fence();
     tracing::info!(
@@ -102,6 +107,7 @@ pub async fn exec(global: &Global, nodes: &[String], args: ExecArgs, ui: &Ui) ->
         .args(&args.command[1..])
         .env("REDQUORUM_RESOURCE", resource)
         .env("REDQUORUM_TOKEN", &token)
+        .env_remove("REDQUORUM_PERMIT")
         // The node list may carry passwords: the command gets the lock's
         // variables, not the credentials (docs/cli.md says how to pass them
         // on deliberately).
@@ -111,6 +117,9 @@ pub async fn exec(global: &Global, nodes: &[String], args: ExecArgs, ui: &Ui) ->
         Some(fence) => command.env("REDQUORUM_FENCE", fence.to_string()),
         None => command.env_remove("REDQUORUM_FENCE"),
     };
+    if let Some(slot) = &permit {
+        command.env("REDQUORUM_PERMIT", slot);
+    }
     kill_with_parent(&mut command);
     let code = match command.spawn() {
         Ok(mut child) => match child.id().and_then(|id| i32::try_from(id).ok()) {
@@ -157,7 +166,7 @@ pub async fn exec(global: &Global, nodes: &[String], args: ExecArgs, ui: &Ui) ->
     // `release` returns at a quorum and finishes in the background; this
     // process is about to exit, so reach the other nodes now (bounded by the
     // node timeout). Compare-and-delete: a no-op where already released.
-    if let Err(e) = redlock.release_token(resource, &token).await {
+    if let Err(e) = redlock.release_token(&held, &token).await {
         tracing::debug!(resource, error = %e, "release sweep");
     }
     code
@@ -175,7 +184,28 @@ async fn acquire(
 ) -> Result<Lock, Code> {
     let resource = args.resource.as_str();
     let spinner = ui.spinner(format!("waiting for the lock on {resource}"));
-    let mut attempt = Box::pin(redlock.lock_with(resource, args.ttl, options));
+    let mut attempt: std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Lock, LockError>> + Send>,
+    > = match args.permits {
+        None => Box::pin(redlock.lock_with(resource, args.ttl, options)),
+        Some(permits) => {
+            let semaphore = match redlock.semaphore(resource, permits) {
+                Ok(semaphore) => semaphore,
+                Err(e) => {
+                    spinner.clear();
+                    ui.usage(&e.to_string());
+                    return Err(exit::USAGE);
+                }
+            };
+            let (ttl, options) = (args.ttl, options.clone());
+            Box::pin(async move {
+                semaphore
+                    .acquire_with(ttl, &options)
+                    .await
+                    .map(redquorum::Permit::into_lock)
+            })
+        }
+    };
     let show = tokio::time::sleep(Duration::from_secs(1));
     tokio::pin!(show);
     let mut shown = false;

@@ -769,3 +769,85 @@ async fn a_degraded_node_shows_on_stderr_without_asking_and_v_shows_every_answer
     }
     assert!(err.contains("answer="), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exec_n_runs_at_most_n_commands_at_once() {
+    let nodes = node_urls();
+    let resource = unique("cli-permits");
+    let dir = scratch("permits");
+    let log = dir.join("log");
+    // Each run logs its start (with its permit's slot) and its end.
+    let script = "echo start $REDQUORUM_PERMIT >> \"$LOG\"; sleep 1; echo end >> \"$LOG\"";
+    let spawn = |wait: &str| {
+        redquorum(
+            &nodes,
+            &[
+                "exec", "-n", "2", "--wait", wait, "--ttl", "5s", &resource, "--", "sh", "-c",
+                script,
+            ],
+        )
+        .env("LOG", &log)
+        .spawn()
+        .expect("spawn")
+    };
+    let (a, b, c) = (spawn("10s"), spawn("10s"), spawn("10s"));
+    let (a, b, c) = tokio::join!(finish(a), finish(b), finish(c));
+    for out in [&a, &b, &c] {
+        assert_eq!(code(out), 0, "{}", stderr(out));
+    }
+    let lines: Vec<String> = std::fs::read_to_string(&log)
+        .expect("log")
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(lines.len(), 6, "{lines:?}");
+    let (mut running, mut most) = (0, 0);
+    for line in &lines {
+        if let Some(slot) = line.strip_prefix("start ") {
+            assert!(slot == "0" || slot == "1", "{lines:?}");
+            running += 1;
+            most = most.max(running);
+        } else {
+            running -= 1;
+        }
+    }
+    assert_eq!(most, 2, "at most and at last two at once: {lines:?}");
+    // Without waiting, a third while two hold is refused as held elsewhere.
+    let hold = "sleep 2";
+    let (a, b) = (
+        redquorum(
+            &nodes,
+            &[
+                "exec", "-n", "2", "--ttl", "5s", &resource, "--", "sh", "-c", hold,
+            ],
+        )
+        .spawn()
+        .expect("spawn"),
+        redquorum(
+            &nodes,
+            &[
+                "exec", "-n", "2", "--ttl", "5s", &resource, "--", "sh", "-c", hold,
+            ],
+        )
+        .spawn()
+        .expect("spawn"),
+    );
+    // Wait until both hold their permits (status of each slot).
+    let start = Instant::now();
+    loop {
+        let slots: Vec<String> = (0..2).map(|i| format!("{resource}:permit:{i}")).collect();
+        let held = futures::future::join_all(slots.iter().map(|slot| status(&nodes, slot))).await;
+        if held.iter().all(|s| s["verdict"] == "HELD") {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "{held:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let third = run(&nodes, &["exec", "-n", "2", &resource, "--", "true"]).await;
+    assert_eq!(code(&third), 75, "{}", stderr(&third));
+    let (a, b) = tokio::join!(finish(a), finish(b));
+    assert_eq!((code(&a), code(&b)), (0, 0));
+    let bad = run(&nodes, &["exec", "-n", "0", &resource, "--", "true"]).await;
+    assert_eq!(code(&bad), 64, "{}", stderr(&bad));
+    let _ = std::fs::remove_dir_all(dir);
+}
