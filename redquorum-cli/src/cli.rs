@@ -193,6 +193,11 @@ pub struct StatusArgs {
     /// The name of the lock.
     pub resource: String,
 
+    /// RESOURCE is a semaphore of N permits (`exec -n N`): show each slot,
+    /// then how many permits are held.
+    #[arg(short = 'n', long = "permits", value_name = "N")]
+    pub permits: Option<u32>,
+
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,

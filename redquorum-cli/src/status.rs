@@ -218,37 +218,61 @@ pub async fn status(global: &Global, nodes: &[String], args: &StatusArgs, ui: &U
             return exit::USAGE;
         }
     };
-    let lock_key = layout.plain_key(&args.resource);
-    let fence_key = layout.fence_key(&args.resource);
-    let states = futures::future::join_all(clients.into_iter().map(|(name, client)| {
-        let (lock_key, fence_key) = (&lock_key, &fence_key);
-        async move {
-            let read = match tokio::time::timeout(timeout, read(&client, lock_key, fence_key)).await
-            {
-                Ok(Ok(held)) => Ok(held),
-                Ok(Err(e)) => Err(e.to_string()),
-                Err(_) => Err(format!(
-                    "no answer within {}",
-                    humantime::format_duration(timeout)
-                )),
-            };
-            NodeState { name, read }
+    // With --permits: one table (or JSON object) per slot of the
+    // semaphore, then how many permits are held.
+    let resources: Vec<String> = match args.permits {
+        None => vec![args.resource.clone()],
+        Some(n) if n == 0 || n > redquorum::semaphore::MAX_PERMITS => {
+            ui.usage(&redquorum::ConfigError::InvalidPermits(n).to_string());
+            return exit::USAGE;
         }
-    }))
-    .await;
-    let summary = summarize(&states);
-    if args.json {
-        println!(
-            "{}",
-            to_json(&args.resource, &states, &summary, args.show_token)
-        );
-    } else {
-        print_table(&args.resource, &states, &summary, args.show_token);
+        Some(n) => (0..n)
+            .map(|i| format!("{}:permit:{i}", args.resource))
+            .collect(),
+    };
+    let (mut held, mut unknown, mut objects) = (0, false, Vec::new());
+    for resource in &resources {
+        let lock_key = layout.plain_key(resource);
+        let fence_key = layout.fence_key(resource);
+        let states = futures::future::join_all(clients.iter().map(|(name, client)| {
+            let (lock_key, fence_key) = (&lock_key, &fence_key);
+            async move {
+                let read =
+                    match tokio::time::timeout(timeout, read(client, lock_key, fence_key)).await {
+                        Ok(Ok(held)) => Ok(held),
+                        Ok(Err(e)) => Err(e.to_string()),
+                        Err(_) => Err(format!(
+                            "no answer within {}",
+                            humantime::format_duration(timeout)
+                        )),
+                    };
+                NodeState {
+                    name: name.clone(),
+                    read,
+                }
+            }
+        }))
+        .await;
+        let summary = summarize(&states);
+        held += usize::from(summary.verdict == Verdict::Held);
+        unknown |= summary.verdict == Verdict::Unknown;
+        if args.json {
+            objects.push(to_json(resource, &states, &summary, args.show_token));
+        } else {
+            print_table(resource, &states, &summary, args.show_token);
+        }
     }
-    match summary.verdict {
-        Verdict::Unknown => exit::UNAVAILABLE,
-        _ => 0,
+    match (args.permits, args.json) {
+        (None, true) => println!("{}", objects.concat()),
+        (Some(n), true) => println!(
+            "{{\"resource\":{},\"permits\":{n},\"held\":{held},\"slots\":[{}]}}",
+            json!(args.resource),
+            objects.join(",")
+        ),
+        (Some(n), false) => println!("{}: {held} of {n} permits held", args.resource),
+        (None, false) => {}
     }
+    if unknown { exit::UNAVAILABLE } else { 0 }
 }
 
 /// Reads the lock and fence keys of one node.

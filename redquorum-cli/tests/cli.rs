@@ -832,15 +832,21 @@ async fn exec_n_runs_at_most_n_commands_at_once() {
         .spawn()
         .expect("spawn"),
     );
-    // Wait until both hold their permits (status of each slot).
+    // Wait until both hold their permits (`status -n 2`).
     let start = Instant::now();
     loop {
-        let slots: Vec<String> = (0..2).map(|i| format!("{resource}:permit:{i}")).collect();
-        let held = futures::future::join_all(slots.iter().map(|slot| status(&nodes, slot))).await;
-        if held.iter().all(|s| s["verdict"] == "HELD") {
+        let out = run(&nodes, &["status", "-n", "2", "--json", &resource]).await;
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let permits: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        assert_eq!(
+            permits["slots"].as_array().map(Vec::len),
+            Some(2),
+            "{permits}"
+        );
+        if permits["held"] == 2 {
             break;
         }
-        assert!(start.elapsed() < Duration::from_secs(10), "{held:?}");
+        assert!(start.elapsed() < Duration::from_secs(10), "{permits}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let third = run(&nodes, &["exec", "-n", "2", &resource, "--", "true"]).await;
