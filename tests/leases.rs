@@ -18,17 +18,7 @@ use tokio::time::Instant;
 
 /// A client whose five links go through proxies the test can cut.
 async fn proxied() -> (Vec<Proxy>, Redlock) {
-    let mut proxies = Vec::new();
-    for url in node_urls() {
-        proxies.push(Proxy::start(url.trim_start_matches("redis://")).await);
-    }
-    let redlock = Redlock::builder()
-        .nodes(proxies.iter().map(Proxy::url))
-        .node_timeout(Duration::from_millis(50))
-        .build()
-        .await
-        .unwrap();
-    (proxies, redlock)
+    support::proxied(Duration::from_millis(50)).await
 }
 
 async fn holders(resource: &str) -> Vec<Option<String>> {

@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use redquorum::{ConfigError, LockOptions, Redlock};
-use support::proxy::Proxy;
 use support::*;
 
 const PERMITS: u32 = 3;
@@ -66,16 +65,7 @@ async fn ten_tasks_on_three_permits_never_exceed_three_and_reach_three() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_off_node_changes_nothing() {
-    let mut proxies = Vec::new();
-    for url in node_urls() {
-        proxies.push(Proxy::start(url.trim_start_matches("redis://")).await);
-    }
-    let redlock = Redlock::builder()
-        .nodes(proxies.iter().map(Proxy::url))
-        .node_timeout(Duration::from_millis(200))
-        .build()
-        .await
-        .unwrap();
+    let (proxies, redlock) = proxied(Duration::from_millis(200)).await;
     proxies[2].set_cut(true);
     let (most, grants) = contend(&redlock, &unique("sem-cut"), Duration::from_secs(2)).await;
     println!("node 3 cut off: {grants} grants, at most {most} holders");

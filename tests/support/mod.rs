@@ -46,6 +46,23 @@ pub async fn redlock() -> Redlock {
     patient().build().await.expect("connect")
 }
 
+/// A client whose links to the five nodes go through test proxies (to cut
+/// or slow one node's links without touching the shared nodes), with
+/// `node_timeout`.
+pub async fn proxied(node_timeout: Duration) -> (Vec<proxy::Proxy>, Redlock) {
+    let mut proxies = Vec::new();
+    for url in node_urls() {
+        proxies.push(proxy::Proxy::start(url.trim_start_matches("redis://")).await);
+    }
+    let redlock = Redlock::builder()
+        .nodes(proxies.iter().map(proxy::Proxy::url))
+        .node_timeout(node_timeout)
+        .build()
+        .await
+        .expect("connect through the proxies");
+    (proxies, redlock)
+}
+
 /// A resource name no other test (or earlier run) uses.
 pub fn unique(prefix: &str) -> String {
     format!("test:{prefix}:{:016x}", rand::random::<u64>())
