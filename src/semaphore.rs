@@ -13,7 +13,11 @@
 //! releasing, dropping and cancelling a permit are those of its [`Lock`].
 //!
 //! Waiting ([`LockOptions::wait`]) retries the slots with jittered pauses of
-//! up to the retry policy's delay (no release notifications across slots).
+//! up to the retry policy's delay, and is woken early when a slot is
+//! released (release notifications, [`Builder::notify_waiters`], for up to
+//! [`MAX_WATCHED_SLOTS`] slots; past that it polls).
+//!
+//! [`Builder::notify_waiters`]: crate::Builder::notify_waiters
 
 use std::time::Duration;
 
@@ -22,7 +26,12 @@ use tokio::time::Instant;
 use crate::config::LockOptions;
 use crate::error::{ConfigError, LockError};
 use crate::lock::Lock;
+use crate::proto::retry::WAKE_SPREAD;
 use crate::redlock::Redlock;
+use crate::wakeup::Interest;
+
+/// The most slots a waiter listens to for releases.
+pub const MAX_WATCHED_SLOTS: u32 = 64;
 
 /// The most permits a semaphore may have (each is a slot key per node, and
 /// an acquisition tries up to all of them).
@@ -144,11 +153,17 @@ impl Semaphore {
         ttl: Duration,
         options: &LockOptions,
     ) -> Result<Permit, LockError> {
-        let retry = self.redlock.driver().settings.retry;
+        let driver = self.redlock.driver();
+        let retry = driver.settings.retry;
         let started = Instant::now();
         let give_up = options.max_wait().and_then(|w| started.checked_add(w));
+        // A waiter listens to every slot's releases from its first refusal on.
+        let mut interests: Vec<Interest> = Vec::new();
         let mut pass = 0u32;
         loop {
+            for interest in &mut interests {
+                interest.mark_seen();
+            }
             let error = match self.try_acquire(ttl).await {
                 Ok(permit) => return Ok(permit),
                 Err(e @ LockError::Config(_)) => return Err(e),
@@ -168,7 +183,34 @@ impl Semaphore {
                             last: Box::new(error),
                         });
                     }
-                    tokio::time::sleep(pause.min(left)).await;
+                    if interests.is_empty()
+                        && self.permits <= MAX_WATCHED_SLOTS
+                        && let Some(hub) = driver.hub()
+                    {
+                        let layout = driver.layout();
+                        interests = (0..self.permits)
+                            .map(|slot| hub.register(&layout.plain_key(&self.slot_resource(slot))))
+                            .collect();
+                    }
+                    let sleep = tokio::time::sleep(pause.min(left));
+                    if interests.is_empty() {
+                        sleep.await;
+                        continue;
+                    }
+                    let released = futures::future::select_all(
+                        interests.iter_mut().map(|i| Box::pin(i.released())),
+                    );
+                    let woken = tokio::select! {
+                        // Biased, as every select here (a seeded simulation
+                        // must replay).
+                        biased;
+                        () = sleep => false,
+                        _ = released => true,
+                    };
+                    if woken {
+                        // Every waiter hears the same release: stagger.
+                        tokio::time::sleep(retry.jitter(WAKE_SPREAD, driver.draw())).await;
+                    }
                 }
             }
         }

@@ -1,0 +1,92 @@
+//! Permit hand-off: a holder of a 1-permit semaphore releases while another
+//! client waits (`acquire_with` + `LockOptions::wait`); the time from the
+//! release to the waiter's permit, healthy and with node 3 frozen.
+//!
+//! ```text
+//! scripts/nodes up
+//! export REDQUORUM_NODES=$(scripts/nodes urls) REDQUORUM_SCRIPTS_NODES=$PWD/scripts/nodes
+//! cargo bench --bench permits
+//! ```
+
+use std::time::{Duration, Instant};
+
+use redquorum::{LockOptions, Redlock};
+
+const HANDOFFS: usize = 100;
+
+fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("permits: skipped (not run by `cargo bench`)");
+        return;
+    }
+    let urls: Vec<String> = std::env::var("REDQUORUM_NODES")
+        .expect("REDQUORUM_NODES: five node URLs")
+        .split(',')
+        .map(str::to_owned)
+        .collect();
+    let script = std::env::var("REDQUORUM_SCRIPTS_NODES")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/nodes").to_owned());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let holder = Redlock::connect(&urls).await.expect("connect");
+        let waiter = Redlock::connect(&urls).await.expect("connect");
+        let mut healthy = handoffs(&holder, &waiter, "healthy").await;
+        run(&script, "freeze");
+        let mut frozen = handoffs(&holder, &waiter, "frozen").await;
+        run(&script, "thaw");
+        let (h, f) = (p(&mut healthy, 50), p(&mut frozen, 50));
+        println!(
+            "permit hand-off over {HANDOFFS} hand-offs: healthy p50 {h:.2} ms p99 {:.2} ms; \
+             node 3 frozen p50 {f:.2} ms p99 {:.2} ms; frozen / healthy p50 {:.2}x",
+            p(&mut healthy, 99),
+            p(&mut frozen, 99),
+            f / h
+        );
+    });
+}
+
+fn run(script: &str, action: &str) {
+    let ok = std::process::Command::new(script)
+        .args([action, "3"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "scripts/nodes {action} 3 failed");
+}
+
+/// `HANDOFFS` hand-offs: the time from each release to the waiter's permit.
+async fn handoffs(holder: &Redlock, waiter: &Redlock, tag: &str) -> Vec<Duration> {
+    let name = format!("bench:permits:{tag}:{}", std::process::id());
+    let theirs = waiter.semaphore(&name, 1).expect("semaphore");
+    let ours = holder.semaphore(&name, 1).expect("semaphore");
+    let mut samples = Vec::with_capacity(HANDOFFS);
+    for _ in 0..HANDOFFS {
+        let held = ours.acquire(Duration::from_secs(10)).await.expect("permit");
+        let theirs = theirs.clone();
+        let waiting = tokio::spawn(async move {
+            let wait = LockOptions::new().wait(Duration::from_secs(10));
+            let permit = theirs
+                .acquire_with(Duration::from_secs(10), &wait)
+                .await
+                .expect("the waiter's permit");
+            let got = Instant::now();
+            permit.release().await.expect("release");
+            got
+        });
+        // Long enough for the waiter to be refused and listen.
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let released = Instant::now();
+        held.release().await.expect("release");
+        let got = waiting.await.expect("waiter");
+        samples.push(got.saturating_duration_since(released));
+    }
+    samples
+}
+
+fn p(samples: &mut [Duration], q: usize) -> f64 {
+    samples.sort_unstable();
+    samples[(samples.len() - 1) * q / 100].as_secs_f64() * 1e3
+}
