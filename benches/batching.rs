@@ -21,6 +21,10 @@ use std::time::{Duration, Instant};
 
 use redquorum::Redlock;
 
+#[path = "support/cpu.rs"]
+mod cpu;
+use cpu::{process_cpu, servers_cpu};
+
 const TASKS: [usize; 4] = [1, 16, 64, 256];
 
 fn main() {
@@ -106,7 +110,7 @@ impl Totals {
 /// `tasks` tasks doing lock+release on keys of their own for `time`.
 async fn phase(redlock: &Redlock, tasks: usize, time: Duration, tag: &str) -> Totals {
     let cycles = Arc::new(AtomicU64::new(0));
-    let (client0, servers0) = (cpu_of("/proc/self/stat"), servers_cpu());
+    let (client0, servers0) = (process_cpu(), servers_cpu());
     let start = Instant::now();
     let end = start + time;
     let workers: Vec<_> = (0..tasks)
@@ -130,7 +134,7 @@ async fn phase(redlock: &Redlock, tasks: usize, time: Duration, tag: &str) -> To
     Totals {
         cycles: cycles.load(Ordering::Relaxed),
         wall,
-        client: cpu_of("/proc/self/stat").saturating_sub(client0),
+        client: process_cpu().saturating_sub(client0),
         servers: servers_cpu()
             .zip(servers0)
             .map(|(b, a)| b.saturating_sub(a)),
@@ -142,38 +146,4 @@ fn per_cycle(cpu: Option<Duration>, cycles: u64) -> String {
         Some(cpu) if cycles > 0 => format!("{:.1} µs", cpu.as_secs_f64() * 1e6 / cycles as f64),
         _ => "-".into(),
     }
-}
-
-/// The servers' CPU so far: local nodes' pid files, or REDQUORUM_SERVER_PIDS.
-fn servers_cpu() -> Option<Duration> {
-    let pids: Vec<String> = match std::env::var("REDQUORUM_SERVER_PIDS") {
-        Ok(pids) => pids.split(',').map(str::to_owned).collect(),
-        Err(_) => {
-            let dir = std::env::var("REDQUORUM_STATE_DIR").ok()?;
-            (1..=5)
-                .map(|n| std::fs::read_to_string(format!("{dir}/{n}/redis.pid")))
-                .collect::<Result<_, _>>()
-                .ok()?
-        }
-    };
-    Some(
-        pids.iter()
-            .map(|p| cpu_of(&format!("/proc/{}/stat", p.trim())))
-            .sum(),
-    )
-}
-
-/// utime + stime of a `/proc/PID/stat` file (ticks of 10 ms).
-fn cpu_of(path: &str) -> Duration {
-    let Ok(stat) = std::fs::read_to_string(path) else {
-        return Duration::ZERO;
-    };
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let ticks: u64 = rest
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .filter_map(|v| v.parse::<u64>().ok())
-        .sum();
-    Duration::from_millis(ticks * 10)
 }

@@ -245,15 +245,7 @@ async fn nodes_script(action: &str, node: usize) {
 /// The scrape's per-node call outcomes as a table, then the operation
 /// counters as they are.
 fn print_metrics(scrape: &str) {
-    const OUTCOMES: [&str; 7] = [
-        "done",
-        "held",
-        "not_held",
-        "timed_out",
-        "unreachable",
-        "overloaded",
-        "error",
-    ];
+    use redquorum::telemetry::OUTCOMES;
     let label = |series: &str, key: &str| -> Option<String> {
         let start = series.find(&format!("{key}=\""))? + key.len() + 2;
         let len = series[start..].find('"')?;

@@ -134,10 +134,16 @@ impl Batcher {
         Route::Queued(receiver)
     }
 
-    /// A single write returned: the sender takes over if calls wait.
+    /// A write of ours returned (a single call's, or a batch's): the sender
+    /// goes on if calls wait.
     fn returned(&self) {
         let mut state = self.lock();
         state.in_flight -= 1;
+        self.wake_if_queued(state);
+    }
+
+    /// Wakes the sender if calls wait.
+    fn wake_if_queued(&self, state: std::sync::MutexGuard<'_, State>) {
         let waiting = !state.queue.is_empty();
         drop(state);
         if waiting {
@@ -162,22 +168,7 @@ impl Batcher {
     fn written(&self) {
         let mut state = self.lock();
         state.taken = false;
-        let waiting = !state.queue.is_empty();
-        drop(state);
-        if waiting {
-            self.wake.notify_one();
-        }
-    }
-
-    /// A batch returned: the sender goes on if calls wait.
-    fn batch_returned(&self) {
-        let mut state = self.lock();
-        state.in_flight -= 1;
-        let waiting = !state.queue.is_empty();
-        drop(state);
-        if waiting {
-            self.wake.notify_one();
-        }
+        self.wake_if_queued(state);
     }
 }
 
@@ -215,7 +206,7 @@ fn send(
         Ok(current) => current,
         Err(e) => {
             batcher.written();
-            batcher.batch_returned();
+            batcher.returned();
             fail(batch, &e);
             return;
         }
@@ -227,7 +218,7 @@ fn send(
     fail(stale, &reset());
     if batch.is_empty() {
         batcher.written();
-        batcher.batch_returned();
+        batcher.returned();
         return;
     }
     let grace = batch.iter().map(|q| q.grace).max().unwrap_or_default();
@@ -263,7 +254,7 @@ fn send(
                 fail(batch, &timed_out());
             }
         }
-        done.batch_returned();
+        done.returned();
     }));
     // The first poll writes the pipeline (the connection's queue has room
     // for every call in flight); only then may later calls go out on their
@@ -272,6 +263,8 @@ fn send(
         .as_mut()
         .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()));
     batcher.written();
+    // Bounded: a batch holds one of the node's `WINDOW` writes in flight
+    // until this task ends, which its grace guarantees.
     if first.is_pending() {
         tokio::spawn(sending);
     }
@@ -357,8 +350,8 @@ mod tests {
         let next = batcher.take().expect("the call queued meanwhile");
         assert_eq!(next.len(), 1);
         batcher.written();
-        batcher.batch_returned();
-        batcher.batch_returned();
+        batcher.returned();
+        batcher.returned();
         // Idle again: at once.
         assert!(matches!(
             batcher.route(1, &cmd(), false, grace),
@@ -384,7 +377,7 @@ mod tests {
         assert!(batcher.take().is_none(), "past the window");
         while batcher.wake.notified().now_or_never().is_some() {}
         // Only the batch returns: it must wake the sender.
-        batcher.batch_returned();
+        batcher.returned();
         assert!(
             batcher.wake.notified().now_or_never().is_some(),
             "the sender was not woken"

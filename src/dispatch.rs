@@ -75,8 +75,9 @@ pub(crate) struct Limits {
     pub(crate) max_in_flight: usize,
     /// How long a call may wait for its answer.
     pub(crate) grace: Duration,
-    /// A call unanswered this long (the node timeout) counts against the
-    /// node's health at once, though it goes on until its grace.
+    /// A call the round stopped listening to that is unanswered this long
+    /// (the node timeout) counts against the node's health at once, though
+    /// it goes on until its grace.
     pub(crate) late: Duration,
 }
 
@@ -165,6 +166,8 @@ pub(crate) struct Call<'a> {
     /// The span the call was made in (its round's), for an answer that
     /// arrives after the round stopped listening.
     span: tracing::Span,
+    /// When it was made.
+    started: std::time::Instant,
 }
 
 enum State {
@@ -218,18 +221,31 @@ impl Future for Call<'_> {
 
 impl Drop for Call<'_> {
     fn drop(&mut self) {
-        if let State::Running(future) = std::mem::replace(&mut self.state, State::Answered(None)) {
-            let span = std::mem::replace(&mut self.span, tracing::Span::none());
-            if span.is_disabled() {
-                self.node.deliver(future);
-                return;
-            }
+        let State::Running(mut future) = std::mem::replace(&mut self.state, State::Answered(None))
+        else {
+            return;
+        };
+        // Only a call the round stopped listening to can be late: one that
+        // is still unanswered a node timeout after it was made counts against
+        // the node's health at once (a frozen node shows within a node
+        // timeout, not after the grace), though it goes on until its end.
+        // Calls answered within their round need no timer of their own.
+        let late = self.node.limits.late.saturating_sub(self.started.elapsed());
+        let telemetry = Arc::clone(&self.node.telemetry);
+        let span = std::mem::replace(&mut self.span, tracing::Span::none());
+        let node = Arc::clone(self.node.name());
+        let handed = std::time::Instant::now();
+        self.node.deliver(Box::pin(async move {
+            let outcome = match tokio::time::timeout(late, future.as_mut()).await {
+                Ok(outcome) => outcome,
+                Err(_) => {
+                    telemetry.late();
+                    future.await
+                }
+            };
             // Logged in the round's span: the stragglers and the timeouts
             // that come after its decision.
-            let node = Arc::clone(self.node.name());
-            let handed = std::time::Instant::now();
-            self.node.deliver(Box::pin(async move {
-                let outcome = future.await;
+            if !span.is_disabled() {
                 tracing::debug!(
                     parent: &span,
                     node = %node,
@@ -237,9 +253,9 @@ impl Drop for Call<'_> {
                     after_decision_ms = handed.elapsed().as_millis() as u64,
                     "answer after the decision"
                 );
-                outcome
-            }));
-        }
+            }
+            outcome
+        }));
     }
 }
 
@@ -328,6 +344,7 @@ impl Dispatcher {
                 node: self,
                 state: State::Answered(Some(Err(error))),
                 span: tracing::Span::none(),
+                started: std::time::Instant::now(),
             }
         };
         if let Member::Redis(node) = &self.member
@@ -354,21 +371,9 @@ impl Dispatcher {
         let telemetry = Arc::clone(&self.telemetry);
         telemetry.started();
         let started = std::time::Instant::now();
-        let late = self.limits.late;
         let mut future: Boxed = Box::pin(tokio::task::coop::unconstrained(async move {
             let _slot = slot;
-            // The timeout polls the call first: the request is written at
-            // this future's first poll all the same.
-            let mut call = std::pin::pin!(call);
-            let outcome = match tokio::time::timeout(late, call.as_mut()).await {
-                Ok(outcome) => outcome,
-                Err(_) => {
-                    // A frozen or cut-off node shows within one node
-                    // timeout, not after the grace.
-                    telemetry.late();
-                    call.await
-                }
-            };
+            let outcome = call.await;
             telemetry.ended(&outcome, started);
             outcome
         }));
@@ -387,6 +392,7 @@ impl Dispatcher {
             node: self,
             state,
             span,
+            started,
         }
     }
 

@@ -72,8 +72,8 @@ pub(crate) fn describe() {
     );
 }
 
-/// The outcomes of [`NODE_REQUESTS`], in label order.
-const OUTCOMES: [&str; 7] = [
+/// The `outcome` labels of [`NODE_REQUESTS`].
+pub const OUTCOMES: [&str; 7] = [
     "done",
     "held",
     "not_held",

@@ -47,6 +47,8 @@
 //! that it skipped, so the test suite stays fast and needs no peer library
 //! behaviour.
 
+#[path = "../support/cpu.rs"]
+mod cpu;
 #[path = "../../tests/support/proxy.rs"]
 #[allow(dead_code)] // the bench adds latency, never cuts
 mod proxy;
@@ -76,6 +78,7 @@ mod scenarios;
 use allocator::*;
 use chart::*;
 use clients::*;
+use cpu::*;
 use faults::*;
 use phases::*;
 use reports::*;

@@ -230,22 +230,42 @@ pub async fn status(global: &Global, nodes: &[String], args: &StatusArgs, ui: &U
             .map(|i| format!("{}:permit:{i}", args.resource))
             .collect(),
     };
+    // One connection per node, for every resource read.
+    let timeout_text = || format!("no answer within {}", humantime::format_duration(timeout));
+    let conns: Vec<(String, Result<MultiplexedConnection, String>)> =
+        futures::future::join_all(clients.into_iter().map(|(name, client)| async move {
+            let conn = match tokio::time::timeout(
+                timeout,
+                client.get_multiplexed_async_connection(),
+            )
+            .await
+            {
+                Ok(Ok(conn)) => Ok(conn),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err(timeout_text()),
+            };
+            (name, conn)
+        }))
+        .await;
     let (mut held, mut unknown, mut objects) = (0, false, Vec::new());
     for resource in &resources {
         let lock_key = layout.plain_key(resource);
         let fence_key = layout.fence_key(resource);
-        let states = futures::future::join_all(clients.iter().map(|(name, client)| {
+        let states = futures::future::join_all(conns.iter().map(|(name, conn)| {
             let (lock_key, fence_key) = (&lock_key, &fence_key);
             async move {
-                let read =
-                    match tokio::time::timeout(timeout, read(client, lock_key, fence_key)).await {
-                        Ok(Ok(held)) => Ok(held),
-                        Ok(Err(e)) => Err(e.to_string()),
-                        Err(_) => Err(format!(
-                            "no answer within {}",
-                            humantime::format_duration(timeout)
-                        )),
-                    };
+                let read = match conn {
+                    Err(e) => Err(e.clone()),
+                    Ok(conn) => {
+                        match tokio::time::timeout(timeout, read(conn.clone(), lock_key, fence_key))
+                            .await
+                        {
+                            Ok(Ok(held)) => Ok(held),
+                            Ok(Err(e)) => Err(e.to_string()),
+                            Err(_) => Err(timeout_text()),
+                        }
+                    }
+                };
                 NodeState {
                     name: name.clone(),
                     read,
@@ -276,8 +296,11 @@ pub async fn status(global: &Global, nodes: &[String], args: &StatusArgs, ui: &U
 }
 
 /// Reads the lock and fence keys of one node.
-async fn read(client: &Client, lock_key: &str, fence_key: &str) -> redis::RedisResult<Held> {
-    let mut conn: MultiplexedConnection = client.get_multiplexed_async_connection().await?;
+async fn read(
+    mut conn: MultiplexedConnection,
+    lock_key: &str,
+    fence_key: &str,
+) -> redis::RedisResult<Held> {
     let (kind, pttl, fence): (String, i64, Option<String>) = redis::pipe()
         .atomic()
         .cmd("TYPE")
