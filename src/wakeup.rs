@@ -60,6 +60,12 @@ pub(crate) const MAX_BATCH: usize = 1024;
 /// still being unsubscribed); a waiter past it polls.
 pub(crate) const MAX_CHANNELS: usize = 65_536;
 
+/// The most releases of one channel whose reports are counted at once
+/// (readers release together; a mutex has one at a time). Past it the
+/// oldest is forgotten: its waiters still wake at a later release's quorum,
+/// or at the holders' TTL.
+pub(crate) const MAX_REPORTS: usize = 8;
+
 /// One channel's subscription on one node's connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Sub {
@@ -101,9 +107,17 @@ struct Channel {
     released: Arc<Released>,
     /// Per node: the subscription's state on its connection.
     subs: SmallVec<[Sub; 5]>,
-    /// The release being reported (its nonce), and by which nodes.
-    nonce: Vec<u8>,
-    reported: SmallVec<[bool; 5]>,
+    /// The releases being reported, oldest first, at most [`MAX_REPORTS`].
+    reports: SmallVec<[Report; 1]>,
+}
+
+/// One release being reported: its nonce, and by which nodes.
+#[derive(Debug)]
+struct Report {
+    nonce: Box<[u8]>,
+    nodes: SmallVec<[bool; 5]>,
+    /// Whether a quorum has reported it (it woke the waiters).
+    counted: bool,
 }
 
 impl Channel {
@@ -153,8 +167,7 @@ impl Hub {
                 waiters: 0,
                 released: Arc::default(),
                 subs: SmallVec::from_elem(Sub::No, n),
-                nonce: Vec::new(),
-                reported: SmallVec::from_elem(false, n),
+                reports: SmallVec::new(),
             }),
         };
         entry.waiters += 1;
@@ -200,14 +213,32 @@ impl Hub {
         let Some(entry) = channels.get_mut(channel) else {
             return;
         };
-        if entry.nonce != nonce {
-            entry.nonce.clear();
-            entry.nonce.extend_from_slice(nonce);
-            entry.reported.fill(false);
+        let n = entry.subs.len();
+        let at = match entry.reports.iter().position(|r| *r.nonce == *nonce) {
+            Some(at) => at,
+            None => {
+                if entry.reports.len() == MAX_REPORTS {
+                    entry.reports.remove(0);
+                }
+                entry.reports.push(Report {
+                    nonce: nonce.into(),
+                    nodes: SmallVec::from_elem(false, n),
+                    counted: false,
+                });
+                entry.reports.len() - 1
+            }
+        };
+        let report = &mut entry.reports[at];
+        if std::mem::replace(&mut report.nodes[node], true) {
+            return;
         }
-        if !std::mem::replace(&mut entry.reported[node], true)
-            && entry.reported.iter().filter(|r| **r).count() == self.quorum
-        {
+        let reported = report.nodes.iter().filter(|r| **r).count();
+        let counts = reported >= self.quorum && !std::mem::replace(&mut report.counted, true);
+        if reported == n {
+            // Every node has reported it: nothing more to count.
+            entry.reports.remove(at);
+        }
+        if counts {
             entry.released.count.fetch_add(1, Ordering::AcqRel);
             // Wakes the waiters in the order they started waiting (a
             // `watch` would wake them in a random order, which a seeded
@@ -515,5 +546,45 @@ mod tests {
         hub.released("{r}:lock", b"n2", 0);
         hub.released("{r}:lock", b"n2", 2);
         assert!(waiter.has_changed(), "a second release woke nobody");
+    }
+
+    /// Readers release together: their reports reach the nodes interleaved,
+    /// and each release still counts once its own quorum has reported it.
+    #[tokio::test]
+    async fn interleaved_releases_each_count_at_their_quorum() {
+        let hub = Hub::new(vec![deaf(), deaf(), deaf(), deaf(), deaf()], 3, None);
+        let mut waiter = hub.register("{r}:writer");
+        waiter.mark_seen();
+        for node in 0..2 {
+            hub.released("{r}:writer", b"a", node);
+            hub.released("{r}:writer", b"b", node);
+        }
+        assert!(!waiter.has_changed(), "woken before a quorum");
+        hub.released("{r}:writer", b"a", 2);
+        assert!(waiter.has_changed(), "the first release woke nobody");
+        waiter.mark_seen();
+        hub.released("{r}:writer", b"a", 3);
+        assert!(!waiter.has_changed(), "a release counted twice");
+        hub.released("{r}:writer", b"b", 4);
+        assert!(waiter.has_changed(), "the second release woke nobody");
+    }
+
+    #[tokio::test]
+    async fn past_max_reports_the_oldest_release_is_forgotten() {
+        let hub = Hub::new(vec![deaf(), deaf(), deaf(), deaf(), deaf()], 3, None);
+        let mut waiter = hub.register("{r}:writer");
+        waiter.mark_seen();
+        let nonces: Vec<[u8; 1]> = (0..=MAX_REPORTS as u8).map(|i| [i]).collect();
+        for nonce in &nonces {
+            hub.released("{r}:writer", nonce, 0);
+            hub.released("{r}:writer", nonce, 1);
+        }
+        let tracked = |hub: &Hub| hub.lock()["{r}:writer"].reports.len();
+        assert_eq!(tracked(&hub), MAX_REPORTS);
+        hub.released("{r}:writer", &nonces[0], 2);
+        assert!(!waiter.has_changed(), "a forgotten release counted");
+        assert_eq!(tracked(&hub), MAX_REPORTS);
+        hub.released("{r}:writer", &nonces[MAX_REPORTS], 2);
+        assert!(waiter.has_changed(), "the newest release woke nobody");
     }
 }
