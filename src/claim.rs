@@ -21,6 +21,10 @@ pub(crate) enum Flavor {
     Reentrant,
     /// Several keys, set all-or-nothing on each node.
     Many,
+    /// A reader of a read/write lock: keys `[writer, readers, intent]`.
+    Read,
+    /// The writer of a read/write lock: keys `[writer, readers, intent]`.
+    Write,
 }
 
 /// The keys of one lock call, computed once; a retry round takes a copy.
@@ -115,6 +119,18 @@ impl Keys {
         })
     }
 
+    /// A reader (`write` false) or the writer of a read/write lock on one
+    /// resource.
+    pub(crate) fn rw(layout: &KeyLayout, resource: &str, write: bool) -> Result<Self, ConfigError> {
+        let resource = named(resource)?;
+        Ok(Keys {
+            flavor: if write { Flavor::Write } else { Flavor::Read },
+            lock: LockKeys::Many(Box::new(layout.rw_keys(resource))),
+            fence: None,
+            around: (layout.prefix().len() + 1, "}:writer".len()),
+        })
+    }
+
     /// Whether every key of the lock hashes to one Redis Cluster slot, as a
     /// script on a cluster member needs.
     pub(crate) fn one_slot(&self) -> bool {
@@ -136,6 +152,8 @@ impl Keys {
             Flavor::Fenced => "fenced",
             Flavor::Reentrant => "reentrant",
             Flavor::Many => "many",
+            Flavor::Read => "read",
+            Flavor::Write => "write",
         }
     }
 
@@ -147,10 +165,12 @@ impl Keys {
     /// The resources, in the order given.
     pub(crate) fn resources(&self) -> impl ExactSizeIterator<Item = &str> {
         let (before, after) = self.around;
-        self.lock
-            .as_slice()
-            .iter()
-            .map(move |k| &k[before..k.len() - after])
+        let keys = match self.flavor {
+            // Three keys, one resource (named in the first).
+            Flavor::Read | Flavor::Write => &self.lock.as_slice()[..1],
+            _ => self.lock.as_slice(),
+        };
+        keys.iter().map(move |k| &k[before..k.len() - after])
     }
 }
 
@@ -293,6 +313,25 @@ impl Claim {
                 ttl_ms,
             },
             (Flavor::Many, Step::Release) => Op::ReleaseMany { keys, token },
+            (Flavor::Read, Step::Acquire { .. }) => Op::AcquireRead {
+                keys,
+                token,
+                ttl_ms,
+            },
+            (Flavor::Read, Step::Extend) => Op::ExtendRead {
+                keys,
+                token,
+                ttl_ms,
+            },
+            (Flavor::Read, Step::Release) => Op::ReleaseRead { keys, token },
+            (Flavor::Write, Step::Acquire { .. }) => Op::AcquireWrite {
+                keys,
+                token,
+                ttl_ms,
+            },
+            // The writer key is a plain lock's.
+            (Flavor::Write, Step::Extend) => Op::Extend { key, token, ttl_ms },
+            (Flavor::Write, Step::Release) => Op::ReleaseWrite { keys, token },
         }
     }
 }
@@ -315,6 +354,11 @@ mod tests {
             assert_eq!(fenced.first(), "app:{orders:42}:lock");
             let many = Keys::many(&layout, &["a", "b"]).unwrap();
             assert_eq!(many.resources().collect::<Vec<_>>(), ["a", "b"]);
+            for write in [false, true] {
+                let rw = Keys::rw(&layout, "doc:7", write).unwrap();
+                assert_eq!(rw.resources().collect::<Vec<_>>(), ["doc:7"]);
+                assert!(rw.one_slot());
+            }
         }
     }
 

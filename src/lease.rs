@@ -230,14 +230,18 @@ impl Drop for EndOnDrop {
 
 /// How a lease is kept.
 #[derive(Debug, Clone, Copy)]
-struct Keeping {
+pub(crate) struct Keeping {
     ttl: Duration,
     every: Duration,
     cap: Option<u32>,
 }
 
 impl Keeping {
-    fn new(driver: &Driver, ttl: Duration, options: &LockOptions) -> Result<Self, ConfigError> {
+    pub(crate) fn new(
+        driver: &Driver,
+        ttl: Duration,
+        options: &LockOptions,
+    ) -> Result<Self, ConfigError> {
         let validity = driver.check_ttl(ttl)?.validity;
         let every = options.extend_interval().unwrap_or(ttl / 3);
         if every.is_zero() || every >= validity {
@@ -383,36 +387,52 @@ impl Redlock {
         Fut: Future<Output = T>,
     {
         let keeping = Keeping::new(self.driver(), ttl, options)?;
-        let mut lock = self.lock_with(resource, ttl, options).await?;
-        let lease = Lease::new(&lock);
-        // Ends the lease for subtasks even if this future is dropped.
-        let _ending = EndOnDrop(lease.clone());
-        let mut work = std::pin::pin!(work(lease.clone()));
-        // Never polled once the deadline has passed, whatever order the
-        // timers fire in: the keeper's own timer may land a tick after the
-        // work's, and the keeper then ends the lease.
-        let work = std::future::poll_fn(|cx| {
-            if lease.is_valid() {
-                work.as_mut().poll(cx)
-            } else {
-                std::task::Poll::Pending
-            }
-        });
-        let outcome = tokio::select! {
-            // The keeper first: once the deadline has passed, the work is not
-            // polled again.
-            biased;
-            () = keep(&mut lock, keeping, &lease) => Err(LockError::Lost {
-                resource: resource.to_owned(),
-            }),
-            output = work => Ok(output),
-        };
-        lease.end();
-        if let Err(e) = lock.release().await {
-            tracing::warn!(resource, error = %e, "release after run failed; the keys expire at their TTL");
-        }
-        outcome
+        let lock = self.lock_with(resource, ttl, options).await?;
+        run_kept(lock, keeping, work).await
     }
+}
+
+/// Runs `work` under `lock`, kept alive per `keeping`, and releases it: the
+/// body of every `run` ([`Redlock::run_with`],
+/// [`Semaphore::run_with`](crate::semaphore::Semaphore::run_with)).
+pub(crate) async fn run_kept<F, Fut, T>(
+    mut lock: Lock,
+    keeping: Keeping,
+    work: F,
+) -> Result<T, LockError>
+where
+    F: FnOnce(Lease) -> Fut,
+    Fut: Future<Output = T>,
+{
+    let lease = Lease::new(&lock);
+    // Ends the lease for subtasks even if this future is dropped.
+    let _ending = EndOnDrop(lease.clone());
+    let mut work = std::pin::pin!(work(lease.clone()));
+    // Never polled once the deadline has passed, whatever order the
+    // timers fire in: the keeper's own timer may land a tick after the
+    // work's, and the keeper then ends the lease.
+    let work = std::future::poll_fn(|cx| {
+        if lease.is_valid() {
+            work.as_mut().poll(cx)
+        } else {
+            std::task::Poll::Pending
+        }
+    });
+    let outcome = tokio::select! {
+        // The keeper first: once the deadline has passed, the work is not
+        // polled again.
+        biased;
+        () = keep(&mut lock, keeping, &lease) => Err(LockError::Lost {
+            resource: lock.resource().to_owned(),
+        }),
+        output = work => Ok(output),
+    };
+    lease.end();
+    let resource = lock.resource().to_owned();
+    if let Err(e) = lock.release().await {
+        tracing::warn!(resource, error = %e, "release after run failed; the keys expire at their TTL");
+    }
+    outcome
 }
 
 impl Lock {

@@ -145,6 +145,7 @@ mod pubsub;
 use proto::error;
 mod redis_node;
 mod redlock;
+pub mod rwlock;
 mod scripts;
 pub mod semaphore;
 pub mod telemetry;

@@ -54,9 +54,12 @@ pub trait Node: Send + Sync + fmt::Debug + 'static {
     /// quorum of the other nodes listen.
     ///
     /// A node that listens must, whenever an operation deletes a lock key
-    /// (a [`Release`](Op::Release), or the
-    /// [`ReleaseReentrant`](Op::ReleaseReentrant) of the last hold), report
-    /// a [`Notice`] on the key's channel to every listener subscribed to it.
+    /// (a [`Release`](Op::Release), the
+    /// [`ReleaseReentrant`](Op::ReleaseReentrant) of the last hold, a
+    /// [`ReleaseWrite`](Op::ReleaseWrite) that deleted the writer key or its
+    /// intent) or a reader ([`ReleaseRead`](Op::ReleaseRead)), report a
+    /// [`Notice`] on the channel of the key (for read/write locks, the
+    /// writer key) to every listener subscribed to it.
     /// Notices are hints: a lost one costs a waiter a pause, never safety.
     ///
     /// The client opens at most one listener per node, reopens it (with a

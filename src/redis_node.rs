@@ -611,7 +611,11 @@ fn is_tls(text: &str) -> bool {
 pub(crate) fn parse_reply(op: &Op<'_>, value: Value) -> Result<Reply, NodeError> {
     let acquire = matches!(
         op,
-        Op::Acquire { .. } | Op::AcquireReentrant { .. } | Op::AcquireMany { .. }
+        Op::Acquire { .. }
+            | Op::AcquireReentrant { .. }
+            | Op::AcquireMany { .. }
+            | Op::AcquireRead { .. }
+            | Op::AcquireWrite { .. }
     );
     let reply = match (&value, op) {
         (Value::Okay, _) if acquire => Some(Reply::Done),

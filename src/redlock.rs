@@ -343,6 +343,22 @@ impl Redlock {
             .await
     }
 
+    /// Rounds for a new claim on `keys` until one grants or `attempts` runs
+    /// out, as a [`Lock`].
+    pub(crate) async fn acquire_keys(
+        &self,
+        keys: Keys,
+        ttl: Ttl,
+        attempts: Attempts,
+    ) -> Result<Lock, LockError> {
+        self.acquire_repeatedly(keys, None, ttl, attempts).await
+    }
+
+    /// One round for a new claim on `keys`, as a [`Lock`].
+    pub(crate) async fn acquire_once(&self, keys: Keys, ttl: Ttl) -> Result<Lock, LockError> {
+        self.acquire(&Arc::new(Claim::new(keys)), ttl, false).await
+    }
+
     /// Rounds until one grants or `attempts` runs out (see
     /// [`Driver::acquire_repeatedly`]), as a [`Lock`].
     async fn acquire_repeatedly(

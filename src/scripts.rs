@@ -109,9 +109,34 @@ lua!(
     "fence_writeback",
     false
 );
+lua!(
+    ACQUIRE_READ,
+    "scripts/acquire_read.lua",
+    "acquire_read",
+    false
+);
+lua!(EXTEND_READ, "scripts/extend_read.lua", "extend_read", true);
+lua!(
+    RELEASE_READ,
+    "scripts/release_read.lua",
+    "release_read",
+    true
+);
+lua!(
+    ACQUIRE_WRITE,
+    "scripts/acquire_write.lua",
+    "acquire_write",
+    false
+);
+lua!(
+    RELEASE_WRITE,
+    "scripts/release_write.lua",
+    "release_write",
+    true
+);
 
 /// Every script.
-const ALL: [&Lua; 11] = [
+const ALL: [&Lua; 16] = [
     &ACQUIRE,
     &EXTEND,
     &RELEASE,
@@ -123,6 +148,11 @@ const ALL: [&Lua; 11] = [
     &RELEASE_MANY,
     &ACQUIRE_FENCED,
     &FENCE_WRITEBACK,
+    &ACQUIRE_READ,
+    &EXTEND_READ,
+    &RELEASE_READ,
+    &ACQUIRE_WRITE,
+    &RELEASE_WRITE,
 ];
 
 /// The library's body: each script's source, unchanged, as a function
@@ -141,7 +171,7 @@ fn body() -> String {
 }
 
 /// The functions' names, in the order of [`ALL`].
-const NAMES: [&str; 11] = [
+const NAMES: [&str; 16] = [
     "acquire",
     "extend",
     "release",
@@ -153,6 +183,11 @@ const NAMES: [&str; 11] = [
     "release_many",
     "acquire_fenced",
     "fence_writeback",
+    "acquire_read",
+    "extend_read",
+    "release_read",
+    "acquire_write",
+    "release_write",
 ];
 
 /// The first 12 hex digits of the SHA-1 of the whole library (sources,
@@ -241,6 +276,11 @@ pub(crate) fn command(op: &Op<'_>, loaded: bool) -> Command {
         Op::ReleaseMany { .. } => &RELEASE_MANY,
         Op::AcquireFenced { .. } => &ACQUIRE_FENCED,
         Op::FenceWriteBack { .. } => &FENCE_WRITEBACK,
+        Op::AcquireRead { .. } => &ACQUIRE_READ,
+        Op::ExtendRead { .. } => &EXTEND_READ,
+        Op::ReleaseRead { .. } => &RELEASE_READ,
+        Op::AcquireWrite { .. } => &ACQUIRE_WRITE,
+        Op::ReleaseWrite { .. } => &RELEASE_WRITE,
     };
     let cmd = &mut command.0;
     if loaded {
@@ -281,10 +321,27 @@ pub(crate) fn command(op: &Op<'_>, loaded: bool) -> Command {
             keys,
             token,
             ttl_ms,
+        }
+        | Op::AcquireRead {
+            keys,
+            token,
+            ttl_ms,
+        }
+        | Op::ExtendRead {
+            keys,
+            token,
+            ttl_ms,
+        }
+        | Op::AcquireWrite {
+            keys,
+            token,
+            ttl_ms,
         } => {
             cmd.arg(keys.len()).arg(keys).arg(token).arg(ttl_ms);
         }
-        Op::ReleaseMany { keys, token } => {
+        Op::ReleaseMany { keys, token }
+        | Op::ReleaseRead { keys, token }
+        | Op::ReleaseWrite { keys, token } => {
             cmd.arg(keys.len()).arg(keys).arg(token);
         }
         Op::AcquireFenced {

@@ -25,6 +25,7 @@ use tokio::time::Instant;
 
 use crate::config::LockOptions;
 use crate::error::{ConfigError, LockError};
+use crate::lease::{Keeping, Lease, run_kept};
 use crate::lock::Lock;
 use crate::proto::retry::WAKE_SPREAD;
 use crate::redlock::Redlock;
@@ -132,7 +133,9 @@ impl Semaphore {
 
     /// [`acquire`](Self::acquire), or with [`LockOptions::wait`] passes until
     /// a permit is had or the wait is over ([`LockError::Timeout`] with the
-    /// last pass's error). Fencing and extension settings do not apply.
+    /// last pass's error). Extension settings do not apply; fenced options
+    /// are refused ([`ConfigError::FencedPermit`]): a permit has no fencing
+    /// token.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -153,6 +156,9 @@ impl Semaphore {
         ttl: Duration,
         options: &LockOptions,
     ) -> Result<Permit, LockError> {
+        if options.is_fenced() {
+            return Err(ConfigError::FencedPermit.into());
+        }
         let driver = self.redlock.driver();
         let retry = driver.settings.retry;
         let started = Instant::now();
@@ -214,6 +220,70 @@ impl Semaphore {
                 }
             }
         }
+    }
+
+    /// Runs `work` under a permit kept alive as [`Redlock::run`] keeps a
+    /// lock (extended every third of `ttl`), gives the permit back when the
+    /// work ends, and returns its output; [`LockError::Lost`] (and the work
+    /// dropped at its next `.await`) if the permit cannot be kept. Acquires
+    /// as [`acquire`](Self::acquire).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// let api = redlock.semaphore("partner-api", 3)?; // at most 3 callers at once
+    /// let status = api
+    ///     .run(std::time::Duration::from_secs(30), |lease| async move {
+    ///         // call the rate-limited API; lease.resource() names the slot
+    ///         assert!(lease.resource().starts_with("partner-api:permit:"));
+    ///         200
+    ///     })
+    ///     .await?;
+    /// assert_eq!(status, 200);
+    /// # Ok(()) }
+    /// ```
+    pub async fn run<F, Fut, T>(&self, ttl: Duration, work: F) -> Result<T, LockError>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        self.run_with(ttl, &LockOptions::new(), work).await
+    }
+
+    /// [`run`](Self::run) with [`LockOptions`]: wait for a permit
+    /// ([`LockOptions::wait`], as [`acquire_with`](Self::acquire_with)), set
+    /// the extension interval or cap the extensions. Fenced options are
+    /// refused ([`ConfigError::FencedPermit`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// use std::time::Duration;
+    /// use redquorum::LockOptions;
+    /// let workers = redlock.semaphore("workers", 2)?;
+    /// let options = LockOptions::new().wait(Duration::from_secs(60));
+    /// workers
+    ///     .run_with(Duration::from_secs(15), &options, |lease| async move {
+    ///         // work while lease.is_valid()
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn run_with<F, Fut, T>(
+        &self,
+        ttl: Duration,
+        options: &LockOptions,
+        work: F,
+    ) -> Result<T, LockError>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let keeping = Keeping::new(self.redlock.driver(), ttl, options)?;
+        let permit = self.acquire_with(ttl, options).await?;
+        run_kept(permit.lock, keeping, work).await
     }
 }
 

@@ -67,7 +67,12 @@ pub async fn redlock_over(nodes: &[Arc<MemoryNode>]) -> Redlock {
 #[derive(Debug, Clone, PartialEq)]
 enum Value {
     Token(String),
-    Holds { owner: String, holds: Vec<String> },
+    Holds {
+        owner: String,
+        holds: Vec<String>,
+    },
+    /// A read/write lock's readers, each with its expiry.
+    Readers(HashMap<String, Instant>),
 }
 
 type Keys = HashMap<String, (Value, Instant)>;
@@ -84,6 +89,11 @@ enum Owned {
     Release(String, String),
     AcquireFenced(String, String, String, u64),
     WriteBack(String, String, String, u64),
+    AcquireRead(Vec<String>, String, u64),
+    ExtendRead(Vec<String>, String, u64),
+    ReleaseRead(Vec<String>, String),
+    AcquireWrite(Vec<String>, String, u64),
+    ReleaseWrite(Vec<String>, String),
 }
 
 /// One in-memory lock node; see the [module docs](self).
@@ -157,10 +167,38 @@ impl MemoryNode {
         let keys = self.keys.lock().unwrap_or_else(PoisonError::into_inner);
         keys.get(key)
             .filter(|(_, exp)| *exp > Instant::now())
-            .map(|(value, _)| match value {
-                Value::Token(token) => token.clone(),
-                Value::Holds { owner, .. } => owner.clone(),
+            .and_then(|(value, _)| match value {
+                Value::Token(token) => Some(token.clone()),
+                Value::Holds { owner, .. } => Some(owner.clone()),
+                Value::Readers(_) => None,
             })
+    }
+
+    /// How many live readers the readers key `key` of a read/write lock
+    /// counts ([`KeyLayout::rw_keys`](crate::KeyLayout::rw_keys)).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// use std::time::Duration;
+    /// use redquorum::testing::{self, MemoryNode};
+    /// let nodes: Vec<_> = (0..3).map(MemoryNode::new).collect();
+    /// let redlock = testing::redlock_over(&nodes).await;
+    /// let reader = redlock.read_lock("doc", Duration::from_secs(5)).await?;
+    /// assert_eq!(nodes[0].readers("{doc}:readers"), 1);
+    /// reader.release().await?;
+    /// assert_eq!(nodes[0].readers("{doc}:readers"), 0);
+    /// # Ok(()) }
+    /// ```
+    pub fn readers(&self, key: &str) -> usize {
+        let keys = self.keys.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        match keys.get(key) {
+            Some((Value::Readers(readers), exp)) if *exp > now => {
+                readers.values().filter(|exp| **exp > now).count()
+            }
+            _ => 0,
+        }
     }
 
     /// How many holds the reentrant owner of `key` has counted (0: none).
@@ -310,6 +348,77 @@ fn apply(keys: &mut Keys, counters: &mut HashMap<String, u64>, op: Owned) -> Rep
             }
             _ => Reply::NotHeld,
         },
+        // As the read/write scripts: `rw` is `[writer, readers, intent]`.
+        Owned::AcquireRead(rw, token, ttl) => {
+            if let Some((_, exp)) = keys.get(&rw[0]).or_else(|| keys.get(&rw[2])) {
+                return Reply::Held {
+                    pttl_ms: Some((*exp - now).as_millis() as u64),
+                };
+            }
+            let until = now + Duration::from_millis(ttl);
+            match keys.get_mut(&rw[1]) {
+                Some((Value::Readers(readers), exp)) => {
+                    readers.retain(|_, exp| *exp > now);
+                    readers.insert(token, until);
+                    *exp = (*exp).max(until);
+                }
+                _ => {
+                    let readers = Value::Readers(HashMap::from([(token, until)]));
+                    keys.insert(rw[1].clone(), (readers, until));
+                }
+            }
+            Reply::Done
+        }
+        Owned::ExtendRead(rw, token, ttl) => match keys.get_mut(&rw[1]) {
+            Some((Value::Readers(readers), exp)) => match readers.get_mut(&token) {
+                Some(mine) if *mine > now => {
+                    let until = now + Duration::from_millis(ttl);
+                    *mine = (*mine).max(until);
+                    *exp = (*exp).max(until);
+                    Reply::Done
+                }
+                _ => Reply::NotHeld,
+            },
+            _ => Reply::NotHeld,
+        },
+        Owned::ReleaseRead(rw, token) => {
+            let Some((Value::Readers(readers), _)) = keys.get_mut(&rw[1]) else {
+                return Reply::NotHeld;
+            };
+            if readers.remove(&token).is_none() {
+                return Reply::NotHeld;
+            }
+            if readers.is_empty() {
+                keys.remove(&rw[1]);
+            }
+            Reply::Done
+        }
+        Owned::AcquireWrite(rw, token, ttl) => {
+            if let Some((_, exp)) = keys.get(&rw[0]) {
+                return Reply::Held {
+                    pttl_ms: Some((*exp - now).as_millis() as u64),
+                };
+            }
+            let last = match keys.get(&rw[1]) {
+                Some((Value::Readers(readers), _)) => {
+                    readers.values().filter(|exp| **exp > now).max().copied()
+                }
+                _ => None,
+            };
+            let ttl = Duration::from_millis(ttl);
+            if let Some(last) = last {
+                // The intent takes our token, never a shorter life.
+                let stands = keys.get(&rw[2]).map(|(_, exp)| *exp);
+                let intent = stands.map_or(last + ttl, |exp| exp.max(last + ttl));
+                keys.insert(rw[2].clone(), (Value::Token(token), intent));
+                return Reply::Held {
+                    pttl_ms: Some((last - now).as_millis() as u64),
+                };
+            }
+            keys.insert(rw[0].clone(), (Value::Token(token), now + ttl));
+            keys.remove(&rw[2]);
+            Reply::Done
+        }
         Owned::Release(key, token) => match keys.get(&key) {
             Some((Value::Token(t), _)) if *t == token => {
                 keys.remove(&key);
@@ -317,6 +426,16 @@ fn apply(keys: &mut Keys, counters: &mut HashMap<String, u64>, op: Owned) -> Rep
             }
             _ => Reply::NotHeld,
         },
+        Owned::ReleaseWrite(rw, token) => {
+            let mut deleted = false;
+            for key in [&rw[0], &rw[2]] {
+                if matches!(keys.get(key), Some((Value::Token(t), _)) if *t == token) {
+                    keys.remove(key);
+                    deleted = true;
+                }
+            }
+            if deleted { Reply::Done } else { Reply::NotHeld }
+        }
     }
 }
 
@@ -367,6 +486,23 @@ impl Node for MemoryNode {
             Op::ReleaseReentrant { key, owner, hold } => {
                 Owned::ReleaseReentrant(key.into(), owner.into(), hold.into())
             }
+            Op::AcquireRead {
+                keys,
+                token,
+                ttl_ms,
+            } => Owned::AcquireRead(keys.to_vec(), token.into(), ttl_ms),
+            Op::ExtendRead {
+                keys,
+                token,
+                ttl_ms,
+            } => Owned::ExtendRead(keys.to_vec(), token.into(), ttl_ms),
+            Op::ReleaseRead { keys, token } => Owned::ReleaseRead(keys.to_vec(), token.into()),
+            Op::AcquireWrite {
+                keys,
+                token,
+                ttl_ms,
+            } => Owned::AcquireWrite(keys.to_vec(), token.into(), ttl_ms),
+            Op::ReleaseWrite { keys, token } => Owned::ReleaseWrite(keys.to_vec(), token.into()),
         };
         // Queued at call time, as a multiplexed connection writes at once.
         let (tx, rx) = oneshot::channel();

@@ -106,6 +106,12 @@ pub enum ConfigError {
     /// A semaphore with 0 permits or more than
     /// [`MAX_PERMITS`](crate::semaphore::MAX_PERMITS).
     InvalidPermits(u32),
+    /// [`LockOptions::fenced`](crate::LockOptions::fenced) asked of a read or
+    /// write lock, which carry no fencing token.
+    FencedReadWrite,
+    /// [`LockOptions::fenced`](crate::LockOptions::fenced) asked of a
+    /// semaphore's permit, which carries no fencing token.
+    FencedPermit,
     /// A key prefix ([`Builder::key_prefix`](crate::Builder::key_prefix))
     /// that holds `{` or `}`, or is longer than
     /// [`MAX_KEY_PREFIX`](crate::keys::MAX_KEY_PREFIX) bytes.
@@ -355,6 +361,10 @@ impl fmt::Display for ConfigError {
             ConfigError::InvalidPermits(n) => {
                 write!(f, "a semaphore needs 1 to 1024 permits, not {n}")
             }
+            ConfigError::FencedReadWrite => {
+                write!(f, "read and write locks carry no fencing token")
+            }
+            ConfigError::FencedPermit => write!(f, "a semaphore's permits carry no fencing token"),
             ConfigError::InvalidKeyPrefix(prefix) => write!(
                 f,
                 "key prefix {prefix:?} must hold no '{{' or '}}' and be at most {} bytes",

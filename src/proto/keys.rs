@@ -105,6 +105,18 @@ impl KeyLayout {
     /// How many bytes come before and after the resource in a key from
     /// [`plain_key`](Self::plain_key) (`plain`) or
     /// [`lock_key`](Self::lock_key).
+    /// The keys of a read/write lock on `resource`, in one hash slot: the
+    /// writer key `{R}:writer`, the readers key `{R}:readers` and the
+    /// writer-intent key `{R}:intent` (with the prefix in front).
+    ///
+    /// ```
+    /// let keys = redquorum::KeyLayout::default().rw_keys("doc");
+    /// assert_eq!(keys, ["{doc}:writer", "{doc}:readers", "{doc}:intent"]);
+    /// ```
+    pub fn rw_keys(&self, resource: &str) -> [String; 3] {
+        ["writer", "readers", "intent"].map(|role| format!("{}{{{resource}}}:{role}", self.prefix))
+    }
+
     pub(crate) fn around(&self, plain: bool) -> (usize, usize) {
         if plain && self.interop {
             (self.prefix.len(), 0)

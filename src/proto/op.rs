@@ -125,6 +125,59 @@ pub enum Op<'a> {
         /// The fencing token granted.
         fence: u64,
     },
+    /// Read lock: `keys` are a resource's writer key, readers key (a sorted
+    /// set of reader tokens scored by expiry, in the node's milliseconds)
+    /// and writer-intent key. If neither a writer nor a writer's intent
+    /// stands, add `token` as a reader for `ttl_ms`; otherwise refuse with
+    /// the writer's (or the intent's) TTL.
+    AcquireRead {
+        /// `[writer, readers, intent]`.
+        keys: &'a [String],
+        /// The reader's random token.
+        token: &'a str,
+        /// Time to live in milliseconds.
+        ttl_ms: u64,
+    },
+    /// If `token` is a live reader, make it live at least `ttl_ms` from now.
+    ExtendRead {
+        /// `[writer, readers, intent]`.
+        keys: &'a [String],
+        /// The reader's random token.
+        token: &'a str,
+        /// Time to live in milliseconds.
+        ttl_ms: u64,
+    },
+    /// Remove reader `token`.
+    ReleaseRead {
+        /// `[writer, readers, intent]`.
+        keys: &'a [String],
+        /// The reader's random token.
+        token: &'a str,
+    },
+    /// Write lock: if no writer and no live reader stands, set the writer
+    /// key to `token` for `ttl_ms` (and clear any intent). If readers
+    /// stand, mark a writer's intent — which refuses new readers — for as
+    /// long as they live plus `ttl_ms` (never shorter than it stands),
+    /// holding `token`, and refuse with the readers' longest TTL; if a
+    /// writer stands, refuse with its TTL. A write lock is extended as a
+    /// plain one on the writer key.
+    AcquireWrite {
+        /// `[writer, readers, intent]`.
+        keys: &'a [String],
+        /// The writer's random token.
+        token: &'a str,
+        /// Time to live in milliseconds.
+        ttl_ms: u64,
+    },
+    /// Release a writer: delete the writer key and the writer-intent key,
+    /// each only if it holds `token` (the intent is left on the nodes where
+    /// readers refused the writer). [`Reply::Done`] when either was deleted.
+    ReleaseWrite {
+        /// `[writer, readers, intent]`.
+        keys: &'a [String],
+        /// The writer's random token.
+        token: &'a str,
+    },
 }
 
 impl Op<'_> {
@@ -142,7 +195,12 @@ impl Op<'_> {
             | Op::FenceWriteBack { key, .. } => key,
             Op::AcquireMany { keys, .. }
             | Op::ExtendMany { keys, .. }
-            | Op::ReleaseMany { keys, .. } => keys.first().map_or("", String::as_str),
+            | Op::ReleaseMany { keys, .. }
+            | Op::AcquireRead { keys, .. }
+            | Op::ExtendRead { keys, .. }
+            | Op::ReleaseRead { keys, .. }
+            | Op::AcquireWrite { keys, .. }
+            | Op::ReleaseWrite { keys, .. } => keys.first().map_or("", String::as_str),
         }
     }
 }
