@@ -118,6 +118,14 @@ fn futures_are_send() {
         send(&semaphore.try_acquire(Duration::from_secs(1)));
         send(&semaphore.acquire(Duration::from_secs(1)));
         send(&semaphore.acquire_with(Duration::from_secs(1), &redquorum::LockOptions::new()));
+        send(&semaphore.run(Duration::from_secs(1), |_| async {}));
+        let options = redquorum::LockOptions::new();
+        send(&r.read_lock("r", Duration::from_secs(1)));
+        send(&r.write_lock("r", Duration::from_secs(1)));
+        send(&r.read_lock_with("r", Duration::from_secs(1), &options));
+        send(&r.write_lock_with("r", Duration::from_secs(1), &options));
+        send(&r.try_read_lock("r", Duration::from_secs(1)));
+        send(&r.try_write_lock("r", Duration::from_secs(1)));
     }
     let lock: Option<Lock> = None;
     if let Some(mut l) = lock {
@@ -223,6 +231,9 @@ async fn cancelled_acquisitions_leave_nothing_behind() {
         Fenced,
         Many,
         Reentrant,
+        Read,
+        Write,
+        Permit,
     }
     #[derive(Debug, Clone, Copy)]
     enum Cancel {
@@ -234,7 +245,24 @@ async fn cancelled_acquisitions_leave_nothing_behind() {
         FrozenMajority,
     }
     let ttl = Duration::from_secs(60);
-    for op in [Op::TryLock, Op::Lock, Op::Fenced, Op::Many, Op::Reentrant] {
+    // Whether node `n` holds anything of the lock `op` takes.
+    let applied = |op: Op, n: &MemoryNode| match op {
+        Op::Read => n.readers("{job}:readers") > 0,
+        Op::Write => n.holder("{job}:writer").is_some(),
+        Op::Permit => n.holder("{job:permit:0}:lock").is_some(),
+        _ => n.holder(KEY).is_some(),
+    };
+    let ops = [
+        Op::TryLock,
+        Op::Lock,
+        Op::Fenced,
+        Op::Many,
+        Op::Reentrant,
+        Op::Read,
+        Op::Write,
+        Op::Permit,
+    ];
+    for op in ops {
         for cancel in [
             Cancel::Unpolled,
             Cancel::ZeroTimeout,
@@ -256,6 +284,15 @@ async fn cancelled_acquisitions_leave_nothing_behind() {
                     Op::Fenced => redlock.lock_fenced("job", ttl).await,
                     Op::Many => redlock.lock_many(&["job", "job2"], ttl).await,
                     Op::Reentrant => redlock.lock_reentrant("job", ttl, "A").await,
+                    Op::Read => redlock.read_lock("job", ttl).await,
+                    Op::Write => redlock.write_lock("job", ttl).await,
+                    Op::Permit => {
+                        let semaphore = redlock.semaphore("job", 1).unwrap();
+                        semaphore
+                            .acquire(ttl)
+                            .await
+                            .map(redquorum::Permit::into_lock)
+                    }
                 }
             };
             let mut call = Box::pin(call);
@@ -280,7 +317,7 @@ async fn cancelled_acquisitions_leave_nothing_behind() {
                         r = &mut call => panic!("{op:?} decided with three nodes silent: {r:?}"),
                         () = async {
                             for n in &nodes[..2] {
-                                n.until(BOUND, "applied", |n| n.holder(KEY).is_some()).await;
+                                n.until(BOUND, "applied", |n| applied(op, n)).await;
                             }
                         } => {}
                     }
@@ -295,7 +332,11 @@ async fn cancelled_acquisitions_leave_nothing_behind() {
             let want = usize::from(outer.is_some());
             assert_eq!(holds(&nodes), [want; 5], "{op:?} {cancel:?}: holds");
             for n in &nodes {
-                let left = n.holder(KEY).is_some() || n.holder("{job2}:lock").is_some();
+                let left = [Op::Lock, Op::Read, Op::Write, Op::Permit]
+                    .into_iter()
+                    .any(|op| applied(op, n))
+                    || n.holder("{job2}:lock").is_some()
+                    || n.holder("{job}:intent").is_some();
                 assert_eq!(
                     left,
                     outer.is_some(),

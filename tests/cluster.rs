@@ -243,6 +243,46 @@ async fn every_lock_kind_works_on_cluster_members() {
     ));
     both.release().await.unwrap();
 
+    // Read/write: three keys under the resource's hash tag, one slot.
+    let resource = support::unique("cluster-rw");
+    let readers_key = format!("{{{resource}}}:readers");
+    let a = redlock.read_lock(&resource, ttl).await.unwrap();
+    let b = redlock.try_read_lock(&resource, ttl).await.unwrap();
+    eventually("both readers on every member", || async {
+        let mut on = 0;
+        for cluster in 1..=3 {
+            let slot = keyslot(&readers_key).await;
+            let port = port(cluster, owner(cluster, slot).await);
+            on += usize::from(query(port, &["ZCARD", &readers_key]).await == Value::Int(2));
+        }
+        on == 3
+    })
+    .await;
+    assert!(matches!(
+        redlock.try_write_lock(&resource, ttl).await,
+        Err(LockError::Taken { .. })
+    ));
+    a.release().await.unwrap();
+    b.release().await.unwrap();
+    let writer = redlock.try_write_lock(&resource, ttl).await.unwrap();
+    assert!(matches!(
+        redlock.try_read_lock(&resource, ttl).await,
+        Err(LockError::Taken { .. })
+    ));
+    writer.release().await.unwrap();
+
+    // A semaphore: its slots are plain locks, each in its own slot.
+    let name = support::unique("cluster-permits");
+    let semaphore = redlock.semaphore(&name, 2).unwrap();
+    let p1 = semaphore.try_acquire(ttl).await.unwrap();
+    let p2 = semaphore.try_acquire(ttl).await.unwrap();
+    assert!(matches!(
+        semaphore.try_acquire(ttl).await,
+        Err(LockError::Taken { .. })
+    ));
+    p1.release().await.unwrap();
+    p2.release().await.unwrap();
+
     // Resources in different slots: refused before anything is sent.
     let (x, y) = (support::unique("cross-x"), support::unique("cross-y"));
     match redlock.lock_many(&[&x, &y], ttl).await {

@@ -420,8 +420,12 @@ async fn least_privilege_acl_user_can_lock() {
             "resetkeys",
             "~{*}:lock",
             "~{*}:fence",
+            "~{*}:writer",
+            "~{*}:readers",
+            "~{*}:intent",
             "resetchannels",
             "&{*}:lock",
+            "&{*}:writer",
             "-@all",
             "+ping",
             "+info",
@@ -444,6 +448,12 @@ async fn least_privilege_acl_user_can_lock() {
             "+hexists",
             "+hincrby",
             "+publish",
+            "+time",
+            "+zadd",
+            "+zrem",
+            "+zremrangebyscore",
+            "+zrange",
+            "+zscore",
         ],
     )
     .await;
@@ -474,6 +484,18 @@ async fn least_privilege_acl_user_can_lock() {
     let (a, b) = (format!("{r}:a"), format!("{r}:b"));
     let lock = redlock.lock_many(&[&a, &b], ttl).await.expect("many");
     lock.release().await.expect("release many");
+    // Read/write locks, through every script path: a reader, a writer
+    // refused by it (marking its intent), the writer once it is gone.
+    let mut reader = redlock.read_lock(&r, ttl).await.expect("read");
+    reader.extend(ttl).await.expect("extend read");
+    assert!(matches!(
+        redlock.try_write_lock(&r, ttl).await,
+        Err(redquorum::LockError::Taken { .. })
+    ));
+    reader.release().await.expect("release read");
+    let mut writer = redlock.write_lock(&r, ttl).await.expect("write");
+    writer.extend(ttl).await.expect("extend write");
+    writer.release().await.expect("release write");
     // A waiter woken by a release (SUBSCRIBE / PUBLISH on the lock channel).
     let held = redlock.try_lock(&r, ttl).await.expect("plain again");
     let waiter = {

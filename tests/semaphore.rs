@@ -1,6 +1,7 @@
 //! Semaphores on the five real nodes: 10 contending tasks on 3 permits never
-//! exceed 3 valid holders and reach 3, healthy and with one node's links cut
-//! (through test proxies, so the shared nodes are not disturbed).
+//! exceed 3 valid holders and reach 3 — healthy, with a frozen minority and
+//! under random minority faults (through test proxies, so the shared nodes
+//! are not disturbed).
 
 mod support;
 
@@ -8,14 +9,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use redquorum::{ConfigError, LockOptions, Redlock};
+use redquorum::{ConfigError, LockError, LockOptions, Redlock};
 use support::*;
 
 const PERMITS: u32 = 3;
 const TASKS: usize = 10;
 
 /// Holders counted while valid: (most at once, grants).
-async fn contend(redlock: &Redlock, name: &str, run: Duration) -> (usize, usize) {
+async fn contend(redlock: &Redlock, name: &str, ttl: Duration, run: Duration) -> (usize, usize) {
     let semaphore = redlock.semaphore(name, PERMITS).unwrap();
     let holders = Arc::new(AtomicUsize::new(0));
     let most = Arc::new(AtomicUsize::new(0));
@@ -33,7 +34,7 @@ async fn contend(redlock: &Redlock, name: &str, run: Duration) -> (usize, usize)
                 let wait = LockOptions::new().wait(Duration::from_secs(5));
                 while Instant::now() < end {
                     let permit = semaphore
-                        .acquire_with(Duration::from_secs(5), &wait)
+                        .acquire_with(ttl, &wait)
                         .await
                         .expect("a permit within 5 s");
                     let now = holders.fetch_add(1, Ordering::SeqCst) + 1;
@@ -44,7 +45,9 @@ async fn contend(redlock: &Redlock, name: &str, run: Duration) -> (usize, usize)
                     // permits.
                     assert!(permit.is_valid(), "held past its validity");
                     holders.fetch_sub(1, Ordering::SeqCst);
-                    permit.release().await.expect("release");
+                    // Under faults a release may miss its quorum (the keys then
+                    // expire at their TTL): not what is checked here.
+                    let _ = permit.release().await;
                 }
             })
         })
@@ -58,17 +61,52 @@ async fn contend(redlock: &Redlock, name: &str, run: Duration) -> (usize, usize)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_tasks_on_three_permits_never_exceed_three_and_reach_three() {
     let redlock = redlock().await;
-    let (most, grants) = contend(&redlock, &unique("sem"), Duration::from_secs(2)).await;
+    let (most, grants) = contend(
+        &redlock,
+        &unique("sem"),
+        Duration::from_secs(5),
+        Duration::from_secs(2),
+    )
+    .await;
     println!("healthy: {grants} grants, at most {most} holders");
     assert_eq!(most, PERMITS as usize, "{grants} grants");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cut_off_node_changes_nothing() {
+async fn a_frozen_minority_changes_nothing() {
     let (proxies, redlock) = proxied(Duration::from_millis(200)).await;
-    proxies[2].set_cut(true);
-    let (most, grants) = contend(&redlock, &unique("sem-cut"), Duration::from_secs(2)).await;
-    println!("node 3 cut off: {grants} grants, at most {most} holders");
+    // Two of five links held: requests pile up unanswered, as to a
+    // SIGSTOPped server.
+    proxies[1].set_cut(true);
+    proxies[3].set_cut(true);
+    let (most, grants) = contend(
+        &redlock,
+        &unique("sem-frozen"),
+        Duration::from_secs(5),
+        Duration::from_secs(2),
+    )
+    .await;
+    println!("nodes 2 and 4 frozen: {grants} grants, at most {most} holders");
+    assert_eq!(most, PERMITS as usize, "{grants} grants");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_minority_faults_change_nothing() {
+    let (proxies, redlock) = proxied(Duration::from_millis(100)).await;
+    let ((most, grants), faults) = under_chaos(
+        &proxies,
+        contend(
+            &redlock,
+            &unique("sem-chaos"),
+            // Short: a permit whose release met a closed link lives on that
+            // node until its TTL.
+            Duration::from_secs(1),
+            Duration::from_secs(3),
+        ),
+    )
+    .await;
+    println!("random minority faults ({faults}): {grants} grants, at most {most} holders");
+    assert!(faults > 0);
     assert_eq!(most, PERMITS as usize, "{grants} grants");
 }
 
@@ -85,4 +123,44 @@ async fn bad_permit_counts_are_typed() {
         redlock.semaphore("", 3).unwrap_err(),
         ConfigError::EmptyResource
     );
+}
+
+/// `run` keeps its permit past its TTL while the work runs, and gives it
+/// back at the end: the only permit is refused to others meanwhile, then
+/// free.
+#[tokio::test]
+async fn run_keeps_the_permit_for_the_work_and_gives_it_back() {
+    let redlock = redlock().await;
+    let semaphore = redlock.semaphore(&unique("sem-run"), 1).unwrap();
+    let ttl = Duration::from_millis(300);
+    let other = semaphore.clone();
+    let out = semaphore
+        .run(ttl, |lease| async move {
+            // Work three TTLs long: only extensions keep the permit.
+            for _ in 0..3 {
+                tokio::time::sleep(ttl).await;
+                assert!(matches!(
+                    other.try_acquire(ttl).await,
+                    Err(LockError::Taken { .. })
+                ));
+            }
+            assert!(lease.is_valid(), "the permit was not kept");
+            lease.resource().to_owned()
+        })
+        .await
+        .unwrap();
+    assert!(out.ends_with(":permit:0"), "{out}");
+    semaphore
+        .try_acquire(ttl)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert!(matches!(
+        semaphore
+            .run_with(ttl, &LockOptions::new().fenced(), |_| async {})
+            .await,
+        Err(LockError::Config(ConfigError::FencedPermit))
+    ));
 }

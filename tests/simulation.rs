@@ -14,29 +14,34 @@
 //! - `REDQUORUM_SIM_SCHEDULES` (default 10 000): how many seeded schedules;
 //!   `REDQUORUM_SIM_BASE_SEED` (default 0): the first seed.
 //! - `REDQUORUM_SIM_SEED=n` runs only schedule `n`, printing its trace
-//!   (add `REDQUORUM_SIM_CONTROL=fast-clocks|empty-restarts` for a negative
-//!   control's schedule).
+//!   (add `REDQUORUM_SIM_CONTROL=fast-clocks|empty-restarts|…` — a
+//!   [`Control`]'s name — for a negative control's schedule).
 //! - `REDQUORUM_SOAK=1` or `REDQUORUM_SOAK_SECS=n` keeps running schedules for
 //!   that long (default soak 300 s).
 //!
-//! A fifth of the schedules each take plain locks, fenced ones
+//! A seventh of the schedules each take plain locks, fenced ones
 //! (`lock_fenced`), reentrant ones (`lock_reentrant`, often a second hold
 //! inside the first), multi-resource ones (`lock_many` over the resource and
-//! a second one, against clients taking the first alone) or leases (work
+//! a second one, against clients taking the first alone), leases (work
 //! under `run_with`, extended every third of the TTL, each step of it
-//! counted as held). A second
+//! counted as held), permits of a 2-permit semaphore (checked: at most 2
+//! valid holders at once) or read/write locks (each round a read or a write
+//! lock; checked: a write window overlaps no other window, read windows
+//! may overlap each other). A second
 //! checker verifies that every holder's fencing token is larger than that of
 //! every holder before it. A third verifies delivery: every granted acquire
 //! reached every node (the transport, like redis-rs, writes a request only
 //! when its future is first polled), unless a crash or a refusal while the
 //! node was down excuses it.
 //!
-//! Six negative controls break one assumption each and must be caught: node
+//! Nine negative controls break one assumption each and must be caught: node
 //! clocks 1.5× fast with drift factor 0.01, nodes restarted empty within the
-//! TTL, reentrant releases that give back two holds and multi-resource
-//! acquires that are not all-or-nothing (overlaps), fencing
-//! counters lost on restart (token regressions), and a transport that loses
-//! requests (undelivered grants).
+//! TTL, reentrant releases that give back two holds, multi-resource
+//! acquires that are not all-or-nothing, a semaphore opened with one permit
+//! too many and write acquires that ignore live readers (overlaps), fencing
+//! counters lost on restart (token regressions), a transport that loses
+//! requests (undelivered grants) and a checked in-flight bound below the
+//! configured one.
 
 mod support;
 
@@ -83,6 +88,10 @@ enum Control {
     /// Semaphores; the clients open 3 permits while the fleet agreed on 2
     /// (the checker's limit): shows the permit checker can fail.
     ExtraPermit,
+    /// Read/write locks; a node's write acquire ignores live readers (sets
+    /// the writer key whenever no writer stands): shows the read/write
+    /// checker can fail.
+    WriterIgnoresReaders,
 }
 
 /// Which kind of lock a schedule's clients take.
@@ -103,7 +112,15 @@ enum Kind {
     /// A semaphore of [`PERMITS`] permits (`try_acquire`, or waiting with
     /// `acquire_with`): at most that many valid holders at once.
     Semaphore,
+    /// Read/write locks on the resource: each round a read lock or, with
+    /// [`WRITE_P`], a write lock (`try_read_lock`/`try_write_lock`, or
+    /// waiting with `read_lock_with`/`write_lock_with`): readers together,
+    /// a writer alone.
+    ReadWrite,
 }
+
+/// How often a client of a read/write schedule takes a write lock.
+const WRITE_P: f64 = 0.35;
 
 /// The permits of a semaphore schedule.
 const PERMITS: u32 = 2;
@@ -120,6 +137,7 @@ impl Control {
             Control::PartialMany => "partial-many",
             Control::LooseBound => "loose-bound",
             Control::ExtraPermit => "extra-permit",
+            Control::WriterIgnoresReaders => "writer-ignores-readers",
         }
     }
 
@@ -134,6 +152,7 @@ impl Control {
             "partial-many" => Control::PartialMany,
             "loose-bound" => Control::LooseBound,
             "extra-permit" => Control::ExtraPermit,
+            "writer-ignores-readers" => Control::WriterIgnoresReaders,
             other => panic!("REDQUORUM_SIM_CONTROL: unknown control {other:?}"),
         }
     }
@@ -150,6 +169,7 @@ impl Control {
             Control::PartialMany => 0x6666_6666_0000_0000,
             Control::LooseBound => 0x7777_7777_0000_0000,
             Control::ExtraPermit => 0x8888_8888_0000_0000,
+            Control::WriterIgnoresReaders => 0x9999_9999_0000_0000,
         }
     }
 }
@@ -248,6 +268,7 @@ fn plan(r: &mut StdRng, control: Control) -> Plan {
                 Control::DoubleRelease => Kind::Reentrant,
                 Control::PartialMany => Kind::Many,
                 Control::ExtraPermit => Kind::Semaphore,
+                Control::WriterIgnoresReaders => Kind::ReadWrite,
                 _ => [
                     Kind::Plain,
                     Kind::Fenced,
@@ -255,7 +276,8 @@ fn plan(r: &mut StdRng, control: Control) -> Plan {
                     Kind::Many,
                     Kind::Lease,
                     Kind::Semaphore,
-                ][r.random_range(0..6)],
+                    Kind::ReadWrite,
+                ][r.random_range(0..7)],
             },
             permits: if control == Control::ExtraPermit {
                 PERMITS + 1
@@ -295,6 +317,9 @@ struct Window {
     token: String,
     /// How many of its extensions were granted.
     extended: u32,
+    /// A read lock's window (shared with other readers); every other
+    /// window is exclusive.
+    read: bool,
 }
 
 /// The fencing checker: every holder's token must be larger than that of
@@ -350,19 +375,74 @@ fn overlaps(mut windows: Vec<Window>) -> Vec<String> {
     found
 }
 
+/// The read/write checker: every pair of windows of which at least one is
+/// a write (any window but a read lock's) and that overlap, one line per
+/// pair. Read windows may overlap each other; windows that merely touch do
+/// not overlap.
+fn rw_conflicts(mut windows: Vec<Window>) -> Vec<String> {
+    windows.sort_by_key(|w| (w.start, w.end));
+    let ms = |t: Duration| t.as_secs_f64() * 1e3;
+    let kind = |w: &Window| if w.read { "read" } else { "write" };
+    let mut found = Vec::new();
+    for (i, a) in windows.iter().enumerate() {
+        // Sorted by start: the windows that start before `a` ends.
+        for b in windows[i + 1..].iter().take_while(|b| b.start < a.end) {
+            if a.read && b.read {
+                continue;
+            }
+            found.push(format!(
+                "client {} held a {} lock [{:.3}, {:.3}) ms while client {} held a {} lock [{:.3}, {:.3}) ms",
+                b.client,
+                kind(b),
+                ms(b.start),
+                ms(b.end),
+                a.client,
+                kind(a),
+                ms(a.start),
+                ms(a.end)
+            ));
+        }
+    }
+    found
+}
+
+/// Pairs of read windows that overlap: readers that really shared.
+fn shared_reads(windows: &[Window]) -> u64 {
+    let mut reads: Vec<&Window> = windows.iter().filter(|w| w.read).collect();
+    reads.sort_by_key(|w| (w.start, w.end));
+    let mut shared = 0;
+    for (i, a) in reads.iter().enumerate() {
+        shared += reads[i + 1..]
+            .iter()
+            .take_while(|b| b.start < a.end)
+            .count() as u64;
+    }
+    shared
+}
+
 /// The permit checker: every instant at which more than `limit` windows
 /// were open (one line per window that opens past the limit). Windows that
 /// merely touch do not overlap.
 fn over_limit(windows: Vec<Window>, limit: usize) -> Vec<String> {
-    // Ends sort before starts at the same instant.
-    let mut events: Vec<(Duration, bool, usize)> = windows
+    // At one instant: the ends of the windows that end there, then each
+    // empty window (`[t, t)`, released as soon as granted) opening and
+    // closing at once, counted with the windows already open (as `overlaps`
+    // counts it), then the starts.
+    let mut events: Vec<(Duration, u8, usize, bool, usize)> = windows
         .iter()
-        .flat_map(|w| [(w.start, true, w.client), (w.end, false, w.client)])
+        .enumerate()
+        .flat_map(|(i, w)| {
+            let rank = if w.end > w.start { [2, 0] } else { [1, 1] };
+            [
+                (w.start, rank[0], i, true, w.client),
+                (w.end.max(w.start), rank[1], i, false, w.client),
+            ]
+        })
         .collect();
-    events.sort_by_key(|&(t, opens, _)| (t, opens));
+    events.sort_by_key(|&(t, rank, i, opens, _)| (t, rank, i, !opens));
     let mut open = 0usize;
     let mut found = Vec::new();
-    for (t, opens, client) in events {
+    for (t, _, _, opens, client) in events {
         if opens {
             open += 1;
             if open > limit {
@@ -417,6 +497,11 @@ struct Outcome {
     /// Leases whose work was held for longer than one TTL (kept by
     /// extensions).
     leases_past_ttl: u64,
+    /// Read and write locks granted (read/write schedules).
+    read_grants: u64,
+    write_grants: u64,
+    /// Pairs of read windows that overlapped.
+    shared_reads: u64,
     kind: Option<Kind>,
     leftovers: usize,
     digest: u64,
@@ -459,6 +544,8 @@ async fn simulate(seed: u64, control: Control, verbose: bool) -> (Outcome, Strin
                 .store(control == Control::DoubleRelease, Ordering::Relaxed);
             node.partial_many
                 .store(control == Control::PartialMany, Ordering::Relaxed);
+            node.writer_ignores_readers
+                .store(control == Control::WriterIgnoresReaders, Ordering::Relaxed);
             node
         })
         .collect();
@@ -563,10 +650,15 @@ async fn simulate(seed: u64, control: Control, verbose: bool) -> (Outcome, Strin
             plan.checked_in_flight
         ));
     }
-    out.overlaps = if plan.kind == Kind::Semaphore {
-        over_limit(windows, PERMITS as usize)
-    } else {
-        overlaps(windows)
+    if plan.kind == Kind::ReadWrite {
+        out.read_grants = windows.iter().filter(|w| w.read).count() as u64;
+        out.write_grants = out.grants - out.read_grants;
+        out.shared_reads = shared_reads(&windows);
+    }
+    out.overlaps = match plan.kind {
+        Kind::Semaphore => over_limit(windows, PERMITS as usize),
+        Kind::ReadWrite => rw_conflicts(windows),
+        _ => overlaps(windows),
     };
     out.leftovers = nodes.iter().map(|n| n.leftovers()).sum();
     let counts = world.counts();
@@ -608,7 +700,8 @@ async fn client(
         let owner = format!("owner-{id}");
         let waits = world.chance(0.5);
         let max_wait = world.between(Duration::ZERO, ttl * 2);
-        if waits && matches!(plan.kind, Kind::Plain | Kind::Semaphore) {
+        let write = plan.kind == Kind::ReadWrite && world.chance(WRITE_P);
+        if waits && matches!(plan.kind, Kind::Plain | Kind::Semaphore | Kind::ReadWrite) {
             waited.fetch_add(1, Ordering::Relaxed);
         }
         let acquiring = async {
@@ -637,6 +730,16 @@ async fn client(
                         semaphore.try_acquire(ttl).await
                     };
                     permit.map(redquorum::Permit::into_lock)
+                }
+                // Half the time a waiter, as for plain locks.
+                Kind::ReadWrite => {
+                    let wait = LockOptions::new().wait(max_wait);
+                    match (write, waits) {
+                        (true, true) => redlock.write_lock_with(RESOURCE, ttl, &wait).await,
+                        (true, false) => redlock.try_write_lock(RESOURCE, ttl).await,
+                        (false, true) => redlock.read_lock_with(RESOURCE, ttl, &wait).await,
+                        (false, false) => redlock.try_read_lock(RESOURCE, ttl).await,
+                    }
                 }
             }
         };
@@ -713,6 +816,7 @@ async fn client(
                         lock.token().to_owned()
                     },
                     extended,
+                    read: plan.kind == Kind::ReadWrite && !write,
                 });
                 world.note("released", id as u64, 0, || format!("client {id}"));
                 if world.chance(plan.cancel_p) {
@@ -762,6 +866,7 @@ async fn lease_round(
                     fence: None,
                     token: lease.token().to_owned(),
                     extended: 0,
+                    read: false,
                 });
                 w.len() - 1
             };
@@ -874,6 +979,10 @@ struct Totals {
     many_schedules: u64,
     lease_schedules: u64,
     semaphore_schedules: u64,
+    rw_schedules: u64,
+    read_grants: u64,
+    write_grants: u64,
+    shared_reads: u64,
     leases_past_ttl: u64,
     most_in_flight: usize,
     faults: u64,
@@ -906,7 +1015,15 @@ fn run_many(base: u64, count: u64, until: Option<std::time::Instant>) -> Totals 
                         return;
                     }
                     let seed = base + i;
-                    let (out, _) = run_schedule(seed, Control::None, false);
+                    // A panic inside a schedule (a checker's or the code's)
+                    // names its seed, so that it can be replayed.
+                    let run = std::panic::catch_unwind(|| run_schedule(seed, Control::None, false));
+                    let Ok((out, _)) = run else {
+                        panic!(
+                            "schedule {seed} panicked: {}",
+                            replay_hint(seed, Control::None)
+                        );
+                    };
                     let mut t = totals.lock().unwrap();
                     t.schedules += 1;
                     t.rounds += out.rounds;
@@ -925,6 +1042,10 @@ fn run_many(base: u64, count: u64, until: Option<std::time::Instant>) -> Totals 
                     t.many_schedules += u64::from(out.kind == Some(Kind::Many));
                     t.lease_schedules += u64::from(out.kind == Some(Kind::Lease));
                     t.semaphore_schedules += u64::from(out.kind == Some(Kind::Semaphore));
+                    t.rw_schedules += u64::from(out.kind == Some(Kind::ReadWrite));
+                    t.read_grants += out.read_grants;
+                    t.write_grants += out.write_grants;
+                    t.shared_reads += out.shared_reads;
                     t.leases_past_ttl += out.leases_past_ttl;
                     t.most_in_flight = t.most_in_flight.max(out.most_in_flight);
                     t.nested += out.nested;
@@ -975,7 +1096,8 @@ fn simulated_schedules_never_overlap() {
         "simulation: {} schedules (seeds {base}..) in {:.1?} wall, {:.1?} virtual; \
          {} rounds, {} grants, {} extends, {} waits, {} release notices heard, {} acquires cancelled, {} faults injected, {} messages, {} replies lost; \
          {} overlaps, {} leftover keys; {} schedules fenced, {} token regressions, {} undelivered grants; {} schedules reentrant, \
-         {} nested holds; {} schedules multi-resource; {} schedules leases ({} held past one TTL); {} schedules semaphores (2 permits); at most {} calls in flight on a link; \
+         {} nested holds; {} schedules multi-resource; {} schedules leases ({} held past one TTL); {} schedules semaphores (2 permits); \
+         {} schedules read/write ({} read and {} write grants, {} pairs of readers sharing); at most {} calls in flight on a link; \
          {:.0} schedules/s",
         t.schedules,
         started.elapsed(),
@@ -1000,6 +1122,10 @@ fn simulated_schedules_never_overlap() {
         t.lease_schedules,
         t.leases_past_ttl,
         t.semaphore_schedules,
+        t.rw_schedules,
+        t.read_grants,
+        t.write_grants,
+        t.shared_reads,
         t.most_in_flight,
         t.schedules as f64 / started.elapsed().as_secs_f64()
     );
@@ -1027,6 +1153,11 @@ fn simulated_schedules_never_overlap() {
     assert!(t.many_schedules > t.schedules / 8, "{t:?}");
     assert!(t.lease_schedules > t.schedules / 8, "{t:?}");
     assert!(t.semaphore_schedules > t.schedules / 8, "{t:?}");
+    assert!(
+        t.rw_schedules > t.schedules / 8 && t.write_grants > 0,
+        "{t:?}"
+    );
+    assert!(t.shared_reads > 0, "no two readers ever shared: {t:?}");
     assert!(t.leases_past_ttl > 0, "no lease outlived its TTL: {t:?}");
     assert!(t.cancelled > 0, "no acquire was cancelled: {t:?}");
     assert!(t.waited > 0, "no client waited: {t:?}");
@@ -1143,6 +1274,7 @@ fn permit_checker_counts_open_windows_and_only_those() {
         fence: None,
         token: String::new(),
         extended: 0,
+        read: false,
     };
     // Two at once, touching a third: within a limit of 2.
     assert!(over_limit(vec![w(0, 0, 10), w(1, 5, 15), w(2, 10, 20)], 2).is_empty());
@@ -1151,6 +1283,69 @@ fn permit_checker_counts_open_windows_and_only_those() {
         over_limit(vec![w(0, 0, 10), w(1, 5, 15), w(2, 6, 20)], 2).len(),
         1
     );
+    // An empty window (released as soon as granted) alone, or touching
+    // others, is within the limit; inside two others it is a third holder.
+    assert!(over_limit(vec![w(0, 5, 5)], 2).is_empty());
+    assert!(over_limit(vec![w(0, 0, 5), w(1, 5, 5), w(2, 5, 9)], 1).is_empty());
+    assert_eq!(over_limit(vec![w(0, 0, 9), w(1, 5, 5)], 1).len(), 1);
+    assert!(over_limit(vec![w(0, 5, 5), w(1, 5, 5)], 1).is_empty());
+    assert_eq!(
+        over_limit(vec![w(0, 0, 10), w(1, 2, 10), w(2, 5, 5)], 2).len(),
+        1
+    );
+}
+
+/// A write acquire that ignores live readers: a writer gets in while
+/// readers still hold valid read locks, and the read/write checker must see
+/// it.
+#[test]
+fn control_a_writer_ignoring_readers_is_caught() {
+    caught_within(Control::WriterIgnoresReaders, 40, |o| &o.overlaps);
+}
+
+/// The read/write checker: readers together and windows that touch are
+/// fine; a writer overlapping a reader or a writer is found, once per pair,
+/// also when the reader it overlaps started before a shorter one.
+#[test]
+fn rw_checker_finds_conflicts_and_only_conflicts() {
+    let at = |client, start: u64, end: u64, read| Window {
+        client,
+        start: Duration::from_millis(start),
+        end: Duration::from_millis(end),
+        fence: None,
+        token: String::new(),
+        extended: 0,
+        read,
+    };
+    let r = |client, start, end| at(client, start, end, true);
+    let w = |client, start, end| at(client, start, end, false);
+    assert!(
+        rw_conflicts(vec![
+            r(0, 0, 10),
+            r(1, 5, 15),
+            w(2, 15, 20),
+            r(3, 20, 30),
+            r(4, 25, 40),
+            w(5, 40, 50),
+            w(6, 50, 60),
+        ])
+        .is_empty()
+    );
+    assert_eq!(rw_conflicts(vec![w(0, 0, 10), r(1, 9, 20)]).len(), 1);
+    assert_eq!(rw_conflicts(vec![r(1, 9, 20), w(0, 0, 10)]).len(), 1);
+    assert_eq!(rw_conflicts(vec![r(0, 0, 10), w(1, 9, 20)]).len(), 1);
+    assert_eq!(rw_conflicts(vec![w(0, 0, 10), w(1, 5, 6)]).len(), 1);
+    // A writer over two readers that share: two conflicts, not three.
+    assert_eq!(
+        rw_conflicts(vec![w(0, 0, 100), r(1, 10, 50), r(2, 20, 60)]).len(),
+        2
+    );
+    // The writer overlaps the first (long) reader, not the second.
+    assert_eq!(
+        rw_conflicts(vec![r(0, 0, 100), r(1, 10, 20), w(2, 30, 40)]).len(),
+        1
+    );
+    assert_eq!(shared_reads(&[r(0, 0, 100), r(1, 10, 20), w(2, 30, 40)]), 1);
 }
 
 /// A transport that loses requests: granted acquires that never reach a
@@ -1171,6 +1366,7 @@ fn fence_checker_finds_regressions_and_only_those() {
         fence,
         token: String::new(),
         extended: 0,
+        read: false,
     };
     assert!(fence_regressions(vec![w(0, Some(1)), w(5, Some(2)), w(9, Some(7))]).is_empty());
     assert!(fence_regressions(vec![w(5, Some(2)), w(0, Some(1)), w(3, None)]).is_empty());
@@ -1195,6 +1391,7 @@ fn checker_finds_overlaps_and_only_overlaps() {
         fence: None,
         token: String::new(),
         extended: 0,
+        read: false,
     };
     assert!(overlaps(vec![w(0, 0, 10), w(1, 10, 20), w(2, 20, 30)]).is_empty());
     assert!(overlaps(vec![w(1, 10, 20), w(0, 0, 10)]).is_empty());

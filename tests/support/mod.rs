@@ -13,8 +13,10 @@ pub mod sim;
 
 use std::collections::BTreeMap;
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use rand::RngExt;
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 use redquorum::Redlock;
@@ -61,6 +63,57 @@ pub async fn proxied(node_timeout: Duration) -> (Vec<proxy::Proxy>, Redlock) {
         .await
         .expect("connect through the proxies");
     (proxies, redlock)
+}
+
+/// Runs `work` under random minority faults on `proxies` (see
+/// [`proxy_chaos`]); its output and how many link faults were injected.
+pub async fn under_chaos<T>(
+    proxies: &[proxy::Proxy],
+    work: impl std::future::Future<Output = T>,
+) -> (T, u32) {
+    let stop = AtomicBool::new(false);
+    let work = async {
+        let out = work.await;
+        stop.store(true, Ordering::SeqCst);
+        out
+    };
+    tokio::join!(work, proxy_chaos(proxies, &stop))
+}
+
+/// Until `stop`: one fault at a time on one or two random links — held
+/// (frozen), down (connections closed and refused) or slowed past the node
+/// timeout — for 20–300 ms, then healed.
+async fn proxy_chaos(proxies: &[proxy::Proxy], stop: &AtomicBool) -> u32 {
+    let mut faults = 0;
+    // Bounded: each turn takes at least 20 ms.
+    for _ in 0..10_000 {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let (nodes, kind, hold) = {
+            let mut rng = rand::rng();
+            let first = rng.random_range(0..5);
+            let second = (first + rng.random_range(1..5)) % 5;
+            let count = rng.random_range(1..=2);
+            let nodes = [first, second][..count].to_vec();
+            (nodes, rng.random_range(0..3), rng.random_range(20..=300))
+        };
+        for &n in &nodes {
+            match kind {
+                0 => proxies[n].set_cut(true),
+                1 => proxies[n].set_down(true),
+                _ => proxies[n].set_latency(Duration::from_millis(150)),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(hold)).await;
+        for &n in &nodes {
+            proxies[n].set_cut(false);
+            proxies[n].set_down(false);
+            proxies[n].set_latency(Duration::ZERO);
+        }
+        faults += nodes.len() as u32;
+    }
+    faults
 }
 
 /// A resource name no other test (or earlier run) uses.
@@ -159,6 +212,20 @@ pub async fn snapshot(
         out.push(map);
     }
     out
+}
+
+/// Waits until `redlock` has no call in flight to any node: the tail of
+/// every returned operation (a release returns at its quorum; the other
+/// nodes get it just after) has been applied and answered. Panics after
+/// five seconds.
+pub async fn settled(redlock: &Redlock) {
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while redlock.in_flight().any(|(_, n)| n > 0) {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("calls still in flight after 5 s");
 }
 
 /// Polls `snapshot` until it equals `expected`, for at most `bound`. Used

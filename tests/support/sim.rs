@@ -27,8 +27,14 @@
 //!   (`NotConnected`), and comes back with its keys (AOF with `appendfsync
 //!   always`) or, for a negative control, without them.
 //!
+//! - Read/write locks keep, per resource, a writer key (a plain lock key),
+//!   a readers set (each reader's token with its own expiry, on the node's
+//!   clock; the set's key lives until its last reader) and a writer-intent
+//!   key, with the semantics of the read/write scripts
+//!   (`src/scripts/acquire_read.lua` and the others).
 //! - A node reports every release that deletes a key (as Redis' release
-//!   scripts publish it) to the listeners ([`Node::listen`]) subscribed to
+//!   scripts publish it), and every reader it removes (on the writer key's
+//!   channel), to the listeners ([`Node::listen`]) subscribed to
 //!   the key's channel. A notice takes a message delay, in order per
 //!   listener, and may be lost like a reply; subscribing takes a round trip
 //!   and waits for a frozen node; a crash ends every listener (the client
@@ -207,6 +213,15 @@ struct Entry {
     holds: Option<BTreeSet<String>>,
 }
 
+/// A read/write lock's readers key (a sorted set in Redis).
+#[derive(Debug)]
+struct Readers {
+    /// Each reader's token and when it expires, in true time.
+    members: BTreeMap<String, Instant>,
+    /// When the key itself expires (never before its last reader).
+    expires: Instant,
+}
+
 #[derive(Debug)]
 struct State {
     up: bool,
@@ -214,6 +229,8 @@ struct State {
     /// Bumped by every crash: requests sent before it are never applied.
     epoch: u64,
     keys: BTreeMap<String, Entry>,
+    /// Read/write locks' readers keys, by key.
+    readers: BTreeMap<String, Readers>,
     /// Fencing counters (no TTL).
     counters: BTreeMap<String, u64>,
     ledger: BTreeMap<String, Ledger>,
@@ -248,6 +265,9 @@ pub struct SimNode {
     /// A negative control: listeners confirm subscriptions and never
     /// report a release.
     pub deaf: std::sync::atomic::AtomicBool,
+    /// A negative control: a write acquire ignores live readers (sets the
+    /// writer key whenever no writer stands).
+    pub writer_ignores_readers: std::sync::atomic::AtomicBool,
     /// Woken when the node is thawed or killed. (Not a `watch`: its wake-up
     /// order is random, and a schedule must replay exactly.)
     thawed: Notify,
@@ -309,6 +329,30 @@ enum Owned {
         ttl: u64,
     },
     ReleaseMany {
+        keys: Vec<String>,
+        token: String,
+    },
+    /// A read/write lock's ops: `keys` are `[writer, readers, intent]`.
+    AcquireRead {
+        keys: Vec<String>,
+        token: String,
+        ttl: u64,
+    },
+    ExtendRead {
+        keys: Vec<String>,
+        token: String,
+        ttl: u64,
+    },
+    ReleaseRead {
+        keys: Vec<String>,
+        token: String,
+    },
+    AcquireWrite {
+        keys: Vec<String>,
+        token: String,
+        ttl: u64,
+    },
+    ReleaseWrite {
         keys: Vec<String>,
         token: String,
     },
@@ -398,6 +442,41 @@ impl Owned {
                 keys: keys.to_vec(),
                 token: token.into(),
             },
+            Op::AcquireRead {
+                keys,
+                token,
+                ttl_ms,
+            } if keys.len() == 3 => Owned::AcquireRead {
+                keys: keys.to_vec(),
+                token: token.into(),
+                ttl: ttl_ms,
+            },
+            Op::ExtendRead {
+                keys,
+                token,
+                ttl_ms,
+            } if keys.len() == 3 => Owned::ExtendRead {
+                keys: keys.to_vec(),
+                token: token.into(),
+                ttl: ttl_ms,
+            },
+            Op::ReleaseRead { keys, token } if keys.len() == 3 => Owned::ReleaseRead {
+                keys: keys.to_vec(),
+                token: token.into(),
+            },
+            Op::AcquireWrite {
+                keys,
+                token,
+                ttl_ms,
+            } if keys.len() == 3 => Owned::AcquireWrite {
+                keys: keys.to_vec(),
+                token: token.into(),
+                ttl: ttl_ms,
+            },
+            Op::ReleaseWrite { keys, token } if keys.len() == 3 => Owned::ReleaseWrite {
+                keys: keys.to_vec(),
+                token: token.into(),
+            },
             _ => return None,
         })
     }
@@ -415,7 +494,12 @@ impl Owned {
             Owned::ExtendReentrant { owner, .. } => owner,
             Owned::AcquireMany { token, .. }
             | Owned::ExtendMany { token, .. }
-            | Owned::ReleaseMany { token, .. } => token,
+            | Owned::ReleaseMany { token, .. }
+            | Owned::AcquireRead { token, .. }
+            | Owned::ExtendRead { token, .. }
+            | Owned::ReleaseRead { token, .. }
+            | Owned::AcquireWrite { token, .. }
+            | Owned::ReleaseWrite { token, .. } => token,
         }
     }
 
@@ -432,6 +516,11 @@ impl Owned {
             Owned::AcquireMany { .. } => "acquire-many",
             Owned::ExtendMany { .. } => "extend-many",
             Owned::ReleaseMany { .. } => "release-many",
+            Owned::AcquireRead { .. } => "acquire-read",
+            Owned::ExtendRead { .. } => "extend-read",
+            Owned::ReleaseRead { .. } => "release-read",
+            Owned::AcquireWrite { .. } => "acquire-write",
+            Owned::ReleaseWrite { .. } => "release-write",
         }
     }
 }
@@ -446,6 +535,7 @@ impl SimNode {
                 frozen: false,
                 epoch: 0,
                 keys: BTreeMap::new(),
+                readers: BTreeMap::new(),
                 counters: BTreeMap::new(),
                 ledger: BTreeMap::new(),
                 listeners: BTreeMap::new(),
@@ -455,6 +545,7 @@ impl SimNode {
             double_release: std::sync::atomic::AtomicBool::new(false),
             partial_many: std::sync::atomic::AtomicBool::new(false),
             deaf: std::sync::atomic::AtomicBool::new(false),
+            writer_ignores_readers: std::sync::atomic::AtomicBool::new(false),
             thawed: Notify::new(),
         })
     }
@@ -464,6 +555,11 @@ impl SimNode {
         let node_ms = ttl_ms.saturating_sub(1) as f64;
         let true_ns = (node_ms * 1e6 / self.rate).floor();
         now + Duration::from_nanos(true_ns.min(1e18) as u64)
+    }
+
+    /// `d` of true time in this node's milliseconds (what `PTTL` answers).
+    fn node_ms(&self, d: Duration) -> u64 {
+        (d.as_nanos() as f64 * self.rate / 1e6) as u64
     }
 
     /// Holds every request until [`thaw`](Self::thaw) (SIGSTOP).
@@ -502,6 +598,7 @@ impl SimNode {
         st.epoch += 1;
         if wipe {
             st.keys.clear();
+            st.readers.clear();
             st.counters.clear();
         }
         // A killed process is no longer stopped, and its connections are
@@ -540,7 +637,11 @@ impl SimNode {
             return Err(NodeError::Connection("connection reset by restart".into()));
         }
         st.keys.retain(|_, e| e.expires > now);
-        if matches!(op, Owned::Extend { .. } | Owned::ExtendMany { .. }) {
+        st.readers.retain(|_, r| r.expires > now);
+        if matches!(
+            op,
+            Owned::Extend { .. } | Owned::ExtendMany { .. } | Owned::ExtendRead { .. }
+        ) {
             st.ledger
                 .entry(op.token().to_owned())
                 .or_default()
@@ -552,6 +653,8 @@ impl SimNode {
                 | Owned::AcquireFenced { .. }
                 | Owned::AcquireReentrant { .. }
                 | Owned::AcquireMany { .. }
+                | Owned::AcquireRead { .. }
+                | Owned::AcquireWrite { .. }
         ) {
             st.ledger.entry(op.token().to_owned()).or_default().arrived = true;
         }
@@ -767,6 +870,64 @@ impl SimNode {
                 }
                 if deleted { Reply::Done } else { Reply::NotHeld }
             }
+            Owned::AcquireRead { keys, token, ttl } => {
+                self.acquire_read(&mut st, now, keys, token, *ttl)
+            }
+            Owned::ExtendRead { keys, token, ttl } => {
+                let expires = self.expiry(now, *ttl);
+                let set = st.readers.get_mut(&keys[1]);
+                match set.and_then(|set| Some((set.members.get_mut(token)?, &mut set.expires))) {
+                    // A live reader (never re-created).
+                    Some((mine, key_expires)) if *mine > now => {
+                        *mine = (*mine).max(expires);
+                        *key_expires = (*key_expires).max(expires);
+                        Reply::Done
+                    }
+                    _ => Reply::NotHeld,
+                }
+            }
+            Owned::ReleaseRead { keys, token } => {
+                st.ledger.entry(token.clone()).or_default().released = true;
+                // ZREM: an expired reader not yet pruned is removed too.
+                let removed = st
+                    .readers
+                    .get_mut(&keys[1])
+                    .is_some_and(|set| set.members.remove(token).is_some());
+                if removed {
+                    if st.readers[&keys[1]].members.is_empty() {
+                        st.readers.remove(&keys[1]);
+                    }
+                    st.published.push((keys[0].clone(), token.clone()));
+                    Reply::Done
+                } else {
+                    Reply::NotHeld
+                }
+            }
+            Owned::AcquireWrite { keys, token, ttl } => {
+                self.acquire_write(&mut st, now, keys, token, *ttl)
+            }
+            Owned::ReleaseWrite { keys, token } => {
+                st.ledger.entry(token.clone()).or_default().released = true;
+                // `release_write.lua`: the writer key and the intent, each
+                // only if it holds the token.
+                let mut deleted = false;
+                for key in [&keys[0], &keys[2]] {
+                    if st
+                        .keys
+                        .get(key)
+                        .is_some_and(|e| e.token == *token && e.holds.is_none())
+                    {
+                        st.keys.remove(key);
+                        deleted = true;
+                    }
+                }
+                if deleted {
+                    st.published.push((keys[0].clone(), token.clone()));
+                    Reply::Done
+                } else {
+                    Reply::NotHeld
+                }
+            }
             Owned::Release { key, token } => {
                 st.ledger.entry(token.clone()).or_default().released = true;
                 match st.keys.get(key) {
@@ -780,6 +941,113 @@ impl SimNode {
             }
         };
         Ok(reply)
+    }
+
+    /// `acquire_read.lua`: refused with the writer's (or else the intent's)
+    /// TTL while either stands; else expired readers are pruned and `token`
+    /// is added until `ttl` from now, the set's key living at least as long.
+    fn acquire_read(
+        &self,
+        st: &mut State,
+        now: Instant,
+        keys: &[String],
+        token: &str,
+        ttl: u64,
+    ) -> Reply {
+        let (writer, readers, intent) = (&keys[0], &keys[1], &keys[2]);
+        if let Some(e) = st.keys.get(writer).or_else(|| st.keys.get(intent)) {
+            return Reply::Held {
+                pttl_ms: Some(self.node_ms(e.expires - now)),
+            };
+        }
+        let expires = self.expiry(now, ttl);
+        let set = st
+            .readers
+            .entry(readers.clone())
+            .or_insert_with(|| Readers {
+                members: BTreeMap::new(),
+                expires,
+            });
+        set.members.retain(|_, e| *e > now);
+        if set.members.is_empty() {
+            // Pruned to nothing: Redis deleted the key, ZADD made a new one.
+            set.expires = expires;
+        }
+        set.members.insert(token.to_owned(), expires);
+        set.expires = set.expires.max(expires);
+        st.ledger.entry(token.to_owned()).or_default().set = true;
+        Reply::Done
+    }
+
+    /// `acquire_write.lua`: refused with the writer's TTL while one stands;
+    /// else expired readers are pruned, and while live ones remain the
+    /// writer's intent is marked with `token` (for their longest time left
+    /// plus `ttl`, never shortened) and the write refused with that time left;
+    /// otherwise the writer key is set for `ttl` and the intent cleared.
+    /// Under the negative control, live readers are ignored.
+    fn acquire_write(
+        &self,
+        st: &mut State,
+        now: Instant,
+        keys: &[String],
+        token: &str,
+        ttl: u64,
+    ) -> Reply {
+        let (writer, readers, intent) = (&keys[0], &keys[1], &keys[2]);
+        if let Some(e) = st.keys.get(writer) {
+            return Reply::Held {
+                pttl_ms: Some(self.node_ms(e.expires - now)),
+            };
+        }
+        let mut last = None;
+        if let Some(set) = st.readers.get_mut(readers) {
+            set.members.retain(|_, e| *e > now);
+            last = set.members.values().max().copied();
+            if set.members.is_empty() {
+                st.readers.remove(readers);
+            }
+        }
+        let ignore = self
+            .writer_ignores_readers
+            .load(std::sync::atomic::Ordering::Relaxed);
+        match last {
+            Some(last) if !ignore => {
+                let left = self.node_ms(last - now);
+                let until = self.expiry(now, left + ttl);
+                match st.keys.get_mut(intent) {
+                    Some(e) => {
+                        e.token = token.to_owned();
+                        e.expires = e.expires.max(until);
+                    }
+                    None => {
+                        st.keys.insert(
+                            intent.clone(),
+                            Entry {
+                                token: token.to_owned(),
+                                expires: until,
+                                holds: None,
+                            },
+                        );
+                    }
+                }
+                Reply::Held {
+                    pttl_ms: Some(left),
+                }
+            }
+            _ => {
+                st.keys.insert(
+                    writer.clone(),
+                    Entry {
+                        token: token.to_owned(),
+                        expires: self.expiry(now, ttl),
+                        holds: None,
+                    },
+                );
+                st.keys.remove(intent);
+                st.ledger.entry(token.to_owned()).or_default().set = true;
+                Reply::Done
+            }
+        }
     }
 
     /// Sends the releases just applied to the listeners subscribed to their
@@ -881,14 +1149,17 @@ impl SimNode {
             })
     }
 
-    /// Keys still live now (whoever's).
+    /// Keys still live now (whoever's; a readers key while a reader lives).
     pub fn live_keys(&self) -> usize {
         let now = Instant::now();
-        lock(&self.state)
-            .keys
+        let st = lock(&self.state);
+        let keys = st.keys.values().filter(|e| e.expires > now).count();
+        let readers = st
+            .readers
             .values()
-            .filter(|e| e.expires > now)
-            .count()
+            .filter(|r| r.members.values().any(|e| *e > now))
+            .count();
+        keys + readers
     }
 }
 
