@@ -168,6 +168,17 @@ pub struct ExecArgs {
     #[arg(short = 'n', long = "permits", value_name = "N")]
     pub permits: Option<u32>,
 
+    /// Hold RESOURCE as one of its readers (a read/write lock): any number of
+    /// `--read` commands run together, none while a `--write` one runs.
+    #[arg(long, conflicts_with_all = ["fence", "permits", "write"])]
+    pub read: bool,
+
+    /// Hold RESOURCE as its writer (a read/write lock): alone, with no reader
+    /// and no other writer. A waiting writer keeps new readers off, so
+    /// readers cannot starve it.
+    #[arg(long, conflicts_with_all = ["fence", "permits"])]
+    pub write: bool,
+
     /// The name of the lock.
     pub resource: String,
 
@@ -197,6 +208,12 @@ pub struct StatusArgs {
     /// then how many permits are held.
     #[arg(short = 'n', long = "permits", value_name = "N")]
     pub permits: Option<u32>,
+
+    /// RESOURCE is a read/write lock (`exec --read`/`--write`): show its
+    /// writer, its live readers and a waiting writer's intent on each node,
+    /// then the verdicts.
+    #[arg(long, conflicts_with = "permits")]
+    pub rw: bool,
 
     /// Print one JSON object instead of a table.
     #[arg(long)]

@@ -165,8 +165,15 @@ pub async fn exec(global: &Global, nodes: &[String], args: ExecArgs, ui: &Ui) ->
     }
     // `release` returns at a quorum and finishes in the background; this
     // process is about to exit, so reach the other nodes now (bounded by the
-    // node timeout). Compare-and-delete: a no-op where already released.
-    if let Err(e) = redlock.release_token(&held, &token).await {
+    // node timeout).
+    if args.read || args.write {
+        // The calls still in flight are the release's own: let them land.
+        let until = Instant::now() + settle;
+        while redlock.in_flight().any(|(_, calls)| calls > 0) && Instant::now() < until {
+            tokio::time::sleep(GROUP_POLL / 4).await;
+        }
+    } else if let Err(e) = redlock.release_token(&held, &token).await {
+        // Compare-and-delete: a no-op where already released.
         tracing::debug!(resource, error = %e, "release sweep");
     }
     code
@@ -187,6 +194,8 @@ async fn acquire(
     let mut attempt: std::pin::Pin<
         Box<dyn std::future::Future<Output = Result<Lock, LockError>> + Send>,
     > = match args.permits {
+        None if args.read => Box::pin(redlock.read_lock_with(resource, args.ttl, options)),
+        None if args.write => Box::pin(redlock.write_lock_with(resource, args.ttl, options)),
         None => Box::pin(redlock.lock_with(resource, args.ttl, options)),
         Some(permits) => {
             let semaphore = match redlock.semaphore(resource, permits) {

@@ -218,6 +218,10 @@ pub async fn status(global: &Global, nodes: &[String], args: &StatusArgs, ui: &U
             return exit::USAGE;
         }
     };
+    if args.rw {
+        let conns = connect(clients, timeout).await;
+        return rw_status(&conns, &layout, args, timeout).await;
+    }
     // With --permits: one table (or JSON object) per slot of the
     // semaphore, then how many permits are held.
     let resources: Vec<String> = match args.permits {
@@ -231,22 +235,7 @@ pub async fn status(global: &Global, nodes: &[String], args: &StatusArgs, ui: &U
             .collect(),
     };
     // One connection per node, for every resource read.
-    let timeout_text = || format!("no answer within {}", humantime::format_duration(timeout));
-    let conns: Vec<(String, Result<MultiplexedConnection, String>)> =
-        futures::future::join_all(clients.into_iter().map(|(name, client)| async move {
-            let conn = match tokio::time::timeout(
-                timeout,
-                client.get_multiplexed_async_connection(),
-            )
-            .await
-            {
-                Ok(Ok(conn)) => Ok(conn),
-                Ok(Err(e)) => Err(e.to_string()),
-                Err(_) => Err(timeout_text()),
-            };
-            (name, conn)
-        }))
-        .await;
+    let conns = connect(clients, timeout).await;
     let (mut held, mut unknown, mut objects) = (0, false, Vec::new());
     for resource in &resources {
         let lock_key = layout.plain_key(resource);
@@ -257,13 +246,7 @@ pub async fn status(global: &Global, nodes: &[String], args: &StatusArgs, ui: &U
                 let read = match conn {
                     Err(e) => Err(e.clone()),
                     Ok(conn) => {
-                        match tokio::time::timeout(timeout, read(conn.clone(), lock_key, fence_key))
-                            .await
-                        {
-                            Ok(Ok(held)) => Ok(held),
-                            Ok(Err(e)) => Err(e.to_string()),
-                            Err(_) => Err(timeout_text()),
-                        }
+                        within(timeout, read(conn.clone(), lock_key, Some(fence_key))).await
                     }
                 };
                 NodeState {
@@ -277,7 +260,7 @@ pub async fn status(global: &Global, nodes: &[String], args: &StatusArgs, ui: &U
         held += usize::from(summary.verdict == Verdict::Held);
         unknown |= summary.verdict == Verdict::Unknown;
         if args.json {
-            objects.push(to_json(resource, &states, &summary, args.show_token));
+            objects.push(to_json(resource, &states, &summary, args.show_token).to_string());
         } else {
             print_table(resource, &states, &summary, args.show_token);
         }
@@ -295,22 +278,56 @@ pub async fn status(global: &Global, nodes: &[String], args: &StatusArgs, ui: &U
     if unknown { exit::UNAVAILABLE } else { 0 }
 }
 
-/// Reads the lock and fence keys of one node.
+/// Connected clients, one connection per node, each opened within `timeout`.
+type Conns = Vec<(String, Result<MultiplexedConnection, String>)>;
+
+async fn connect(clients: Vec<(String, Client)>, timeout: Duration) -> Conns {
+    futures::future::join_all(clients.into_iter().map(|(name, client)| async move {
+        let conn = within(timeout, client.get_multiplexed_async_connection()).await;
+        (name, conn)
+    }))
+    .await
+}
+
+/// `read` within `timeout`, its error as text.
+async fn within<T>(
+    timeout: Duration,
+    read: impl std::future::Future<Output = redis::RedisResult<T>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(timeout, read).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!(
+            "no answer within {}",
+            humantime::format_duration(timeout)
+        )),
+    }
+}
+
+/// Reads the lock key (and the fence key, if any) of one node.
 async fn read(
     mut conn: MultiplexedConnection,
     lock_key: &str,
-    fence_key: &str,
+    fence_key: Option<&str>,
 ) -> redis::RedisResult<Held> {
-    let (kind, pttl, fence): (String, i64, Option<String>) = redis::pipe()
-        .atomic()
+    let mut pipe = redis::pipe();
+    pipe.atomic()
         .cmd("TYPE")
         .arg(lock_key)
         .cmd("PTTL")
-        .arg(lock_key)
-        .cmd("GET")
-        .arg(fence_key)
-        .query_async(&mut conn)
-        .await?;
+        .arg(lock_key);
+    let (kind, pttl, fence): (String, i64, Option<String>) = match fence_key {
+        Some(fence_key) => {
+            pipe.cmd("GET")
+                .arg(fence_key)
+                .query_async(&mut conn)
+                .await?
+        }
+        None => {
+            let (kind, pttl): (String, i64) = pipe.query_async(&mut conn).await?;
+            (kind, pttl, None)
+        }
+    };
     // The key may change between the two reads; what it holds now wins.
     let holder = match kind.as_str() {
         "none" => None,
@@ -416,24 +433,16 @@ fn print_table(resource: &str, states: &[NodeState], summary: &Summary, whole: b
         }
         rows.push(row);
     }
-    let columns = rows[0].len();
-    let widths: Vec<usize> = (0..columns)
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
-        .collect();
-    for row in &rows {
-        let mut line = String::new();
-        for (c, cell) in row.iter().enumerate() {
-            line.push_str(cell);
-            if c + 1 < columns {
-                line.push_str(&" ".repeat(widths[c] - cell.chars().count() + 2));
-            }
-        }
-        println!("{}", line.trim_end());
-    }
+    print_rows(&rows);
     println!("{}", verdict_line(resource, summary, states.len(), whole));
 }
 
-fn to_json(resource: &str, states: &[NodeState], summary: &Summary, whole: bool) -> String {
+fn to_json(
+    resource: &str,
+    states: &[NodeState],
+    summary: &Summary,
+    whole: bool,
+) -> serde_json::Value {
     let nodes: Vec<serde_json::Value> = states
         .iter()
         .map(|state| match &state.read {
@@ -496,7 +505,229 @@ fn to_json(resource: &str, states: &[NodeState], summary: &Summary, whole: bool)
         "verdict": summary.verdict.as_str(),
         "holder": holder,
     })
-    .to_string()
+}
+
+/// One node's readers of a read/write lock.
+#[derive(Debug, Default)]
+struct Readers {
+    /// The live readers: token → what is left of it by the node's clock, ms.
+    live: BTreeMap<String, u64>,
+    /// A waiting writer's intent: its PTTL in ms (-1: no expiry).
+    intent_ms: Option<i64>,
+}
+
+/// Reads the readers and intent keys of one node, with its time.
+async fn read_readers(
+    mut conn: MultiplexedConnection,
+    readers_key: &str,
+    intent_key: &str,
+) -> redis::RedisResult<Readers> {
+    let ((secs, micros), entries, intent): ((u64, u64), Vec<(String, f64)>, i64) = redis::pipe()
+        .atomic()
+        .cmd("TIME")
+        .cmd("ZRANGE")
+        .arg(readers_key)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .cmd("PTTL")
+        .arg(intent_key)
+        .query_async(&mut conn)
+        .await?;
+    // As acquire_read.lua: a reader lives while its expiry >= the node's time.
+    let now = secs * 1000 + micros / 1000;
+    let live = entries
+        .into_iter()
+        .filter(|(_, expiry)| *expiry >= now as f64)
+        .map(|(token, expiry)| (token, expiry as u64 - now))
+        .collect();
+    Ok(Readers {
+        live,
+        intent_ms: (intent != -2).then_some(intent),
+    })
+}
+
+/// `status --rw`: the writer key as a plain lock's, then each node's live
+/// readers and intent. Exit 69 when the unreachable nodes could change the
+/// writer's verdict or the readers' count.
+async fn rw_status(
+    conns: &Conns,
+    layout: &redquorum::KeyLayout,
+    args: &StatusArgs,
+    timeout: Duration,
+) -> Code {
+    let [writer_key, readers_key, intent_key] = layout.rw_keys(&args.resource);
+    let (writer_key, readers_key, intent_key) = (&writer_key, &readers_key, &intent_key);
+    let reads = futures::future::join_all(conns.iter().map(|(name, conn)| async move {
+        let read = match conn {
+            Err(e) => Err(e.clone()),
+            Ok(conn) => {
+                let writer = within(timeout, read(conn.clone(), writer_key, None));
+                let readers = within(timeout, read_readers(conn.clone(), readers_key, intent_key));
+                match tokio::join!(writer, readers) {
+                    (Ok(writer), Ok(readers)) => Ok((writer, readers)),
+                    (Err(e), _) | (_, Err(e)) => Err(e),
+                }
+            }
+        };
+        (name.clone(), read)
+    }))
+    .await;
+    let writer: Vec<NodeState> = reads
+        .iter()
+        .map(|(name, read)| NodeState {
+            name: name.clone(),
+            read: match read {
+                Ok((held, _)) => Ok(Held {
+                    holder: held.holder.clone(),
+                    pttl_ms: held.pttl_ms,
+                    fence: None,
+                }),
+                Err(e) => Err(e.clone()),
+            },
+        })
+        .collect();
+    let summary = summarize(&writer);
+    let (n, quorum) = (reads.len(), summary.quorum);
+    let unreachable = n - summary.reachable;
+    // A reader holds the lock where its token lives on a quorum of nodes.
+    let mut on: BTreeMap<&str, usize> = BTreeMap::new();
+    for (_, read) in &reads {
+        for token in read.iter().flat_map(|(_, r)| r.live.keys()) {
+            *on.entry(token).or_default() += 1;
+        }
+    }
+    let readers = on.values().filter(|&&count| count >= quorum).count();
+    let uncertain = on
+        .values()
+        .any(|&count| count < quorum && count + unreachable >= quorum);
+    let intent = reads
+        .iter()
+        .filter(|(_, r)| matches!(r, Ok((_, r)) if r.intent_ms.is_some()))
+        .count();
+    let whole = args.show_token;
+    if args.json {
+        let nodes: Vec<serde_json::Value> = reads
+            .iter()
+            .map(|(name, read)| match read {
+                Ok((_, r)) => {
+                    let live: Vec<serde_json::Value> = r
+                        .live
+                        .iter()
+                        .map(|(token, left)| {
+                            let mut reader = json!({
+                                "token_prefix": prefix(token, false),
+                                "pttl_ms": left,
+                            });
+                            if whole {
+                                reader["token"] = json!(token);
+                            }
+                            reader
+                        })
+                        .collect();
+                    json!({
+                        "node": name,
+                        "reachable": true,
+                        "error": null,
+                        "readers": live,
+                        "intent_pttl_ms": r.intent_ms,
+                    })
+                }
+                Err(e) => json!({
+                    "node": name,
+                    "reachable": false,
+                    "error": e,
+                    "readers": null,
+                    "intent_pttl_ms": null,
+                }),
+            })
+            .collect();
+        let object = json!({
+            "resource": args.resource,
+            "quorum": quorum,
+            "reachable": summary.reachable,
+            "writer": to_json(&args.resource, &writer, &summary, whole),
+            "readers": readers,
+            "intent_nodes": intent,
+            "nodes": nodes,
+        });
+        println!("{object}");
+    } else {
+        print_rw_table(&reads, whole);
+        let resource = &args.resource;
+        let line = verdict_line(resource, &summary, n, whole);
+        println!("{}", line.replacen(": ", ": writer ", 1));
+        println!("{resource}: {readers} readers hold it on a quorum of nodes (quorum {quorum})");
+        if intent > 0 {
+            println!("{resource}: a writer is waiting (intent on {intent}/{n} nodes)");
+        }
+    }
+    if summary.verdict == Verdict::Unknown || uncertain {
+        exit::UNAVAILABLE
+    } else {
+        0
+    }
+}
+
+type RwRead = (String, Result<(Held, Readers), String>);
+
+fn print_rw_table(reads: &[RwRead], whole: bool) {
+    let any_error = reads.iter().any(|(_, r)| r.is_err());
+    let mut header = ["NODE", "REACHABLE", "WRITER", "PTTL", "READERS", "INTENT"]
+        .map(str::to_owned)
+        .to_vec();
+    if any_error {
+        header.push("ERROR".to_owned());
+    }
+    let mut rows = vec![header];
+    for (name, read) in reads {
+        let mut row = match read {
+            Ok((held, readers)) => {
+                let tokens: Vec<String> = readers.live.keys().map(|t| prefix(t, whole)).collect();
+                vec![
+                    name.clone(),
+                    "yes".to_owned(),
+                    held.holder
+                        .as_ref()
+                        .map_or_else(|| "-".to_owned(), |h| h.shown(whole)),
+                    pttl_text(held.pttl_ms),
+                    match tokens.len() {
+                        0 => "-".to_owned(),
+                        count => format!("{count} ({})", tokens.join(",")),
+                    },
+                    pttl_text(readers.intent_ms),
+                ]
+            }
+            Err(_) => {
+                let mut row = vec![name.clone(), "no".to_owned()];
+                row.extend(["?"; 4].map(str::to_owned));
+                row
+            }
+        };
+        if any_error {
+            row.push(read.as_ref().err().cloned().unwrap_or_default());
+        }
+        rows.push(row);
+    }
+    print_rows(&rows);
+}
+
+/// Prints rows as columns two spaces apart.
+fn print_rows(rows: &[Vec<String>]) {
+    let columns = rows[0].len();
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    for row in rows {
+        let mut line = String::new();
+        for (c, cell) in row.iter().enumerate() {
+            line.push_str(cell);
+            if c + 1 < columns {
+                line.push_str(&" ".repeat(widths[c] - cell.chars().count() + 2));
+            }
+        }
+        println!("{}", line.trim_end());
+    }
 }
 
 #[cfg(test)]

@@ -857,3 +857,89 @@ async fn exec_n_runs_at_most_n_commands_at_once() {
     assert_eq!(code(&bad), 64, "{}", stderr(&bad));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `redquorum status --rw --json RESOURCE` parsed, once it exits 0 and
+/// `until` holds of it (bounded).
+async fn rw_status_until(
+    nodes: &[String],
+    resource: &str,
+    until: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let start = Instant::now();
+    loop {
+        let out = run(nodes, &["status", "--rw", "--json", resource]).await;
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        if until(&status) {
+            return status;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "{status}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exec_read_runs_readers_together_and_write_alone_after_them() {
+    let nodes = node_urls();
+    let resource = unique("cli-rw");
+    let dir = scratch("rw");
+    let (log, go) = (dir.join("log"), dir.join("go"));
+    // Two readers that hold until `go` exists.
+    let reader = "echo start r >> \"$LOG\"; while [ ! -e \"$GO\" ]; do sleep 0.02; done; \
+                  echo end r >> \"$LOG\"";
+    let spawn = |mode: &str, script: &str| {
+        redquorum(
+            &nodes,
+            &[
+                "exec", mode, "--wait", "20s", "--ttl", "5s", &resource, "--", "sh", "-c", script,
+            ],
+        )
+        .env("LOG", &log)
+        .env("GO", &go)
+        .spawn()
+        .expect("spawn")
+    };
+    let (a, b) = (spawn("--read", reader), spawn("--read", reader));
+    let status = rw_status_until(&nodes, &resource, |s| s["readers"] == 2).await;
+    assert_eq!(status["writer"]["verdict"], "FREE", "{status}");
+    assert_eq!(status["intent_nodes"], 0, "{status}");
+    // A writer waits for them, and its intent keeps a new reader off.
+    let writer = spawn(
+        "--write",
+        "echo start w >> \"$LOG\"; echo end w >> \"$LOG\"",
+    );
+    let status = rw_status_until(&nodes, &resource, |s| s["intent_nodes"] == 5).await;
+    assert_eq!(status["readers"], 2, "{status}");
+    let late = run(&nodes, &["exec", "--read", &resource, "--", "true"]).await;
+    assert_eq!(code(&late), 75, "{}", stderr(&late));
+    std::fs::write(&go, b"").expect("go");
+    let (a, b, writer) = tokio::join!(finish(a), finish(b), finish(writer));
+    for out in [&a, &b, &writer] {
+        assert_eq!(code(out), 0, "{}", stderr(out));
+    }
+    let lines = std::fs::read_to_string(&log).expect("log");
+    assert_eq!(
+        lines.lines().collect::<Vec<_>>(),
+        ["start r", "start r", "end r", "end r", "start w", "end w"],
+        "readers together, the writer alone after them"
+    );
+    // Everything released: no writer, no reader, no intent left.
+    let status = rw_status_until(&nodes, &resource, |_| true).await;
+    assert_eq!(status["writer"]["verdict"], "FREE", "{status}");
+    assert_eq!(status["writer"]["free"], 5, "{status}");
+    assert_eq!(
+        (&status["readers"], &status["intent_nodes"]),
+        (&0.into(), &0.into()),
+        "{status}"
+    );
+    for bad in [
+        &["exec", "--read", "--write", &resource, "--", "true"][..],
+        &["exec", "--read", "-n", "2", &resource, "--", "true"],
+        &["exec", "--write", "--fence", &resource, "--", "true"],
+        &["status", "--rw", "-n", "2", &resource],
+    ] {
+        let out = run(&nodes, bad).await;
+        assert_eq!(code(&out), 64, "{bad:?}: {}", stderr(&out));
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
