@@ -1,6 +1,9 @@
 //! Permit hand-off: a holder of a 1-permit semaphore releases while another
 //! client waits (`acquire_with` + `LockOptions::wait`); the time from the
-//! release to the waiter's permit, healthy and with node 3 frozen.
+//! release to the waiter's permit, healthy and with node 3 frozen. Then the
+//! same for a read/write lock: three readers release together while a
+//! writer waits (`write_lock_with`); the time from the last release to the
+//! writer's lock.
 //!
 //! ```text
 //! scripts/nodes up
@@ -35,8 +38,10 @@ fn main() {
         let holder = Redlock::connect(&urls).await.expect("connect");
         let waiter = Redlock::connect(&urls).await.expect("connect");
         let mut healthy = handoffs(&holder, &waiter, "healthy").await;
+        let mut rw_healthy = rw_handoffs(&holder, &waiter, "healthy").await;
         run(&script, "freeze");
         let mut frozen = handoffs(&holder, &waiter, "frozen").await;
+        let mut rw_frozen = rw_handoffs(&holder, &waiter, "frozen").await;
         run(&script, "thaw");
         let (h, f) = (p(&mut healthy, 50), p(&mut frozen, 50));
         println!(
@@ -46,7 +51,49 @@ fn main() {
             p(&mut frozen, 99),
             f / h
         );
+        let (h, f) = (p(&mut rw_healthy, 50), p(&mut rw_frozen, 50));
+        println!(
+            "readers-to-writer hand-off over {HANDOFFS} hand-offs: healthy p50 {h:.2} ms \
+             p99 {:.2} ms; node 3 frozen p50 {f:.2} ms p99 {:.2} ms; frozen / healthy p50 {:.2}x",
+            p(&mut rw_healthy, 99),
+            p(&mut rw_frozen, 99),
+            f / h
+        );
     });
+}
+
+/// `HANDOFFS` hand-offs from three readers, released together, to a waiting
+/// writer: the time from the last release to the writer's lock.
+async fn rw_handoffs(holder: &Redlock, waiter: &Redlock, tag: &str) -> Vec<Duration> {
+    let name = format!("bench:rw:{tag}:{}", std::process::id());
+    let ttl = Duration::from_secs(10);
+    let mut samples = Vec::with_capacity(HANDOFFS);
+    for _ in 0..HANDOFFS {
+        let mut readers = Vec::new();
+        for _ in 0..3 {
+            readers.push(holder.read_lock(&name, ttl).await.expect("read lock"));
+        }
+        let (waiter, resource) = (waiter.clone(), name.clone());
+        let waiting = tokio::spawn(async move {
+            let wait = LockOptions::new().wait(Duration::from_secs(10));
+            let writer = waiter
+                .write_lock_with(&resource, ttl, &wait)
+                .await
+                .expect("the writer's lock");
+            let got = Instant::now();
+            writer.release().await.expect("release");
+            got
+        });
+        // Long enough for the writer to be refused and listen.
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        futures::future::try_join_all(readers.into_iter().map(redquorum::Lock::release))
+            .await
+            .expect("release");
+        let released = Instant::now();
+        let got = waiting.await.expect("writer");
+        samples.push(got.saturating_duration_since(released));
+    }
+    samples
 }
 
 fn run(script: &str, action: &str) {
