@@ -100,7 +100,7 @@ enum Owned {
 #[derive(Debug)]
 pub struct MemoryNode {
     name: Arc<str>,
-    queue: mpsc::UnboundedSender<(Owned, oneshot::Sender<Reply>)>,
+    queue: mpsc::UnboundedSender<(Owned, oneshot::Sender<Result<Reply, NodeError>>)>,
     gate: watch::Sender<bool>,
     keys: Arc<Mutex<Keys>>,
     /// Fencing counters (no TTL).
@@ -119,7 +119,8 @@ impl MemoryNode {
     /// A node named `name` (in logs, votes and metric labels). Needs a
     /// tokio runtime.
     pub fn named(name: &str) -> Arc<Self> {
-        let (queue, mut rx) = mpsc::unbounded_channel::<(Owned, oneshot::Sender<Reply>)>();
+        let (queue, mut rx) =
+            mpsc::unbounded_channel::<(Owned, oneshot::Sender<Result<Reply, NodeError>>)>();
         let (gate, _) = watch::channel(true);
         let (applied, _) = watch::channel(0u64);
         let keys: Arc<Mutex<Keys>> = Arc::default();
@@ -230,9 +231,34 @@ impl MemoryNode {
     }
 }
 
-fn apply(keys: &mut Keys, counters: &mut HashMap<String, u64>, op: Owned) -> Reply {
+fn apply(
+    keys: &mut Keys,
+    counters: &mut HashMap<String, u64>,
+    op: Owned,
+) -> Result<Reply, NodeError> {
     let now = Instant::now();
     keys.retain(|_, (_, exp)| *exp > now);
+    // The read/write scripts touch the readers key with sorted-set commands,
+    // which Redis refuses on a key of another type (a lock of that name).
+    if let Owned::AcquireRead(rw, ..) | Owned::AcquireWrite(rw, ..) = &op
+        && keys
+            .get(&rw[1])
+            .is_some_and(|(v, _)| !matches!(v, Value::Readers(_)))
+    {
+        return Err(NodeError::Server(
+            "WRONGTYPE Operation against a key holding the wrong kind of value".into(),
+        ));
+    }
+    Ok(apply_on_types(keys, counters, op, now))
+}
+
+/// [`apply`], the keys' types being those the operation expects.
+fn apply_on_types(
+    keys: &mut Keys,
+    counters: &mut HashMap<String, u64>,
+    op: Owned,
+    now: Instant,
+) -> Reply {
     match op {
         Owned::Acquire(key, token, ttl) => match keys.get(&key) {
             Some((_, exp)) => Reply::Held {
@@ -360,7 +386,9 @@ fn apply(keys: &mut Keys, counters: &mut HashMap<String, u64>, op: Owned) -> Rep
                 Some((Value::Readers(readers), exp)) => {
                     readers.retain(|_, exp| *exp > now);
                     readers.insert(token, until);
-                    *exp = (*exp).max(until);
+                    // The key expires with its latest reader (pruned to
+                    // nothing, Redis made a new key: just this reader's).
+                    *exp = readers.values().max().copied().unwrap_or(until);
                 }
                 _ => {
                     let readers = Value::Readers(HashMap::from([(token, until)]));
@@ -399,12 +427,15 @@ fn apply(keys: &mut Keys, counters: &mut HashMap<String, u64>, op: Owned) -> Rep
                     pttl_ms: Some((*exp - now).as_millis() as u64),
                 };
             }
-            let last = match keys.get(&rw[1]) {
-                Some((Value::Readers(readers), _)) => {
-                    readers.values().filter(|exp| **exp > now).max().copied()
+            // Expired readers are pruned, and the key with the last of them.
+            let mut last = None;
+            if let Some((Value::Readers(readers), _)) = keys.get_mut(&rw[1]) {
+                readers.retain(|_, exp| *exp > now);
+                last = readers.values().max().copied();
+                if last.is_none() {
+                    keys.remove(&rw[1]);
                 }
-                _ => None,
-            };
+            }
             let ttl = Duration::from_millis(ttl);
             if let Some(last) = last {
                 // The intent takes our token, never a shorter life.
@@ -510,7 +541,7 @@ impl Node for MemoryNode {
         Box::pin(async move {
             sent.map_err(|_| NodeError::Connection("node stopped".into()))?;
             rx.await
-                .map_err(|_| NodeError::Connection("node stopped".into()))
+                .map_err(|_| NodeError::Connection("node stopped".into()))?
         })
     }
 }

@@ -139,6 +139,7 @@ async fn out_of_memory_nodes_give_typed_server_errors() {
             .await
             .expect("extend on full nodes");
         lock.release().await.expect("release on full nodes");
+        settled(&redlock).await; // the release returns at its quorum
         for (i, conn) in raw_all().await.iter_mut().enumerate() {
             let left: bool = conn.exists(lock_key(&resource)).await.unwrap();
             assert!(!left, "node {} kept the key", i + 1);
@@ -449,6 +450,7 @@ async fn least_privilege_acl_user_can_lock() {
             "+hincrby",
             "+publish",
             "+time",
+            "+pexpireat",
             "+zadd",
             "+zrem",
             "+zremrangebyscore",
@@ -654,6 +656,7 @@ async fn without_script_load_rights_scripts_go_as_eval() {
         .await
         .unwrap();
     lock.release().await.unwrap();
+    settled(&redlock).await; // the release returns at its quorum
     for i in 0..5 {
         let left: bool = raw(i).await.exists(lock_key(&resource)).await.unwrap();
         assert!(!left, "node {} kept the key", i + 1);

@@ -19,7 +19,8 @@ local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local ttl = tonumber(ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. now)
 redis.call('ZADD', KEYS[2], now + ttl, ARGV[1])
-if redis.call('PTTL', KEYS[2]) < ttl then
-  redis.call('PEXPIRE', KEYS[2], ttl)
-end
+-- The key expires just after its latest reader, on the clock of the scores
+-- (PEXPIRE would count from the script's start, up to 1 ms earlier).
+local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+redis.call('PEXPIREAT', KEYS[2], tonumber(last[2]) + 1)
 return redis.status_reply('OK')

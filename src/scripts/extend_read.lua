@@ -12,7 +12,7 @@ local ttl = tonumber(ARGV[2])
 if tonumber(score) < now + ttl then
   redis.call('ZADD', KEYS[2], now + ttl, ARGV[1])
 end
-if redis.call('PTTL', KEYS[2]) < ttl then
-  redis.call('PEXPIRE', KEYS[2], ttl)
-end
+-- As in acquire_read.lua: the key expires just after its latest reader.
+local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+redis.call('PEXPIREAT', KEYS[2], tonumber(last[2]) + 1)
 return 1
