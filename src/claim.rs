@@ -157,6 +157,12 @@ impl Keys {
         }
     }
 
+    /// Whether a refused acquire leaves a mark to take back when the caller
+    /// gives up: a writer's intent, on the nodes whose readers refused it.
+    pub(crate) fn marks_refusals(&self) -> bool {
+        self.flavor == Flavor::Write
+    }
+
     /// The first lock key (for logs).
     pub(crate) fn first(&self) -> &str {
         &self.lock.as_slice()[0]
@@ -279,7 +285,9 @@ impl Claim {
                 ttl_ms,
             },
             (Flavor::Plain | Flavor::Fenced, Step::Extend) => Op::Extend { key, token, ttl_ms },
-            (Flavor::Plain | Flavor::Fenced, Step::Release) => Op::Release { key, token },
+            (Flavor::Plain | Flavor::Fenced, Step::Release | Step::Undo) => {
+                Op::Release { key, token }
+            }
             (_, Step::WriteBack(fence)) => Op::FenceWriteBack {
                 key,
                 fence_key,
@@ -297,7 +305,7 @@ impl Claim {
                 owner: token,
                 ttl_ms,
             },
-            (Flavor::Reentrant, Step::Release) => Op::ReleaseReentrant {
+            (Flavor::Reentrant, Step::Release | Step::Undo) => Op::ReleaseReentrant {
                 key,
                 owner: token,
                 hold,
@@ -312,7 +320,7 @@ impl Claim {
                 token,
                 ttl_ms,
             },
-            (Flavor::Many, Step::Release) => Op::ReleaseMany { keys, token },
+            (Flavor::Many, Step::Release | Step::Undo) => Op::ReleaseMany { keys, token },
             (Flavor::Read, Step::Acquire { .. }) => Op::AcquireRead {
                 keys,
                 token,
@@ -323,7 +331,7 @@ impl Claim {
                 token,
                 ttl_ms,
             },
-            (Flavor::Read, Step::Release) => Op::ReleaseRead { keys, token },
+            (Flavor::Read, Step::Release | Step::Undo) => Op::ReleaseRead { keys, token },
             (Flavor::Write, Step::Acquire { .. }) => Op::AcquireWrite {
                 keys,
                 token,
@@ -332,6 +340,8 @@ impl Claim {
             // The writer key is a plain lock's.
             (Flavor::Write, Step::Extend) => Op::Extend { key, token, ttl_ms },
             (Flavor::Write, Step::Release) => Op::ReleaseWrite { keys, token },
+            // A refused round keeps the intent it marked, for its retries.
+            (Flavor::Write, Step::Undo) => Op::Release { key, token },
         }
     }
 }

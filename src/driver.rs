@@ -260,7 +260,8 @@ impl Driver {
                     // meets our own leftovers there; the others (silent,
                     // possibly frozen) get the release behind the acquire.
                     guard.armed = false; // handed over at the release's first poll
-                    self.release(claim, ttl.ms, Wait::Nodes(&wait_for), Some(&behind))
+                    let wait = Wait::Nodes(&wait_for);
+                    self.give_back(Step::Undo, claim, ttl.ms, wait, Some(&behind))
                         .await;
                     return Err(refusal(decision, self.votes(answers)));
                 }
@@ -317,8 +318,12 @@ impl Driver {
             };
             let pause = match backoff.next(&retry, budget, last, self.draw()) {
                 Pause::After(pause) => pause,
-                Pause::Stop => return Err(error),
+                Pause::Stop => {
+                    self.give_up(&claim, ttl.ms);
+                    return Err(error);
+                }
                 Pause::TimedOut => {
+                    self.give_up(&claim, ttl.ms);
                     return Err(LockError::Timeout {
                         waited: now - start,
                         last: Box::new(error),
@@ -343,6 +348,19 @@ impl Driver {
                 }
                 None => tokio::time::sleep(pause).await,
             }
+        }
+    }
+
+    /// Takes back what the last refused round of a caller that gives up left
+    /// on the nodes that refused it: a writer's intent, which would turn
+    /// readers away for a writer no longer coming (released on every node,
+    /// without waiting; a node where the intent holds another writer's token
+    /// keeps it). Other claims leave nothing on a refusing node. A caller
+    /// dropped while it waits takes nothing back: the intent then lives out
+    /// its TTL (the readers' time left plus the writer's TTL).
+    fn give_up(&self, claim: &Arc<Claim>, ttl_ms: u64) {
+        if claim.keys().marks_refusals() {
+            self.release_detached(claim, ttl_ms, None);
         }
     }
 
@@ -390,10 +408,24 @@ impl Driver {
         wait: Wait<'_>,
         only: Option<&[bool]>,
     ) -> Tally {
+        self.give_back(Step::Release, claim, ttl_ms, wait, only)
+            .await
+    }
+
+    /// [`release`](Self::release) as `step`: [`Step::Release`], or
+    /// [`Step::Undo`] for a refused round.
+    async fn give_back(
+        &self,
+        step: Step,
+        claim: &Arc<Claim>,
+        ttl_ms: u64,
+        wait: Wait<'_>,
+        only: Option<&[bool]>,
+    ) -> Tally {
         let per_node = quorum::node_timeout(self.settings.node_timeout, ttl_ms, Duration::MAX);
         let until = Instant::now() + per_node;
-        let mut calls = self.submit(claim, Step::Release, ttl_ms, only);
-        self.collect(Step::Release, &mut calls, until, wait).await
+        let mut calls = self.submit(claim, step, ttl_ms, only);
+        self.collect(step, &mut calls, until, wait).await
     }
 
     /// Makes a release of `claim` on every node (or those marked in `only`)

@@ -31,7 +31,11 @@ pub(crate) enum Step {
         holder_ttl: bool,
     },
     Extend,
+    /// The holder lets go: everything of the claim goes.
     Release,
+    /// A refused round takes back what it was granted, and keeps what it
+    /// marked for its retries (a writer's intent, where readers refused it).
+    Undo,
     /// Fenced phase 2, carrying the fencing token to write back.
     WriteBack(u64),
 }
@@ -41,7 +45,7 @@ impl Step {
         match self {
             Step::Acquire { .. } => "acquire",
             Step::Extend => "extend",
-            Step::Release => "release",
+            Step::Release | Step::Undo => "release",
             Step::WriteBack(_) => "fence-write-back",
         }
     }
@@ -59,7 +63,8 @@ pub(crate) enum Wait<'a> {
 /// A reply as a vote: done (or, for a release, already gone) is yes.
 pub(crate) fn vote(step: Step, reply: &Result<Reply, NodeError>) -> Vote {
     match (step, reply) {
-        (_, Ok(Reply::Done | Reply::Fence(_))) | (Step::Release, Ok(Reply::NotHeld)) => Vote::Yes,
+        (_, Ok(Reply::Done | Reply::Fence(_)))
+        | (Step::Release | Step::Undo, Ok(Reply::NotHeld)) => Vote::Yes,
         _ => Vote::No,
     }
 }
@@ -177,7 +182,9 @@ impl Tally {
     /// The nodes an acquire may have changed: granted, no answer, or an
     /// unreadable one. A node that refused, that refused the call before it
     /// was sent (not connected, overloaded) or failed before running the
-    /// script changed nothing.
+    /// script holds nothing of the claim — but for a writer's intent, which
+    /// a refusing node marks and keeps while the writer retries (the driver
+    /// takes it back when the writer gives up).
     pub(crate) fn touched(&self) -> PerNode<bool> {
         self.answers.iter().map(may_have_applied).collect()
     }
