@@ -453,6 +453,32 @@ mod tests {
         );
     }
 
+    /// A writer's release takes its intent with it; undoing a refused round
+    /// keeps the intent for the retries (only the writer key goes).
+    #[test]
+    fn a_writer_undoes_a_round_without_its_intent_and_releases_with_it() {
+        let keys = Keys::rw(&KeyLayout::default(), "r", true).unwrap();
+        let claim = Claim::with_token(keys, "w").unwrap();
+        let rw = ["{r}:writer", "{r}:readers", "{r}:intent"].map(String::from);
+        assert_eq!(
+            claim.op(Step::Release, 0),
+            Op::ReleaseWrite {
+                keys: &rw,
+                token: "w"
+            }
+        );
+        assert_eq!(
+            claim.op(Step::Undo, 0),
+            Op::Release {
+                key: "{r}:writer",
+                token: "w"
+            }
+        );
+        assert!(claim.keys().marks_refusals());
+        let reader = Keys::rw(&KeyLayout::default(), "r", false).unwrap();
+        assert!(!reader.marks_refusals());
+    }
+
     #[test]
     fn resources_round_trip_through_keys() {
         for r in ["x", "}", "{", "a}:lock{b", "ключ"] {
