@@ -178,9 +178,7 @@ impl Redlock {
     /// ```
     pub async fn try_lock(&self, resource: &str, ttl: Duration) -> Result<Lock, LockError> {
         let keys = Keys::single(self.driver.layout(), resource, false)?;
-        self.driver.check_slots(&keys)?;
-        let ttl = self.driver.check_ttl(ttl)?;
-        self.acquire(&Arc::new(Claim::new(keys)), ttl, false).await
+        self.try_keys(keys, ttl).await
     }
 
     /// Up to [`Retry::attempts`](crate::Retry::attempts) rounds, pausing a
@@ -277,13 +275,7 @@ impl Redlock {
         options: &LockOptions,
     ) -> Result<Lock, LockError> {
         let keys = Keys::single(self.driver.layout(), resource, options.is_fenced())?;
-        self.driver.check_slots(&keys)?;
-        let ttl = self.driver.check_ttl(ttl)?;
-        let attempts = match options.max_wait() {
-            None => Attempts::Policy,
-            Some(max_wait) => Attempts::Until(Instant::now().checked_add(max_wait)),
-        };
-        self.acquire_repeatedly(keys, None, ttl, attempts).await
+        self.lock_keys(keys, ttl, options).await
     }
 
     /// One lock over several resources, retrying per policy: on each node
@@ -343,19 +335,28 @@ impl Redlock {
             .await
     }
 
-    /// Rounds for a new claim on `keys` until one grants or `attempts` runs
-    /// out, as a [`Lock`].
-    pub(crate) async fn acquire_keys(
+    /// The body of every `*_with` lock on one claim's `keys` (a mutex's, a
+    /// reader's, a writer's): rounds per policy, or until `options`' wait
+    /// is over.
+    pub(crate) async fn lock_keys(
         &self,
         keys: Keys,
-        ttl: Ttl,
-        attempts: Attempts,
+        ttl: Duration,
+        options: &LockOptions,
     ) -> Result<Lock, LockError> {
+        self.driver.check_slots(&keys)?;
+        let ttl = self.driver.check_ttl(ttl)?;
+        let attempts = match options.max_wait() {
+            None => Attempts::Policy,
+            Some(max_wait) => Attempts::Until(Instant::now().checked_add(max_wait)),
+        };
         self.acquire_repeatedly(keys, None, ttl, attempts).await
     }
 
-    /// One round for a new claim on `keys`, as a [`Lock`].
-    pub(crate) async fn acquire_once(&self, keys: Keys, ttl: Ttl) -> Result<Lock, LockError> {
+    /// The body of every `try_*` lock on one claim's `keys`: one round.
+    pub(crate) async fn try_keys(&self, keys: Keys, ttl: Duration) -> Result<Lock, LockError> {
+        self.driver.check_slots(&keys)?;
+        let ttl = self.driver.check_ttl(ttl)?;
         self.acquire(&Arc::new(Claim::new(keys)), ttl, false).await
     }
 

@@ -34,11 +34,8 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use crate::claim::Keys;
 use crate::config::LockOptions;
-use crate::driver::Attempts;
 use crate::error::LockError;
 use crate::lock::Lock;
 use crate::redlock::Redlock;
@@ -183,15 +180,8 @@ impl Redlock {
         if options.is_fenced() {
             return Err(crate::ConfigError::FencedReadWrite.into());
         }
-        let driver = self.driver();
-        let keys = Keys::rw(driver.layout(), resource, write)?;
-        driver.check_slots(&keys)?;
-        let ttl = driver.check_ttl(ttl)?;
-        let attempts = match options.max_wait() {
-            None => Attempts::Policy,
-            Some(max_wait) => Attempts::Until(Instant::now().checked_add(max_wait)),
-        };
-        self.acquire_keys(keys, ttl, attempts).await
+        let keys = Keys::rw(self.driver().layout(), resource, write)?;
+        self.lock_keys(keys, ttl, options).await
     }
 
     async fn try_rw_lock(
@@ -200,10 +190,7 @@ impl Redlock {
         ttl: Duration,
         write: bool,
     ) -> Result<Lock, LockError> {
-        let driver = self.driver();
-        let keys = Keys::rw(driver.layout(), resource, write)?;
-        driver.check_slots(&keys)?;
-        let ttl = driver.check_ttl(ttl)?;
-        self.acquire_once(keys, ttl).await
+        let keys = Keys::rw(self.driver().layout(), resource, write)?;
+        self.try_keys(keys, ttl).await
     }
 }

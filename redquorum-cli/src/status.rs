@@ -25,7 +25,7 @@ struct NodeState {
     read: Result<Held, String>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Held {
     /// The holder: a token, or for a reentrant lock its owners. `None` when
     /// the lock key is absent.
@@ -577,14 +577,10 @@ async fn rw_status(
         .iter()
         .map(|(name, read)| NodeState {
             name: name.clone(),
-            read: match read {
-                Ok((held, _)) => Ok(Held {
-                    holder: held.holder.clone(),
-                    pttl_ms: held.pttl_ms,
-                    fence: None,
-                }),
-                Err(e) => Err(e.clone()),
-            },
+            read: read
+                .as_ref()
+                .map(|(held, _)| held.clone())
+                .map_err(Clone::clone),
         })
         .collect();
     let summary = summarize(&writer);

@@ -102,9 +102,6 @@ impl KeyLayout {
         format!("{}{{{resource}}}:fence", self.prefix)
     }
 
-    /// How many bytes come before and after the resource in a key from
-    /// [`plain_key`](Self::plain_key) (`plain`) or
-    /// [`lock_key`](Self::lock_key).
     /// The keys of a read/write lock on `resource`, in one hash slot: the
     /// writer key `{R}:writer`, the readers key `{R}:readers` and the
     /// writer-intent key `{R}:intent` (with the prefix in front).
@@ -117,6 +114,9 @@ impl KeyLayout {
         ["writer", "readers", "intent"].map(|role| format!("{}{{{resource}}}:{role}", self.prefix))
     }
 
+    /// How many bytes come before and after the resource in a key from
+    /// [`plain_key`](Self::plain_key) (`plain`) or
+    /// [`lock_key`](Self::lock_key).
     pub(crate) fn around(&self, plain: bool) -> (usize, usize) {
         if plain && self.interop {
             (self.prefix.len(), 0)
