@@ -11,6 +11,7 @@ use std::time::Duration;
 use redquorum::node::Node;
 use redquorum::{Lock, Redlock, Retry};
 use support::memory::{MemoryNode, Until};
+use support::settled;
 
 const BOUND: Duration = Duration::from_secs(5);
 const KEY: &str = "{job}:lock";
@@ -152,18 +153,6 @@ async fn patient_cluster() -> (Vec<Arc<MemoryNode>>, Redlock) {
         .await
         .unwrap();
     (nodes, redlock)
-}
-
-/// Waits until no call is in flight to any node: everything handed over
-/// has been applied and answered.
-async fn settled(redlock: &Redlock) {
-    tokio::time::timeout(BOUND, async {
-        while redlock.in_flight().any(|(_, n)| n > 0) {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await
-    .expect("calls still in flight");
 }
 
 /// How many holds each node counts for the reentrant lock on "job".

@@ -192,9 +192,14 @@ async fn a_steady_stream_of_readers_does_not_starve_a_writer() {
     let resource = unique("rw-stream");
     let ttl = Duration::from_secs(5);
     let stop = Arc::new(AtomicBool::new(false));
+    // The writer asks once every reader has handed over at least once: the
+    // stream is running.
+    let (handed_over, mut streaming) = tokio::sync::watch::channel(0usize);
+    let handed_over = Arc::new(handed_over);
     let readers: Vec<_> = (0..6)
         .map(|i| {
             let (redlock, resource, stop) = (redlock.clone(), resource.clone(), stop.clone());
+            let handed_over = handed_over.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(Duration::from_millis(10 * i)).await;
                 let wait = LockOptions::new().wait(Duration::from_secs(20));
@@ -215,7 +220,10 @@ async fn a_steady_stream_of_readers_does_not_starve_a_writer() {
                             since = Instant::now();
                             grants += 1;
                         }
-                        Err(_) => {}
+                        Err(_) => continue,
+                    }
+                    if grants == 2 {
+                        handed_over.send_modify(|n| *n += 1);
                     }
                 }
                 held.release().await.unwrap();
@@ -223,7 +231,10 @@ async fn a_steady_stream_of_readers_does_not_starve_a_writer() {
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::timeout(Duration::from_secs(10), streaming.wait_for(|n| *n == 6))
+        .await
+        .expect("the readers never got streaming")
+        .unwrap();
     let started = Instant::now();
     let wait = LockOptions::new().wait(Duration::from_secs(15));
     let writer = redlock.write_lock_with(&resource, ttl, &wait).await;

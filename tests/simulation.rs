@@ -322,6 +322,22 @@ struct Window {
     read: bool,
 }
 
+impl Window {
+    /// An exclusive window of `client` over `[start_ms, end_ms)`, with no
+    /// fence, token or extension: what the checker tests build on.
+    fn exclusive(client: usize, start_ms: u64, end_ms: u64) -> Window {
+        Window {
+            client,
+            start: Duration::from_millis(start_ms),
+            end: Duration::from_millis(end_ms),
+            fence: None,
+            token: String::new(),
+            extended: 0,
+            read: false,
+        }
+    }
+}
+
 /// The fencing checker: every holder's token must be larger than that of
 /// every holder whose window started before it (one line per window that
 /// breaks this).
@@ -1267,15 +1283,7 @@ fn control_an_extra_permit_is_caught() {
 
 #[test]
 fn permit_checker_counts_open_windows_and_only_those() {
-    let w = |client, start, end| Window {
-        client,
-        start: Duration::from_millis(start),
-        end: Duration::from_millis(end),
-        fence: None,
-        token: String::new(),
-        extended: 0,
-        read: false,
-    };
+    let w = Window::exclusive;
     // Two at once, touching a third: within a limit of 2.
     assert!(over_limit(vec![w(0, 0, 10), w(1, 5, 15), w(2, 10, 20)], 2).is_empty());
     // Three at once at 6 ms.
@@ -1308,17 +1316,11 @@ fn control_a_writer_ignoring_readers_is_caught() {
 /// also when the reader it overlaps started before a shorter one.
 #[test]
 fn rw_checker_finds_conflicts_and_only_conflicts() {
-    let at = |client, start: u64, end: u64, read| Window {
-        client,
-        start: Duration::from_millis(start),
-        end: Duration::from_millis(end),
-        fence: None,
-        token: String::new(),
-        extended: 0,
-        read,
+    let r = |client, start, end| Window {
+        read: true,
+        ..Window::exclusive(client, start, end)
     };
-    let r = |client, start, end| at(client, start, end, true);
-    let w = |client, start, end| at(client, start, end, false);
+    let w = Window::exclusive;
     assert!(
         rw_conflicts(vec![
             r(0, 0, 10),
@@ -1360,13 +1362,8 @@ fn control_lost_requests_are_caught() {
 #[test]
 fn fence_checker_finds_regressions_and_only_those() {
     let w = |start: u64, fence: Option<u64>| Window {
-        client: start as usize,
-        start: Duration::from_millis(start),
-        end: Duration::from_millis(start + 1),
         fence,
-        token: String::new(),
-        extended: 0,
-        read: false,
+        ..Window::exclusive(start as usize, start, start + 1)
     };
     assert!(fence_regressions(vec![w(0, Some(1)), w(5, Some(2)), w(9, Some(7))]).is_empty());
     assert!(fence_regressions(vec![w(5, Some(2)), w(0, Some(1)), w(3, None)]).is_empty());
@@ -1384,15 +1381,7 @@ fn fence_checker_finds_regressions_and_only_those() {
 /// overlaps are found; windows that only touch are not.
 #[test]
 fn checker_finds_overlaps_and_only_overlaps() {
-    let w = |client, start: u64, end: u64| Window {
-        client,
-        start: Duration::from_millis(start),
-        end: Duration::from_millis(end),
-        fence: None,
-        token: String::new(),
-        extended: 0,
-        read: false,
-    };
+    let w = Window::exclusive;
     assert!(overlaps(vec![w(0, 0, 10), w(1, 10, 20), w(2, 20, 30)]).is_empty());
     assert!(overlaps(vec![w(1, 10, 20), w(0, 0, 10)]).is_empty());
     assert_eq!(overlaps(vec![w(0, 0, 10), w(1, 9, 20)]).len(), 1);
