@@ -11,9 +11,13 @@
 //! cargo bench --bench permits
 //! ```
 
+#[path = "support/listening.rs"]
+mod listening;
+
 use std::time::{Duration, Instant};
 
-use redquorum::{LockOptions, Redlock};
+use redis::aio::MultiplexedConnection;
+use redquorum::{KeyLayout, LockOptions, Redlock};
 
 const HANDOFFS: usize = 100;
 
@@ -37,11 +41,12 @@ fn main() {
     runtime.block_on(async {
         let holder = Redlock::connect(&urls).await.expect("connect");
         let waiter = Redlock::connect(&urls).await.expect("connect");
-        let mut healthy = handoffs(&holder, &waiter, "healthy").await;
-        let mut rw_healthy = rw_handoffs(&holder, &waiter, "healthy").await;
+        let mut conns = listening::connections(&urls).await;
+        let mut healthy = handoffs(&holder, &waiter, &mut conns, "healthy").await;
+        let mut rw_healthy = rw_handoffs(&holder, &waiter, &mut conns, "healthy").await;
         run(&script, "freeze");
-        let mut frozen = handoffs(&holder, &waiter, "frozen").await;
-        let mut rw_frozen = rw_handoffs(&holder, &waiter, "frozen").await;
+        let mut frozen = handoffs(&holder, &waiter, &mut conns, "frozen").await;
+        let mut rw_frozen = rw_handoffs(&holder, &waiter, &mut conns, "frozen").await;
         run(&script, "thaw");
         let (h, f) = (p(&mut healthy, 50), p(&mut frozen, 50));
         println!(
@@ -64,8 +69,14 @@ fn main() {
 
 /// `HANDOFFS` hand-offs from three readers, released together, to a waiting
 /// writer: the time from the last release to the writer's lock.
-async fn rw_handoffs(holder: &Redlock, waiter: &Redlock, tag: &str) -> Vec<Duration> {
+async fn rw_handoffs(
+    holder: &Redlock,
+    waiter: &Redlock,
+    conns: &mut [MultiplexedConnection],
+    tag: &str,
+) -> Vec<Duration> {
     let name = format!("bench:rw:{tag}:{}", std::process::id());
+    let [writer_key, ..] = KeyLayout::default().rw_keys(&name);
     let ttl = Duration::from_secs(10);
     let mut samples = Vec::with_capacity(HANDOFFS);
     for _ in 0..HANDOFFS {
@@ -84,8 +95,7 @@ async fn rw_handoffs(holder: &Redlock, waiter: &Redlock, tag: &str) -> Vec<Durat
             writer.release().await.expect("release");
             got
         });
-        // Long enough for the writer to be refused and listen.
-        tokio::time::sleep(Duration::from_millis(30)).await;
+        listening::until_listening(conns, &writer_key, holder.quorum()).await;
         futures::future::try_join_all(readers.into_iter().map(redquorum::Lock::release))
             .await
             .expect("release");
@@ -105,10 +115,16 @@ fn run(script: &str, action: &str) {
 }
 
 /// `HANDOFFS` hand-offs: the time from each release to the waiter's permit.
-async fn handoffs(holder: &Redlock, waiter: &Redlock, tag: &str) -> Vec<Duration> {
+async fn handoffs(
+    holder: &Redlock,
+    waiter: &Redlock,
+    conns: &mut [MultiplexedConnection],
+    tag: &str,
+) -> Vec<Duration> {
     let name = format!("bench:permits:{tag}:{}", std::process::id());
     let theirs = waiter.semaphore(&name, 1).expect("semaphore");
     let ours = holder.semaphore(&name, 1).expect("semaphore");
+    let slot_key = KeyLayout::default().plain_key(&ours.slot_resource(0));
     let mut samples = Vec::with_capacity(HANDOFFS);
     for _ in 0..HANDOFFS {
         let held = ours.acquire(Duration::from_secs(10)).await.expect("permit");
@@ -123,8 +139,7 @@ async fn handoffs(holder: &Redlock, waiter: &Redlock, tag: &str) -> Vec<Duration
             permit.release().await.expect("release");
             got
         });
-        // Long enough for the waiter to be refused and listen.
-        tokio::time::sleep(Duration::from_millis(30)).await;
+        listening::until_listening(conns, &slot_key, holder.quorum()).await;
         let released = Instant::now();
         held.release().await.expect("release");
         let got = waiting.await.expect("waiter");
