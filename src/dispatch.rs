@@ -259,13 +259,22 @@ impl Drop for Call<'_> {
     }
 }
 
+/// A node's calls in flight, and the event of one ending.
+#[derive(Debug, Default)]
+struct InFlight {
+    calls: AtomicUsize,
+    /// Woken each time a call ends.
+    ended: tokio::sync::Notify,
+}
+
 /// A slot of [`Limits::max_in_flight`], given back when the call that holds
 /// it ends (answered, given up, or dropped).
-struct Slot(Arc<AtomicUsize>);
+struct Slot(Arc<InFlight>);
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.0.calls.fetch_sub(1, Ordering::AcqRel);
+        self.0.ended.notify_waiters();
     }
 }
 
@@ -275,12 +284,14 @@ pub(crate) struct Dispatcher {
     member: Member,
     limits: Limits,
     /// Calls in flight: made and not yet finished.
-    in_flight: Arc<AtomicUsize>,
+    in_flight: Arc<InFlight>,
     /// Unbounded as a channel, bounded by `in_flight`: every call in it holds
     /// a slot.
     stragglers: mpsc::UnboundedSender<Boxed>,
     /// Every call's outcome, for metrics and the degradation log.
     telemetry: Arc<NodeTelemetry>,
+    /// Set by [`close`](Self::close): every later call is refused.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl fmt::Debug for Dispatcher {
@@ -306,10 +317,17 @@ impl Dispatcher {
         Dispatcher {
             member,
             limits,
-            in_flight: Arc::new(AtomicUsize::new(0)),
+            in_flight: Arc::default(),
             stragglers,
             telemetry,
+            closed: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Refuses every call from now on (the client was shut down); the calls
+    /// already made go on.
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
     }
 
     /// Whether the node is degraded now: its last calls failed.
@@ -327,7 +345,25 @@ impl Dispatcher {
 
     /// Calls in flight right now.
     pub(crate) fn in_flight(&self) -> usize {
-        self.in_flight.load(Ordering::Relaxed)
+        self.in_flight.calls.load(Ordering::Relaxed)
+    }
+
+    /// Resolves once no call is in flight to the node, or once none of its
+    /// calls has ended for a whole node timeout (it is unresponsive: its
+    /// calls are written, and would land only if it came back before their
+    /// grace). Every call ends by its grace, which bounds this too.
+    pub(crate) async fn drained(&self) {
+        loop {
+            let ended = self.in_flight.ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if self.in_flight() == 0 {
+                return;
+            }
+            if tokio::time::timeout(self.limits.late, ended).await.is_err() {
+                return;
+            }
+        }
     }
 
     /// Makes `step` on `claim` on this node: written at once (or queued on
@@ -347,6 +383,9 @@ impl Dispatcher {
                 started: std::time::Instant::now(),
             }
         };
+        if self.closed.load(Ordering::Acquire) {
+            return refused(NodeError::NotConnected("the client was shut down".into()));
+        }
         if let Member::Redis(node) = &self.member
             && let Err(error) = node.ready()
         {
@@ -355,6 +394,7 @@ impl Dispatcher {
         let limit = self.limits.max_in_flight;
         let took = self
             .in_flight
+            .calls
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < limit).then_some(n + 1)
             });

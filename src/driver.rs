@@ -287,6 +287,13 @@ impl Driver {
         // long they live.
         let holder_ttl = matches!(attempts, Attempts::Until(_));
         let mut backoff = Backoff::default();
+        // A refused writer's intent, taken back if this future is dropped
+        // while it waits (a caller that stops waiting gives up).
+        let mut intent = GiveUpOnDrop {
+            driver: self,
+            claim: None,
+            ttl_ms: ttl.ms,
+        };
         loop {
             let claim = Arc::new(match owner {
                 Some(owner) => Claim::owned(keys, owner)?,
@@ -296,9 +303,17 @@ impl Driver {
                 interest.mark_seen();
             }
             let error = match self.acquire(&claim, ttl, holder_ttl).await {
-                Ok(held) => return Ok(held),
+                Ok(held) => {
+                    // The lock's release clears its intent; earlier rounds'
+                    // marks were replaced by later ones.
+                    intent.claim = None;
+                    return Ok(held);
+                }
                 Err(e) => e,
             };
+            if claim.keys().marks_refusals() {
+                intent.claim = Some(Arc::clone(&claim));
+            }
             // Only a retry pays for a copy of the keys.
             keys = claim.keys().clone();
             if let (Attempts::Until(_), Some(hub), None) = (attempts, self.hub(), &interest) {
@@ -319,11 +334,11 @@ impl Driver {
             let pause = match backoff.next(&retry, budget, last, self.draw()) {
                 Pause::After(pause) => pause,
                 Pause::Stop => {
-                    self.give_up(&claim, ttl.ms);
+                    intent.give_up();
                     return Err(error);
                 }
                 Pause::TimedOut => {
-                    self.give_up(&claim, ttl.ms);
+                    intent.give_up();
                     return Err(LockError::Timeout {
                         waited: now - start,
                         last: Box::new(error),
@@ -351,17 +366,14 @@ impl Driver {
         }
     }
 
-    /// Takes back what the last refused round of a caller that gives up left
-    /// on the nodes that refused it: a writer's intent, which would turn
-    /// readers away for a writer no longer coming (released on every node,
-    /// without waiting; a node where the intent holds another writer's token
-    /// keeps it). Other claims leave nothing on a refusing node. A caller
-    /// dropped while it waits takes nothing back: the intent then lives out
-    /// its TTL (the readers' time left plus the writer's TTL).
-    fn give_up(&self, claim: &Arc<Claim>, ttl_ms: u64) {
-        if claim.keys().marks_refusals() {
-            self.release_detached(claim, ttl_ms, None);
+    /// Ends the client's work on the nodes: refuses every later call and
+    /// waits until every call already made has ended (answered, or given up
+    /// at its node's grace, which bounds the wait).
+    pub(crate) async fn shutdown(&self) {
+        for node in self.nodes.iter() {
+            node.close();
         }
+        futures::future::join_all(self.nodes.iter().map(Dispatcher::drained)).await;
     }
 
     /// Extends `claim` to `ttl` from now, if it is still valid at
@@ -565,6 +577,34 @@ impl Calls<'_> {
     /// The next answer, and from which node; `None` once all have answered.
     async fn next(&mut self) -> Option<(usize, Outcome)> {
         poll_fn(|cx| self.poll_next(cx)).await
+    }
+}
+
+/// What the last refused round of a caller that gives up left on the nodes
+/// that refused it: a writer's intent, which would turn readers away for a
+/// writer no longer coming. Taken back when the caller gives up (its
+/// retries spent, its wait over) or is dropped while it waits: released on
+/// every node, without waiting (a node where the intent holds another
+/// writer's token keeps it); [`Driver::shutdown`] waits for those calls.
+/// Other claims leave nothing on a refusing node.
+struct GiveUpOnDrop<'a> {
+    driver: &'a Driver,
+    /// The last refused round's claim, if it marks refusals.
+    claim: Option<Arc<Claim>>,
+    ttl_ms: u64,
+}
+
+impl GiveUpOnDrop<'_> {
+    fn give_up(&mut self) {
+        if let Some(claim) = self.claim.take() {
+            self.driver.release_detached(&claim, self.ttl_ms, None);
+        }
+    }
+}
+
+impl Drop for GiveUpOnDrop<'_> {
+    fn drop(&mut self) {
+        self.give_up();
     }
 }
 

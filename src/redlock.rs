@@ -151,6 +151,34 @@ impl Redlock {
         self.driver.layout()
     }
 
+    /// Finishes what this client handed to the nodes, for a program about
+    /// to end: every later call is refused (as [`NodeError::NotConnected`](crate::NodeError::NotConnected)),
+    /// and this waits until every call already made has ended — the tail
+    /// of a release that returned at its quorum, the release of a dropped
+    /// [`Lock`], a writer's intent taken back when it gave up. A node that
+    /// answers nothing for a whole node timeout is not waited for further
+    /// (its calls are written, and land if it answers before the process
+    /// ends); every call ends by its node's grace (four node timeouts, at
+    /// least 1 s), which bounds the wait.
+    ///
+    /// Call it before the tokio runtime ends: the runtime's end drops
+    /// whatever is still in flight, so a release made just before can be
+    /// lost (its keys then live until their TTL). Shuts every clone down.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// let lock = redlock.lock("nightly", std::time::Duration::from_secs(60)).await?;
+    /// drop(lock); // released in the background…
+    /// redlock.shutdown().await; // …and on every node before main returns
+    /// assert!(redlock.try_lock("nightly", std::time::Duration::from_secs(60)).await.is_err());
+    /// # Ok(()) }
+    /// ```
+    pub async fn shutdown(&self) {
+        self.driver.shutdown().await;
+    }
+
     /// How many nodes must agree: `N / 2 + 1` of the configured `N`.
     pub fn quorum(&self) -> usize {
         self.driver.quorum()

@@ -21,11 +21,13 @@
 //! in. Readers that hold may still extend. The intent lives as long as the
 //! readers that refused the writer plus the writer's TTL, and is cleared
 //! when a writer takes the lock, when that writer releases it and when a
-//! retrying writer gives up. A single refused
+//! retrying writer gives up or is dropped while it waits
+//! ([`Redlock::shutdown`] lets that withdrawal reach the nodes before a
+//! program ends). A single refused
 //! [`try_write_lock`](Redlock::try_write_lock) leaves it (so that a caller
-//! retrying by hand is not starved), as does a writer dropped while it
-//! waits: new readers are then delayed at most as long as the writer's own
-//! lock would have held them, had it got it after the readers.
+//! retrying by hand is not starved): new readers are then delayed at most as
+//! long as the writer's own lock would have held them, had it got it after
+//! the readers.
 //!
 //! A read or write lock is a [`Lock`]: it is extended, released, dropped,
 //! cancelled and kept alive ([`Lock::keep_alive`]) as any lock. Its keys
@@ -93,8 +95,8 @@ impl Redlock {
     /// reader and no other writer. While readers hold it, it marks the
     /// writer's intent, which holds new readers off until the writer is
     /// in (see the [module docs](crate::rwlock)). A writer that gives up
-    /// (its retries spent, or its wait over) takes its intent back; one
-    /// dropped while it waits leaves it to lapse.
+    /// (its retries spent, or its wait over) or is dropped while it waits
+    /// takes its intent back.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

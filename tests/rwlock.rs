@@ -554,3 +554,44 @@ async fn bad_input_is_a_typed_error() {
         Err(LockError::Config(_))
     ));
 }
+
+/// A program that ends right after a library call keeps that call's
+/// clean-up: `shutdown` before the runtime goes lets a dropped waiting
+/// writer's intent withdrawal and a dropped lock's release reach every node.
+#[tokio::test(flavor = "multi_thread")]
+async fn shutdown_before_the_runtime_ends_loses_no_clean_up() {
+    let redlock = redlock().await;
+    let resource = unique("rw-shutdown");
+    let ttl = Duration::from_secs(10);
+    let intent = format!("{{{resource}}}:intent");
+    let reader = redlock.read_lock(&resource, ttl).await.unwrap();
+    let plain = unique("shutdown-plain");
+    {
+        let (resource, plain) = (resource.clone(), plain.clone());
+        // A whole program: its own runtime, ended right after the calls.
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let redlock = support::patient().build().await.unwrap();
+                let lock = redlock.lock(&plain, ttl).await.unwrap();
+                drop(lock); // released in the background
+                let wait = LockOptions::new().wait(Duration::from_secs(30));
+                let writer = redlock.write_lock_with(&resource, ttl, &wait);
+                // Dropped while it waits, its intent marked on every node.
+                let _ = tokio::time::timeout(Duration::from_millis(300), writer).await;
+                redlock.shutdown().await;
+            });
+        })
+        .join()
+        .unwrap();
+    }
+    let mut conns = raw_all().await;
+    for (i, conn) in conns.iter_mut().enumerate() {
+        let left: u32 = conn.exists(&[&intent, &lock_key(&plain)]).await.unwrap();
+        assert_eq!(left, 0, "node {} kept a key after shutdown", i + 1);
+    }
+    reader.release().await.unwrap();
+}

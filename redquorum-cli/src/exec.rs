@@ -58,6 +58,22 @@ pub async fn exec(global: &Global, nodes: &[String], args: ExecArgs, ui: &Ui) ->
         Ok(redlock) => redlock,
         Err(e) => return crate::config_failure(ui, &e),
     };
+    let code = exec_with(&redlock, args, grace, &mut signals, ui).await;
+    // Whatever the way out, what was handed to the nodes reaches them
+    // before the process ends: the tail of a release, the release of a
+    // round given up, a writer's intent taken back.
+    redlock.shutdown().await;
+    code
+}
+
+/// [`exec`] on a connected client.
+async fn exec_with(
+    redlock: &Redlock,
+    args: ExecArgs,
+    grace: Duration,
+    signals: &mut Signals,
+    ui: &Ui,
+) -> Code {
     let mut options = LockOptions::new();
     if let Some(wait) = args.wait {
         options = options.wait(wait);
@@ -65,22 +81,16 @@ pub async fn exec(global: &Global, nodes: &[String], args: ExecArgs, ui: &Ui) ->
     if args.fence {
         options = options.fenced();
     }
-    // Time for a cancelled round's background release to reach the nodes.
-    let settle = global
-        .node_timeout
-        .unwrap_or_else(|| Duration::from_millis(50).min(args.ttl / 20))
-        .saturating_add(Duration::from_millis(20));
-
-    let lock = match acquire(&redlock, &args, &options, &mut signals, settle, ui).await {
+    let lock = match acquire(redlock, &args, &options, signals, ui).await {
         Ok(lock) => lock,
         Err(code) => return code,
     };
     let resource = args.resource.as_str();
-    // The key's resource: RESOURCE, or the permit's slot of it.
-    let held = lock.resource().to_owned();
-    let permit = args
-        .permits
-        .map(|_| held.rsplit(':').next().unwrap_or_default().to_owned());
+    // The permit's slot: the last part of its key's resource.
+    let permit = args.permits.map(|_| {
+        let held = lock.resource();
+        held.rsplit(':').next().unwrap_or_default().to_owned()
+    });
     let token = lock.token().to_owned();
     let fence = lock.fence();
     tracing::info!(
@@ -95,7 +105,6 @@ pub async fn exec(global: &Global, nodes: &[String], args: ExecArgs, ui: &Ui) ->
         Err(e) => {
             // The lock was dropped, and is being released in the background.
             ui.usage(&format!("cannot keep the lease alive: {e}"));
-            tokio::time::sleep(settle).await;
             return exit::USAGE;
         }
     };
@@ -132,7 +141,7 @@ pub async fn exec(global: &Global, nodes: &[String], args: ExecArgs, ui: &Ui) ->
                     ui,
                     resource,
                 };
-                let (code, kill_at) = run.supervise(&mut child, &mut signals).await;
+                let (code, kill_at) = run.supervise(&mut child, signals).await;
                 run.sweep_group(kill_at).await;
                 code
             }
@@ -163,19 +172,8 @@ pub async fn exec(global: &Global, nodes: &[String], args: ExecArgs, ui: &Ui) ->
             ));
         }
     }
-    // `release` returns at a quorum and finishes in the background; this
-    // process is about to exit, so reach the other nodes now (bounded by the
-    // node timeout).
-    if args.read || args.write {
-        // The calls still in flight are the release's own: let them land.
-        let until = Instant::now() + settle;
-        while redlock.in_flight().any(|(_, calls)| calls > 0) && Instant::now() < until {
-            tokio::time::sleep(GROUP_POLL / 4).await;
-        }
-    } else if let Err(e) = redlock.release_token(&held, &token).await {
-        // Compare-and-delete: a no-op where already released.
-        tracing::debug!(resource, error = %e, "release sweep");
-    }
+    // `release` returns at a quorum and finishes in the background: the
+    // caller's `shutdown` lets it reach the other nodes.
     code
 }
 
@@ -186,7 +184,6 @@ async fn acquire(
     args: &ExecArgs,
     options: &LockOptions,
     signals: &mut Signals,
-    settle: Duration,
     ui: &Ui,
 ) -> Result<Lock, Code> {
     let resource = args.resource.as_str();
@@ -230,11 +227,11 @@ async fn acquire(
             }
             signo = signals.next(ui) => {
                 spinner.clear();
-                // Dropping the attempt releases whatever its round had set,
-                // from a background task: give it a moment before exiting.
+                // Dropping the attempt releases whatever its round had set
+                // and takes a writer's intent back, in the background; the
+                // caller's `shutdown` waits for those calls.
                 drop(attempt);
                 ui.note(format_args!("got {}: gave up waiting for {resource}", name(signo)));
-                tokio::time::sleep(settle).await;
                 return Err(exit::signalled(signo));
             }
         }

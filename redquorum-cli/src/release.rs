@@ -1,7 +1,7 @@
 //! `redquorum release RESOURCE --token T`: an operator's compare-and-delete
 //! on every node.
 
-use redquorum::{Answer, LockError, Retry};
+use redquorum::{Answer, LockError, Redlock, Retry};
 
 use crate::cli::{Global, ReleaseArgs};
 use crate::exit::{self, Code};
@@ -12,6 +12,12 @@ pub async fn release(global: &Global, nodes: &[String], args: &ReleaseArgs, ui: 
         Ok(redlock) => redlock,
         Err(e) => return crate::config_failure(ui, &e),
     };
+    let code = release_with(&redlock, args, ui).await;
+    redlock.shutdown().await;
+    code
+}
+
+async fn release_with(redlock: &Redlock, args: &ReleaseArgs, ui: &Ui) -> Code {
     let resource = args.resource.as_str();
     match redlock.release_token(resource, &args.token).await {
         Ok(votes) => {

@@ -943,3 +943,79 @@ async fn exec_read_runs_readers_together_and_write_alone_after_them() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// How many nodes hold `key` now.
+async fn nodes_holding(conns: &mut [redis::aio::MultiplexedConnection], key: &str) -> usize {
+    let mut holding = 0;
+    for conn in conns.iter_mut() {
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(key)
+            .query_async(conn)
+            .await
+            .expect("EXISTS");
+        holding += usize::from(exists);
+    }
+    holding
+}
+
+/// A writer refused (at once, or after waiting) or interrupted while it
+/// waits takes its intent back before `redquorum` exits: nothing is left
+/// that would turn the next reader away.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_or_interrupted_writer_leaves_no_intent() {
+    let nodes = node_urls();
+    let redlock = redlock().await;
+    let resource = unique("cli-intent");
+    let intent = format!("{{{resource}}}:intent");
+    let mut conns = raw_all().await;
+    let reader = redlock
+        .read_lock(&resource, Duration::from_secs(30))
+        .await
+        .expect("a reader");
+    let once = ["exec", "--write", "--ttl", "20s", &resource, "--", "true"];
+    let waited = [
+        "exec", "--write", "--ttl", "20s", "--wait", "300ms", &resource, "--", "true",
+    ];
+    for args in [&once[..], &waited[..]] {
+        for run_no in 0..5 {
+            let out = run(&nodes, args).await;
+            assert_eq!(code(&out), 75, "{args:?}: {}", stderr(&out));
+            // Checked the moment it exited: its clean-up is done by then.
+            let left = nodes_holding(&mut conns, &intent).await;
+            assert_eq!(
+                left, 0,
+                "{args:?} run {run_no}: the intent stayed on {left} nodes"
+            );
+        }
+    }
+    // Interrupted while it waits: exit 130, and no intent either.
+    let writer = redquorum(
+        &nodes,
+        &[
+            "exec", "--write", "--ttl", "20s", "--wait", "30s", &resource, "--", "true",
+        ],
+    )
+    .spawn()
+    .expect("spawn");
+    let start = Instant::now();
+    while nodes_holding(&mut conns, &intent).await < 5 {
+        assert!(
+            start.elapsed() < BOUND,
+            "the writer never marked its intent"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let pid = nix::unistd::Pid::from_raw(writer.id().expect("pid") as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).expect("SIGINT");
+    let out = finish(writer).await;
+    assert_eq!(code(&out), 130, "{}", stderr(&out));
+    let left = nodes_holding(&mut conns, &intent).await;
+    assert_eq!(
+        left, 0,
+        "an interrupted writer left its intent on {left} nodes"
+    );
+    // So a new reader is let in at once.
+    let out = run(&nodes, &["exec", "--read", &resource, "--", "true"]).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    reader.release().await.expect("release");
+}

@@ -21,3 +21,28 @@ pub fn node_urls() -> Vec<String> {
 pub fn unique(prefix: &str) -> String {
     format!("test:{prefix}:{:016x}", rand::random::<u64>())
 }
+
+/// A library client over the five nodes, with a patient node timeout (1 s).
+pub async fn redlock() -> redquorum::Redlock {
+    redquorum::Redlock::builder()
+        .nodes(node_urls())
+        .node_timeout(std::time::Duration::from_secs(1))
+        .build()
+        .await
+        .expect("connect")
+}
+
+/// Direct connections to the five nodes, bypassing redquorum.
+pub async fn raw_all() -> Vec<redis::aio::MultiplexedConnection> {
+    let mut conns = Vec::new();
+    for url in node_urls() {
+        let client = redis::Client::open(url.as_str()).expect("url");
+        conns.push(
+            client
+                .get_multiplexed_async_connection()
+                .await
+                .expect("raw connection"),
+        );
+    }
+    conns
+}
