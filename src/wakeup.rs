@@ -7,10 +7,14 @@
 //! the key from (Redis: the release scripts publish it; a node of your own:
 //! [`Node::listen`](crate::node::Node::listen)). Waiters register interest
 //! in that channel; one [`Listener`] per node — shared by every waiter of
-//! this client — listens. A
-//! release wakes each waiter once, when a quorum of nodes has reported it:
-//! only then can a new round win (earlier, the holder's key still stands on
-//! too many nodes), and a release costs every waiter at most one round.
+//! this client — listens. The hub counts, per channel and per node, the
+//! releases that node has reported, and a waiter wakes once a quorum of
+//! nodes have each reported some release since its last attempt: a single
+//! release wakes it when it has reached a quorum (earlier, the holder's key
+//! still stands on too many nodes), and a burst of releases — readers
+//! leaving together, each node's reports arriving in a run of its own —
+//! wakes it as soon as they have, however many they are. A waiter costs
+//! the hub one counter per node, whatever the number of releases.
 //!
 //! Subscriptions are kept as state, not as a queue of requests: the hub
 //! records which channels have waiters and, per node, what that node's
@@ -60,12 +64,6 @@ pub(crate) const MAX_BATCH: usize = 1024;
 /// still being unsubscribed); a waiter past it polls.
 pub(crate) const MAX_CHANNELS: usize = 65_536;
 
-/// The most releases of one channel whose reports are counted at once
-/// (readers release together; a mutex has one at a time). Past it the
-/// oldest is forgotten: its waiters still wake at a later release's quorum,
-/// or at the holders' TTL.
-pub(crate) const MAX_REPORTS: usize = 8;
-
 /// One channel's subscription on one node's connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Sub {
@@ -103,21 +101,10 @@ impl std::fmt::Debug for Hub {
 #[derive(Debug)]
 struct Channel {
     waiters: usize,
-    /// Bumped once per release, when a quorum of nodes has reported it.
+    /// The releases each node reported, shared with the waiters.
     released: Arc<Released>,
     /// Per node: the subscription's state on its connection.
     subs: SmallVec<[Sub; 5]>,
-    /// The releases being reported, oldest first, at most [`MAX_REPORTS`].
-    reports: SmallVec<[Report; 1]>,
-}
-
-/// One release being reported: its nonce, and by which nodes.
-#[derive(Debug)]
-struct Report {
-    nonce: Box<[u8]>,
-    nodes: SmallVec<[bool; 5]>,
-    /// Whether a quorum has reported it (it woke the waiters).
-    counted: bool,
 }
 
 impl Channel {
@@ -165,9 +152,8 @@ impl Hub {
             None if full => return Interest::unregistered(),
             None => channels.entry(key.into()).or_insert_with(|| Channel {
                 waiters: 0,
-                released: Arc::default(),
+                released: Arc::new(Released::new(n, self.quorum)),
                 subs: SmallVec::from_elem(Sub::No, n),
-                reports: SmallVec::new(),
             }),
         };
         entry.waiters += 1;
@@ -177,7 +163,7 @@ impl Hub {
                 s.wake.notify_one();
             }
         }
-        let seen = released.count.load(Ordering::Acquire);
+        let seen = released.snapshot();
         Interest {
             registered: Some((Arc::clone(self), key.into())),
             released,
@@ -207,44 +193,19 @@ impl Hub {
         })
     }
 
-    /// Node `node` published a release with `nonce` on `channel`.
+    /// Node `node` reported a release on `channel` (the release's nonce
+    /// only names it in the trace log: a waiter counts nodes, not releases).
     fn released(&self, channel: &str, nonce: &[u8], node: usize) {
-        let mut channels = self.lock();
-        let Some(entry) = channels.get_mut(channel) else {
+        let channels = self.lock();
+        let Some(entry) = channels.get(channel) else {
             return;
         };
-        let n = entry.subs.len();
-        let at = match entry.reports.iter().position(|r| *r.nonce == *nonce) {
-            Some(at) => at,
-            None => {
-                if entry.reports.len() == MAX_REPORTS {
-                    entry.reports.remove(0);
-                }
-                entry.reports.push(Report {
-                    nonce: nonce.into(),
-                    nodes: SmallVec::from_elem(false, n),
-                    counted: false,
-                });
-                entry.reports.len() - 1
-            }
-        };
-        let report = &mut entry.reports[at];
-        if std::mem::replace(&mut report.nodes[node], true) {
-            return;
-        }
-        let reported = report.nodes.iter().filter(|r| **r).count();
-        let counts = reported >= self.quorum && !std::mem::replace(&mut report.counted, true);
-        if reported == n {
-            // Every node has reported it: nothing more to count.
-            entry.reports.remove(at);
-        }
-        if counts {
-            entry.released.count.fetch_add(1, Ordering::AcqRel);
-            // Wakes the waiters in the order they started waiting (a
-            // `watch` would wake them in a random order, which a seeded
-            // simulation could not replay).
-            entry.released.notify.notify_waiters();
-        }
+        tracing::trace!(channel, node, nonce = %String::from_utf8_lossy(nonce), "release reported");
+        entry.released.reported[node].fetch_add(1, Ordering::AcqRel);
+        // Each waiter checks its own quorum. Woken in the order they
+        // started waiting (a `watch` would wake them in a random order,
+        // which a seeded simulation could not replay).
+        entry.released.notify.notify_waiters();
     }
 
     /// What node `node`'s connection must change next, at most
@@ -400,11 +361,32 @@ async fn subscribe_loop(node: usize, hub: Weak<Hub>, wake: Arc<Notify>, mut rng:
     }
 }
 
-/// The releases counted on one channel, and the waiters' wake-up.
-#[derive(Debug, Default)]
+/// The releases reported on one channel, per node, and the waiters'
+/// wake-up.
+#[derive(Debug)]
 struct Released {
-    count: AtomicU64,
+    /// Per node: how many releases it has reported on the channel.
+    reported: Box<[AtomicU64]>,
+    /// Nodes that must have reported since a waiter's last attempt.
+    quorum: usize,
     notify: Notify,
+}
+
+impl Released {
+    fn new(nodes: usize, quorum: usize) -> Self {
+        Released {
+            reported: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
+            quorum,
+            notify: Notify::new(),
+        }
+    }
+
+    fn snapshot(&self) -> SmallVec<[u64; 5]> {
+        self.reported
+            .iter()
+            .map(|n| n.load(Ordering::Acquire))
+            .collect()
+    }
 }
 
 /// A waiter's registration on one channel; unregisters when dropped.
@@ -413,22 +395,22 @@ pub(crate) struct Interest {
     /// `None` when the hub was full: no wake-up will come.
     registered: Option<(Arc<Hub>, Arc<str>)>,
     released: Arc<Released>,
-    /// Releases counted when last marked seen.
-    seen: u64,
+    /// Per node: the releases it had reported when last marked seen.
+    seen: SmallVec<[u64; 5]>,
 }
 
 impl Interest {
     fn unregistered() -> Self {
         Interest {
             registered: None,
-            released: Arc::default(),
-            seen: 0,
+            released: Arc::new(Released::new(0, 1)),
+            seen: SmallVec::new(),
         }
     }
 
     /// Forgets releases seen so far: call before each attempt.
     pub(crate) fn mark_seen(&mut self) {
-        self.seen = self.released.count.load(Ordering::Acquire);
+        self.seen = self.released.snapshot();
     }
 
     /// Resolves at the first release since [`mark_seen`](Self::mark_seen).
@@ -447,9 +429,17 @@ impl Interest {
         }
     }
 
-    /// Whether a release was counted since [`mark_seen`](Self::mark_seen).
+    /// Whether a quorum of nodes have each reported a release since
+    /// [`mark_seen`](Self::mark_seen).
     fn has_changed(&self) -> bool {
-        self.released.count.load(Ordering::Acquire) != self.seen
+        let advanced = self
+            .released
+            .reported
+            .iter()
+            .zip(&self.seen)
+            .filter(|(now, seen)| now.load(Ordering::Acquire) > **seen)
+            .count();
+        advanced >= self.released.quorum
     }
 
     /// Whether a wake-up can be counted on: the channel is subscribed on a
@@ -532,7 +522,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_release_wakes_once_per_nonce_at_the_quorum() {
+    async fn a_release_wakes_the_waiter_at_its_quorum() {
         let hub = Hub::new(vec![deaf(), deaf(), deaf()], 2, None);
         let mut waiter = hub.register("{r}:lock");
         waiter.mark_seen();
@@ -542,16 +532,19 @@ mod tests {
         hub.released("{r}:lock", b"n1", 2);
         assert!(waiter.has_changed());
         waiter.mark_seen();
-        // The same owner's next release carries a new nonce: it counts.
+        // A release reported before the last attempt counts no more.
+        assert!(!waiter.has_changed());
         hub.released("{r}:lock", b"n2", 0);
         hub.released("{r}:lock", b"n2", 2);
         assert!(waiter.has_changed(), "a second release woke nobody");
     }
 
-    /// Readers release together: their reports reach the nodes interleaved,
-    /// and each release still counts once its own quorum has reported it.
+    /// Readers release together: their reports reach the nodes
+    /// interleaved, and a waiter wakes once a quorum of nodes has each
+    /// reported something since its last attempt (before that, no new round
+    /// can find a quorum of them free).
     #[tokio::test]
-    async fn interleaved_releases_each_count_at_their_quorum() {
+    async fn interleaved_releases_wake_once_a_quorum_of_nodes_reported() {
         let hub = Hub::new(vec![deaf(), deaf(), deaf(), deaf(), deaf()], 3, None);
         let mut waiter = hub.register("{r}:writer");
         waiter.mark_seen();
@@ -561,30 +554,34 @@ mod tests {
         }
         assert!(!waiter.has_changed(), "woken before a quorum");
         hub.released("{r}:writer", b"a", 2);
-        assert!(waiter.has_changed(), "the first release woke nobody");
+        assert!(waiter.has_changed(), "three nodes reported: no wake-up");
         waiter.mark_seen();
         hub.released("{r}:writer", b"a", 3);
-        assert!(!waiter.has_changed(), "a release counted twice");
         hub.released("{r}:writer", b"b", 4);
-        assert!(waiter.has_changed(), "the second release woke nobody");
+        assert!(!waiter.has_changed(), "two nodes since the attempt woke it");
+        hub.released("{r}:writer", b"b", 2);
+        assert!(
+            waiter.has_changed(),
+            "three nodes since the attempt: no wake-up"
+        );
     }
 
+    /// However many releases come, and in whatever bursts, a waiter wakes
+    /// once a quorum of nodes has reported one: each node's reports
+    /// arrive in a run of their own (its subscriber reads them in turn).
     #[tokio::test]
-    async fn past_max_reports_the_oldest_release_is_forgotten() {
-        let hub = Hub::new(vec![deaf(), deaf(), deaf(), deaf(), deaf()], 3, None);
-        let mut waiter = hub.register("{r}:writer");
-        waiter.mark_seen();
-        let nonces: Vec<[u8; 1]> = (0..=MAX_REPORTS as u8).map(|i| [i]).collect();
-        for nonce in &nonces {
-            hub.released("{r}:writer", nonce, 0);
-            hub.released("{r}:writer", nonce, 1);
+    async fn a_burst_of_any_size_wakes_the_waiter_at_the_quorum() {
+        for burst in [1_u32, 8, 9, 64, 1000] {
+            let hub = Hub::new(vec![deaf(), deaf(), deaf(), deaf(), deaf()], 3, None);
+            let mut waiter = hub.register("{r}:writer");
+            waiter.mark_seen();
+            for node in 0..3 {
+                assert!(!waiter.has_changed(), "{burst}: woken before node {node}");
+                for i in 0..burst {
+                    hub.released("{r}:writer", &i.to_be_bytes(), node);
+                }
+            }
+            assert!(waiter.has_changed(), "a burst of {burst} woke nobody");
         }
-        let tracked = |hub: &Hub| hub.lock()["{r}:writer"].reports.len();
-        assert_eq!(tracked(&hub), MAX_REPORTS);
-        hub.released("{r}:writer", &nonces[0], 2);
-        assert!(!waiter.has_changed(), "a forgotten release counted");
-        assert_eq!(tracked(&hub), MAX_REPORTS);
-        hub.released("{r}:writer", &nonces[MAX_REPORTS], 2);
-        assert!(waiter.has_changed(), "the newest release woke nobody");
     }
 }
