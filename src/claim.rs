@@ -25,6 +25,8 @@ pub(crate) enum Flavor {
     Read,
     /// The writer of a read/write lock: keys `[writer, readers, intent]`.
     Write,
+    /// Keys read by an inspection, which holds nothing.
+    Inspect,
 }
 
 /// The keys of one lock call, computed once; a retry round takes a copy.
@@ -131,6 +133,17 @@ impl Keys {
         })
     }
 
+    /// Keys to read ([`Step::Inspect`]), in order; the first names the
+    /// resource in logs.
+    pub(crate) fn inspect(keys: Vec<String>) -> Self {
+        Keys {
+            flavor: Flavor::Inspect,
+            lock: LockKeys::Many(keys.into()),
+            fence: None,
+            around: (0, 0),
+        }
+    }
+
     /// Whether every key of the lock hashes to one Redis Cluster slot, as a
     /// script on a cluster member needs.
     pub(crate) fn one_slot(&self) -> bool {
@@ -154,6 +167,7 @@ impl Keys {
             Flavor::Many => "many",
             Flavor::Read => "read",
             Flavor::Write => "write",
+            Flavor::Inspect => "inspect",
         }
     }
 
@@ -272,6 +286,7 @@ impl Claim {
         let hold = self.hold();
         let fence_key = self.keys.fence.as_deref().unwrap_or_default();
         match (self.keys.flavor, step) {
+            (Flavor::Inspect, _) | (_, Step::Inspect) => Op::Inspect { keys },
             (Flavor::Plain, Step::Acquire { holder_ttl }) => Op::Acquire {
                 key,
                 token,

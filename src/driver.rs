@@ -24,7 +24,7 @@ use tracing::Instrument;
 
 use crate::claim::{Claim, Keys};
 use crate::dispatch::{Call, Dispatcher, Member, Outcome};
-use crate::error::{Answer, ConfigError, LockError, Votes};
+use crate::error::{Answer, ConfigError, LockError, NodeError, Votes};
 use crate::proto::acquire::{Acquisition, Next};
 use crate::proto::keys::KeyLayout;
 use crate::proto::per_node::PerNode;
@@ -438,6 +438,36 @@ impl Driver {
         let until = Instant::now() + per_node;
         let mut calls = self.submit(claim, step, ttl_ms, only);
         self.collect(step, &mut calls, until, wait).await
+    }
+
+    /// Reads what every node holds under `claim`'s keys ([`Step::Inspect`]),
+    /// waiting for each at most the node timeout (the configured one, or
+    /// [`DEFAULT_NODE_TIMEOUT`](quorum::DEFAULT_NODE_TIMEOUT)); a node silent
+    /// by then answers [`NodeError::TimedOut`].
+    pub(crate) async fn gather(&self, claim: &Arc<Claim>) -> Vec<Outcome> {
+        let wait = self
+            .settings
+            .node_timeout
+            .unwrap_or(quorum::DEFAULT_NODE_TIMEOUT);
+        let until = Instant::now() + wait;
+        let mut calls = self.submit(claim, Step::Inspect, 0, None);
+        let mut outcomes: Vec<Option<Outcome>> = vec![None; self.nodes.len()];
+        let timer = tokio::time::sleep_until(until);
+        tokio::pin!(timer);
+        loop {
+            tokio::select! {
+                biased;
+                next = calls.next() => match next {
+                    Some((i, outcome)) => outcomes[i] = Some(outcome),
+                    None => break,
+                },
+                () = &mut timer => break,
+            }
+        }
+        outcomes
+            .into_iter()
+            .map(|o| o.unwrap_or(Err(NodeError::TimedOut)))
+            .collect()
     }
 
     /// Makes a release of `claim` on every node (or those marked in `only`)

@@ -136,6 +136,7 @@ mod cluster;
 mod config;
 mod dispatch;
 mod driver;
+pub mod inspect;
 mod lease;
 mod lock;
 pub mod node;
@@ -160,7 +161,7 @@ pub use lease::{KeepAlive, Lease, LeaseEnd};
 pub use lock::Lock;
 pub use probe::NodeHealth;
 pub use proto::keys::KeyLayout;
-pub use proto::{keys, quorum};
+pub use proto::{keys, quorum, verdict};
 pub use redlock::Redlock;
 pub use semaphore::{Permit, Semaphore};
 

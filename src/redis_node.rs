@@ -24,6 +24,7 @@ use crate::address::Address;
 use crate::batch::{self, Batcher, Route};
 use crate::error::{ConfigError, NodeError};
 use crate::node::{Op, Reply};
+use crate::proto::op::{Snapshot, Stored};
 use crate::scripts;
 
 /// How long one background connection attempt may take (TCP, TLS, AUTH,
@@ -609,6 +610,11 @@ fn is_tls(text: &str) -> bool {
 }
 
 pub(crate) fn parse_reply(op: &Op<'_>, value: Value) -> Result<Reply, NodeError> {
+    if let Op::Inspect { keys } = op {
+        return parse_snapshot(&value, keys.len())
+            .map(Reply::Snapshot)
+            .ok_or_else(|| NodeError::Protocol(format!("{value:?}").into()));
+    }
     let acquire = matches!(
         op,
         Op::Acquire { .. }
@@ -633,6 +639,76 @@ pub(crate) fn parse_reply(op: &Op<'_>, value: Value) -> Result<Reply, NodeError>
         _ => None,
     };
     reply.ok_or_else(|| NodeError::Protocol(format!("{value:?}").into()))
+}
+
+/// What `inspect.lua` returns for `keys` keys: the node's `TIME`, then one
+/// entry per key.
+fn parse_snapshot(value: &Value, keys: usize) -> Option<Snapshot> {
+    let Value::Array(items) = value else {
+        return None;
+    };
+    if items.len() != keys + 2 {
+        return None;
+    }
+    let secs: u64 = number(&items[0])?;
+    let micros: u64 = number(&items[1])?;
+    let stored = items[2..]
+        .iter()
+        .map(|entry| {
+            let Value::Array(entry) = entry else {
+                return None;
+            };
+            let kind = text(entry.first()?)?;
+            let pttl: i64 = number(entry.get(1)?)?;
+            let pttl_ms = u64::try_from(pttl).ok();
+            let rest = &entry[2..];
+            Some(match kind.as_str() {
+                "none" => Stored::Absent,
+                "string" => Stored::Text {
+                    value: bytes(rest.first()?)?,
+                    pttl_ms,
+                },
+                "hash" => Stored::Hash {
+                    fields: rest
+                        .chunks(2)
+                        .map(|pair| Some((bytes(pair.first()?)?, bytes(pair.get(1)?)?)))
+                        .collect::<Option<_>>()?,
+                    pttl_ms,
+                },
+                "zset" => Stored::Scored {
+                    members: rest
+                        .chunks(2)
+                        .map(|pair| Some((bytes(pair.first()?)?, number(pair.get(1)?)?)))
+                        .collect::<Option<_>>()?,
+                    pttl_ms,
+                },
+                _ => Stored::Other { kind },
+            })
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some(Snapshot::new(secs * 1000 + micros / 1000, stored))
+}
+
+/// A string or bulk value's bytes.
+fn bytes(value: &Value) -> Option<Vec<u8>> {
+    match value {
+        Value::BulkString(bytes) => Some(bytes.clone()),
+        Value::SimpleString(text) => Some(text.clone().into_bytes()),
+        Value::Okay => Some(b"OK".to_vec()),
+        _ => None,
+    }
+}
+
+fn text(value: &Value) -> Option<String> {
+    bytes(value).map(|b| String::from_utf8_lossy(&b).into_owned())
+}
+
+/// An integer, or a string holding one (a score, a `TIME` field).
+fn number<T: std::str::FromStr + TryFrom<i64>>(value: &Value) -> Option<T> {
+    match value {
+        Value::Int(n) => T::try_from(*n).ok(),
+        other => text(other)?.parse().ok(),
+    }
 }
 
 /// A refusal with the holder's PTTL as Redis reports it (negative: no expiry).

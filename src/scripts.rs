@@ -34,20 +34,28 @@ use redis::Cmd;
 use crate::node::Op;
 
 /// A script's source without its comment lines, computed on first use, its
-/// function's name in the library, and whether it may run on a node out of
-/// memory (it only shortens or deletes, as `EVAL` would allow).
+/// function's name in the library, and its function's flags: `allow-oom`
+/// where it may run on a node out of memory (it only shortens or deletes,
+/// as `EVAL` would allow), `no-writes` where it only reads.
 struct Lua {
     source: LazyLock<String>,
     function: LazyLock<String>,
-    allow_oom: bool,
+    flags: &'static str,
 }
 
+/// The flags of a function that writes.
+const WRITES: &str = "";
+/// …that only shortens or deletes.
+const ALLOW_OOM: &str = "'allow-oom'";
+/// …that only reads.
+const READ_ONLY: &str = "'no-writes', 'allow-oom'";
+
 macro_rules! lua {
-    ($name:ident, $file:literal, $fname:literal, $allow_oom:literal) => {
+    ($name:ident, $file:literal, $fname:literal, $flags:expr) => {
         static $name: Lua = Lua {
             source: LazyLock::new(|| strip_comments(include_str!($file))),
             function: LazyLock::new(|| format!("redquorum_{}_{}", $fname, &*VERSION)),
-            allow_oom: $allow_oom,
+            flags: $flags,
         };
     };
 }
@@ -63,80 +71,91 @@ fn strip_comments(source: &str) -> String {
         .join("\n")
 }
 
-lua!(ACQUIRE, "scripts/acquire.lua", "acquire", false);
-lua!(EXTEND, "scripts/extend.lua", "extend", true);
-lua!(RELEASE, "scripts/release.lua", "release", true);
+lua!(ACQUIRE, "scripts/acquire.lua", "acquire", WRITES);
+lua!(EXTEND, "scripts/extend.lua", "extend", ALLOW_OOM);
+lua!(RELEASE, "scripts/release.lua", "release", ALLOW_OOM);
 lua!(
     ACQUIRE_REENTRANT,
     "scripts/acquire_reentrant.lua",
     "acquire_reentrant",
-    false
+    WRITES
 );
 lua!(
     EXTEND_REENTRANT,
     "scripts/extend_reentrant.lua",
     "extend_reentrant",
-    true
+    ALLOW_OOM
 );
 lua!(
     RELEASE_REENTRANT,
     "scripts/release_reentrant.lua",
     "release_reentrant",
-    true
+    ALLOW_OOM
 );
 lua!(
     ACQUIRE_MANY,
     "scripts/acquire_many.lua",
     "acquire_many",
-    false
+    WRITES
 );
-lua!(EXTEND_MANY, "scripts/extend_many.lua", "extend_many", true);
+lua!(
+    EXTEND_MANY,
+    "scripts/extend_many.lua",
+    "extend_many",
+    ALLOW_OOM
+);
 lua!(
     RELEASE_MANY,
     "scripts/release_many.lua",
     "release_many",
-    true
+    ALLOW_OOM
 );
 lua!(
     ACQUIRE_FENCED,
     "scripts/acquire_fenced.lua",
     "acquire_fenced",
-    false
+    WRITES
 );
 lua!(
     FENCE_WRITEBACK,
     "scripts/fence_writeback.lua",
     "fence_writeback",
-    false
+    WRITES
 );
 lua!(
     ACQUIRE_READ,
     "scripts/acquire_read.lua",
     "acquire_read",
-    false
+    WRITES
 );
-lua!(EXTEND_READ, "scripts/extend_read.lua", "extend_read", true);
+lua!(
+    EXTEND_READ,
+    "scripts/extend_read.lua",
+    "extend_read",
+    ALLOW_OOM
+);
 lua!(
     RELEASE_READ,
     "scripts/release_read.lua",
     "release_read",
-    true
+    ALLOW_OOM
 );
 lua!(
     ACQUIRE_WRITE,
     "scripts/acquire_write.lua",
     "acquire_write",
-    false
+    WRITES
 );
 lua!(
     RELEASE_WRITE,
     "scripts/release_write.lua",
     "release_write",
-    true
+    ALLOW_OOM
 );
+lua!(INSPECT, "scripts/inspect.lua", "inspect", READ_ONLY);
 
 /// Every script.
-const ALL: [&Lua; 16] = [
+const ALL: [&Lua; 17] = [
     &ACQUIRE,
     &EXTEND,
     &RELEASE,
@@ -153,6 +172,7 @@ const ALL: [&Lua; 16] = [
     &RELEASE_READ,
     &ACQUIRE_WRITE,
     &RELEASE_WRITE,
+    &INSPECT,
 ];
 
 /// The library's body: each script's source, unchanged, as a function
@@ -160,7 +180,7 @@ const ALL: [&Lua; 16] = [
 fn body() -> String {
     let mut body = String::new();
     for (lua, fname) in ALL.iter().zip(NAMES) {
-        let flags = if lua.allow_oom { "'allow-oom'" } else { "" };
+        let flags = lua.flags;
         body.push_str(&format!(
             "redis.register_function{{function_name='redquorum_{fname}_{{v}}', \
              callback=function(KEYS, ARGV)\n{}\nend, flags={{{flags}}}}}\n",
@@ -171,7 +191,7 @@ fn body() -> String {
 }
 
 /// The functions' names, in the order of [`ALL`].
-const NAMES: [&str; 16] = [
+const NAMES: [&str; 17] = [
     "acquire",
     "extend",
     "release",
@@ -188,6 +208,7 @@ const NAMES: [&str; 16] = [
     "release_read",
     "acquire_write",
     "release_write",
+    "inspect",
 ];
 
 /// The first 12 hex digits of the SHA-1 of the whole library (sources,
@@ -281,6 +302,7 @@ pub(crate) fn command(op: &Op<'_>, loaded: bool) -> Command {
         Op::ReleaseRead { .. } => &RELEASE_READ,
         Op::AcquireWrite { .. } => &ACQUIRE_WRITE,
         Op::ReleaseWrite { .. } => &RELEASE_WRITE,
+        Op::Inspect { .. } => &INSPECT,
     };
     let cmd = &mut command.0;
     if loaded {
@@ -343,6 +365,9 @@ pub(crate) fn command(op: &Op<'_>, loaded: bool) -> Command {
         | Op::ReleaseRead { keys, token }
         | Op::ReleaseWrite { keys, token } => {
             cmd.arg(keys.len()).arg(keys).arg(token);
+        }
+        Op::Inspect { keys } => {
+            cmd.arg(keys.len()).arg(keys);
         }
         Op::AcquireFenced {
             key,

@@ -103,6 +103,11 @@ impl Semaphore {
         self.permits
     }
 
+    /// The client it runs on.
+    pub(crate) fn redlock(&self) -> &Redlock {
+        &self.redlock
+    }
+
     /// The resource of slot `slot`: `name:permit:slot`.
     pub fn slot_resource(&self, slot: u32) -> String {
         format!("{}:permit:{slot}", self.name)

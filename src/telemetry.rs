@@ -86,7 +86,7 @@ pub const OUTCOMES: [&str; 7] = [
 /// Which of [`OUTCOMES`] a call had, and how it failed, if it did.
 fn classify(outcome: &Result<Reply, NodeError>) -> (usize, Option<Failure>) {
     match outcome {
-        Ok(Reply::Done | Reply::Fence(_)) => (0, None),
+        Ok(Reply::Done | Reply::Fence(_) | Reply::Snapshot(_)) => (0, None),
         Ok(Reply::Held { .. }) => (1, None),
         Ok(Reply::NotHeld) => (2, None),
         Err(NodeError::TimedOut) => (3, Some(Failure::TimedOut)),

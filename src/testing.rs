@@ -35,7 +35,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use crate::error::NodeError;
-use crate::node::{Node, Op, Reply};
+use crate::node::{Node, Op, Reply, Snapshot, Stored};
 use crate::redlock::Redlock;
 
 /// A client over `n` new in-memory nodes (`memory://0` …), with default
@@ -94,6 +94,7 @@ enum Owned {
     ReleaseRead(Vec<String>, String),
     AcquireWrite(Vec<String>, String, u64),
     ReleaseWrite(Vec<String>, String),
+    Inspect(Vec<String>),
 }
 
 /// One in-memory lock node; see the [module docs](self).
@@ -109,6 +110,14 @@ pub struct MemoryNode {
     applied: watch::Sender<u64>,
 }
 
+/// The in-memory nodes' clock, for [`Op::Inspect`]: milliseconds since the
+/// first node was made.
+fn clock_ms(at: Instant) -> u64 {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    let epoch = *EPOCH.get_or_init(Instant::now);
+    at.saturating_duration_since(epoch).as_millis() as u64
+}
+
 impl MemoryNode {
     /// Node `i` of a set, named `memory://i`. Needs a tokio runtime (it
     /// spawns its queue).
@@ -119,6 +128,7 @@ impl MemoryNode {
     /// A node named `name` (in logs, votes and metric labels). Needs a
     /// tokio runtime.
     pub fn named(name: &str) -> Arc<Self> {
+        clock_ms(Instant::now()); // the epoch is at or before every key
         let (queue, mut rx) =
             mpsc::unbounded_channel::<(Owned, oneshot::Sender<Result<Reply, NodeError>>)>();
         let (gate, _) = watch::channel(true);
@@ -252,6 +262,54 @@ fn apply(
     Ok(apply_on_types(keys, counters, op, now))
 }
 
+/// What [`Op::Inspect`] reads: each key as `inspect.lua` reports it.
+fn inspect(keys: &Keys, counters: &HashMap<String, u64>, asked: &[String], now: Instant) -> Reply {
+    let left = |exp: &Instant| Some((*exp - now).as_millis() as u64);
+    let stored = asked
+        .iter()
+        .map(|key| match keys.get(key) {
+            Some((Value::Token(token), exp)) => Stored::Text {
+                value: token.clone().into_bytes(),
+                pttl_ms: left(exp),
+            },
+            Some((Value::Holds { owner, holds }, exp)) => {
+                let mut fields = vec![(
+                    owner.clone().into_bytes(),
+                    holds.len().to_string().into_bytes(),
+                )];
+                fields.extend(holds.iter().map(|hold| {
+                    let mut name = vec![0xff];
+                    name.extend_from_slice(hold.as_bytes());
+                    (name, b"1".to_vec())
+                }));
+                Stored::Hash {
+                    fields,
+                    pttl_ms: left(exp),
+                }
+            }
+            Some((Value::Readers(readers), exp)) => {
+                let mut members: Vec<(Vec<u8>, u64)> = readers
+                    .iter()
+                    .map(|(token, exp)| (token.clone().into_bytes(), clock_ms(*exp)))
+                    .collect();
+                members.sort_by_key(|(token, score)| (*score, token.clone()));
+                Stored::Scored {
+                    members,
+                    pttl_ms: left(exp),
+                }
+            }
+            None => match counters.get(key) {
+                Some(n) => Stored::Text {
+                    value: n.to_string().into_bytes(),
+                    pttl_ms: None,
+                },
+                None => Stored::Absent,
+            },
+        })
+        .collect();
+    Reply::Snapshot(Snapshot::new(clock_ms(now), stored))
+}
+
 /// [`apply`], the keys' types being those the operation expects.
 fn apply_on_types(
     keys: &mut Keys,
@@ -260,6 +318,7 @@ fn apply_on_types(
     now: Instant,
 ) -> Reply {
     match op {
+        Owned::Inspect(asked) => inspect(keys, counters, &asked, now),
         Owned::Acquire(key, token, ttl) => match keys.get(&key) {
             Some((_, exp)) => Reply::Held {
                 pttl_ms: Some((*exp - now).as_millis() as u64),
@@ -534,6 +593,7 @@ impl Node for MemoryNode {
                 ttl_ms,
             } => Owned::AcquireWrite(keys.to_vec(), token.into(), ttl_ms),
             Op::ReleaseWrite { keys, token } => Owned::ReleaseWrite(keys.to_vec(), token.into()),
+            Op::Inspect { keys } => Owned::Inspect(keys.to_vec()),
         };
         // Queued at call time, as a multiplexed connection writes at once.
         let (tx, rx) = oneshot::channel();

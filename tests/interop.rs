@@ -168,3 +168,30 @@ async fn a_prefix_with_braces_is_a_typed_error() {
         }
     }
 }
+
+/// Under interop keys, inspection reads the resource name itself: an
+/// rslock holder's value is the holder.
+#[tokio::test]
+async fn inspect_reads_interop_keys_and_sees_an_rslock_holder() {
+    let resource = unique("interop-inspect");
+    let redlock = interop("").await;
+    let theirs = rslock()
+        .lock(resource.as_bytes(), TTL)
+        .await
+        .expect("rslock lock");
+    let seen = redlock.inspect(&resource).await.expect("inspect");
+    let token = String::from_utf8_lossy(&theirs.val).into_owned();
+    assert_eq!(
+        seen.verdict(),
+        &redquorum::verdict::Verdict::Held {
+            holder: redquorum::inspect::Holder::Token(token),
+            nodes: 5
+        }
+    );
+    rslock().unlock(&theirs).await;
+    let seen = redlock.inspect(&resource).await.expect("inspect");
+    assert_eq!(
+        seen.verdict(),
+        &redquorum::verdict::Verdict::Free { nodes: 5 }
+    );
+}

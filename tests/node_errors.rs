@@ -448,6 +448,7 @@ async fn least_privilege_acl_user_can_lock() {
             "+hdel",
             "+hexists",
             "+hincrby",
+            "+hgetall",
             "+publish",
             "+time",
             "+pexpireat",
@@ -482,6 +483,13 @@ async fn least_privilege_acl_user_can_lock() {
         .lock_reentrant(&r, ttl, "owner")
         .await
         .expect("reentrant");
+    // Inspection reads every kind of key with the same rights.
+    let seen = redlock.inspect(&r).await.expect("inspect");
+    assert!(
+        seen.nodes().iter().all(|n| n.read.is_ok()),
+        "{:?}",
+        seen.nodes()
+    );
     lock.release().await.expect("release reentrant");
     let (a, b) = (format!("{r}:a"), format!("{r}:b"));
     let lock = redlock.lock_many(&[&a, &b], ttl).await.expect("many");
@@ -490,6 +498,12 @@ async fn least_privilege_acl_user_can_lock() {
     // refused by it (marking its intent), the writer once it is gone.
     let mut reader = redlock.read_lock(&r, ttl).await.expect("read");
     reader.extend(ttl).await.expect("extend read");
+    let seen = redlock.inspect_rw(&r).await.expect("inspect_rw");
+    assert!(
+        seen.nodes().iter().all(|n| n.read.is_ok()),
+        "{:?}",
+        seen.nodes()
+    );
     assert!(matches!(
         redlock.try_write_lock(&r, ttl).await,
         Err(redquorum::LockError::Taken { .. })

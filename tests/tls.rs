@@ -395,3 +395,26 @@ async fn certificate_verification_is_off_only_by_explicit_opt_in() {
         .unwrap();
     ready(&redlock).await;
 }
+
+/// Inspection reads over TLS, through the client's own connections.
+#[tokio::test]
+async fn inspect_reads_tls_nodes() {
+    let _serial = SERIAL.lock().await;
+    let redlock = builder().build().await.unwrap();
+    ready(&redlock).await;
+    let resource = support::unique("tls-inspect");
+    let lock = redlock
+        .try_lock(&resource, Duration::from_secs(10))
+        .await
+        .unwrap();
+    support::settled(&redlock).await; // every node has it
+    let seen = redlock.inspect(&resource).await.unwrap();
+    assert_eq!(
+        seen.verdict(),
+        &redquorum::verdict::Verdict::Held {
+            holder: redquorum::inspect::Holder::Token(lock.token().into()),
+            nodes: 5
+        }
+    );
+    lock.release().await.unwrap();
+}

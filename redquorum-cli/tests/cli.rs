@@ -1019,3 +1019,42 @@ async fn a_refused_or_interrupted_writer_leaves_no_intent() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     reader.release().await.expect("release");
 }
+
+/// `status` reads through the library's own members: a Redis Cluster
+/// member (`redis+cluster://`) is read with slot routing like a lock call,
+/// for a lock, a semaphore and a read/write lock.
+#[tokio::test(flavor = "multi_thread")]
+async fn status_reads_cluster_members() {
+    let clusters: Vec<String> = std::env::var("REDQUORUM_CLUSTER_NODES")
+        .expect("REDQUORUM_CLUSTER_NODES: three Redis Clusters (scripts/test)")
+        .split(',')
+        .map(str::to_owned)
+        .collect();
+    let redlock = redquorum::Redlock::builder()
+        .nodes(&clusters)
+        .node_timeout(Duration::from_secs(1))
+        .require_quorum(true)
+        .build()
+        .await
+        .expect("the clusters");
+    let resource = unique("cli-cluster-status");
+    let lock = redlock
+        .lock(&resource, Duration::from_secs(30))
+        .await
+        .expect("lock");
+    redlock.shutdown().await; // every member has the key
+    let out = run(&clusters, &["status", "--json", "--show-token", &resource]).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(status["verdict"], "HELD", "{status}");
+    assert_eq!(status["holder"]["token"], lock.token(), "{status}");
+    assert_eq!(status["holder"]["nodes"], 3, "{status}");
+    for args in [
+        &["status", "-n", "2", "--json", &resource][..],
+        &["status", "--rw", "--json", &resource],
+    ] {
+        let out = run(&clusters, args).await;
+        assert_eq!(code(&out), 0, "{args:?}: {}", stderr(&out));
+    }
+    std::mem::forget(lock); // the client is shut down: it expires
+}

@@ -16,6 +16,8 @@
 //!   clean-up sets and error of a refusal;
 //! - [`health`]: when a node counts as degraded or recovered, for the
 //!   operator's log;
+//! - [`verdict`]: what a quorum says about a resource from what each node
+//!   holds (an inspection's verdict);
 //! - [`retry`]: the retry policy, and the pause before the next round as a
 //!   function of the last outcome, the time left and a random draw.
 //!
@@ -33,3 +35,4 @@ pub mod quorum;
 pub mod retry;
 pub mod round;
 pub mod slot;
+pub mod verdict;

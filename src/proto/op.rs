@@ -178,6 +178,12 @@ pub enum Op<'a> {
         /// The writer's random token.
         token: &'a str,
     },
+    /// Read what the node holds under `keys`, all at once, changing
+    /// nothing: [`Reply::Snapshot`]. The keys share one Redis Cluster slot.
+    Inspect {
+        /// The keys to read.
+        keys: &'a [String],
+    },
 }
 
 impl Op<'_> {
@@ -200,13 +206,14 @@ impl Op<'_> {
             | Op::ExtendRead { keys, .. }
             | Op::ReleaseRead { keys, .. }
             | Op::AcquireWrite { keys, .. }
-            | Op::ReleaseWrite { keys, .. } => keys.first().map_or("", String::as_str),
+            | Op::ReleaseWrite { keys, .. }
+            | Op::Inspect { keys } => keys.first().map_or("", String::as_str),
         }
     }
 }
 
 /// A node's answer to an [`Op`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Reply {
     /// The operation took effect (set, extended, deleted).
@@ -223,4 +230,61 @@ pub enum Reply {
     NotHeld,
     /// [`Op::AcquireFenced`] took the lease; the node's counter is now this.
     Fence(u64),
+    /// What [`Op::Inspect`] read.
+    Snapshot(Snapshot),
+}
+
+/// What a node holds under some keys, read at once ([`Op::Inspect`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Snapshot {
+    /// The node's clock when it read them, in milliseconds (for Redis:
+    /// `TIME`, since the Unix epoch): what the scores of a
+    /// [`Stored::Scored`] key are compared with.
+    pub now_ms: u64,
+    /// Each key asked, in order.
+    pub keys: Vec<Stored>,
+}
+
+impl Snapshot {
+    /// A snapshot read at `now_ms`.
+    pub fn new(now_ms: u64, keys: Vec<Stored>) -> Self {
+        Snapshot { now_ms, keys }
+    }
+}
+
+/// One key as a node holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Stored {
+    /// No such key.
+    Absent,
+    /// A string: a lock's token, a fencing counter.
+    Text {
+        /// Its value.
+        value: Vec<u8>,
+        /// Its time to live in ms; `None`: no expiry.
+        pttl_ms: Option<u64>,
+    },
+    /// A hash: a reentrant lock's `{owner: hold count}`, plus one field per
+    /// hold, named byte 255 followed by the hold's token.
+    Hash {
+        /// Its fields and values.
+        fields: Vec<(Vec<u8>, Vec<u8>)>,
+        /// Its time to live in ms; `None`: no expiry.
+        pttl_ms: Option<u64>,
+    },
+    /// A sorted set: a read/write lock's readers, each scored by its expiry
+    /// on the node's clock ([`Snapshot::now_ms`]).
+    Scored {
+        /// Its members and scores, lowest score first.
+        members: Vec<(Vec<u8>, u64)>,
+        /// Its time to live in ms; `None`: no expiry.
+        pttl_ms: Option<u64>,
+    },
+    /// A key of another type, not written by redquorum.
+    Other {
+        /// Its type, as `TYPE` names it.
+        kind: String,
+    },
 }

@@ -38,6 +38,8 @@ pub(crate) enum Step {
     Undo,
     /// Fenced phase 2, carrying the fencing token to write back.
     WriteBack(u64),
+    /// Read what the keys hold, changing nothing.
+    Inspect,
 }
 
 impl Step {
@@ -47,6 +49,7 @@ impl Step {
             Step::Extend => "extend",
             Step::Release | Step::Undo => "release",
             Step::WriteBack(_) => "fence-write-back",
+            Step::Inspect => "inspect",
         }
     }
 }
@@ -63,7 +66,7 @@ pub(crate) enum Wait<'a> {
 /// A reply as a vote: done (or, for a release, already gone) is yes.
 pub(crate) fn vote(step: Step, reply: &Result<Reply, NodeError>) -> Vote {
     match (step, reply) {
-        (_, Ok(Reply::Done | Reply::Fence(_)))
+        (_, Ok(Reply::Done | Reply::Fence(_) | Reply::Snapshot(_)))
         | (Step::Release | Step::Undo, Ok(Reply::NotHeld)) => Vote::Yes,
         _ => Vote::No,
     }
@@ -72,7 +75,7 @@ pub(crate) fn vote(step: Step, reply: &Result<Reply, NodeError>) -> Vote {
 /// A reply as the answer an error reports.
 pub(crate) fn answer(reply: Result<Reply, NodeError>) -> Answer {
     match reply {
-        Ok(Reply::Done | Reply::Fence(_)) => Answer::Yes,
+        Ok(Reply::Done | Reply::Fence(_) | Reply::Snapshot(_)) => Answer::Yes,
         Ok(Reply::Held { pttl_ms }) => Answer::Held {
             pttl: pttl_ms.map(Duration::from_millis),
         },

@@ -1,0 +1,549 @@
+//! Inspecting a lock from code: what every node holds for a resource, and
+//! what a quorum says — held (by whom, for how long, with which fence),
+//! free, or unknown.
+//!
+//! An inspection reads each node once, through the client's own
+//! connections (TLS, cluster members, key prefix and interop keys
+//! included), with one script per node that changes nothing. It is a
+//! **snapshot, never a permission**: by the time it returns, the holder may
+//! have released and another taken the lock, and a resource found free may
+//! be taken a moment later. "Check, then act" races; to act on a free
+//! resource, try to lock it ([`Redlock::try_lock`]), which decides
+//! atomically on each node:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), redquorum::LockError> {
+//! # let redlock = redquorum::testing::redlock(5).await;
+//! use std::time::Duration;
+//! use redquorum::{LockError, verdict::Verdict};
+//!
+//! let lock = redlock.lock("nightly", Duration::from_secs(60)).await?;
+//! let seen = redlock.inspect("nightly").await?;
+//! assert!(matches!(seen.verdict(), Verdict::Held { nodes: 5, .. }));
+//! assert!(seen.time_left().is_some());
+//! lock.release().await?;
+//! // To act on it, lock it: never act on "it looked free".
+//! match redlock.try_lock("nightly", Duration::from_secs(60)).await {
+//!     Ok(lock) => lock.release().await?,
+//!     Err(LockError::Taken { .. }) => { /* someone was quicker */ }
+//!     Err(e) => return Err(e),
+//! }
+//! # Ok(()) }
+//! ```
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::claim::{Claim, Keys};
+use crate::error::{ConfigError, LockError, NodeError};
+use crate::node::{Reply, Snapshot, Stored};
+use crate::proto::verdict::{self, Read};
+use crate::redlock::Redlock;
+use crate::semaphore::Semaphore;
+
+/// A resource's verdict: held by one [`Holder`] on a quorum, free, or
+/// neither (see [`verdict`](crate::verdict)).
+pub type Verdict = verdict::Verdict<Holder>;
+
+/// Who holds a lock key on a node.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Holder {
+    /// The token of a plain or fenced lock (what
+    /// [`Redlock::release_token`] needs), or under interop keys whatever
+    /// value another client set.
+    Token(String),
+    /// The owner of a reentrant lock.
+    Owner(String),
+    /// A key of another type, not written by redquorum (`list`, `set`…).
+    Foreign(String),
+}
+
+impl std::fmt::Display for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Holder::Token(token) => f.write_str(token),
+            Holder::Owner(owner) => write!(f, "owner {owner}"),
+            Holder::Foreign(kind) => write!(f, "<{kind} key>"),
+        }
+    }
+}
+
+/// How long a key lives on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum TimeLeft {
+    /// It expires after this long (the node's `PTTL`).
+    For(Duration),
+    /// It has no expiry (not set by redquorum).
+    Forever,
+}
+
+impl TimeLeft {
+    fn of(pttl_ms: Option<u64>) -> Self {
+        pttl_ms.map_or(TimeLeft::Forever, |ms| {
+            TimeLeft::For(Duration::from_millis(ms))
+        })
+    }
+}
+
+/// What one node holds for a resource's lock key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Holding {
+    /// The holder; `None`: free on this node.
+    pub holder: Option<Holder>,
+    /// How long the holder's key lives on (`None` when free).
+    pub time_left: Option<TimeLeft>,
+    /// A reentrant lock's hold count on this node.
+    pub holds: Option<u64>,
+    /// The resource's fencing counter on this node, if it has one.
+    pub fence: Option<u64>,
+}
+
+/// One node's answer to an inspection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeView<T> {
+    /// The node's name (passwords masked).
+    pub node: String,
+    /// What it holds, or why it could not be read.
+    pub read: Result<T, NodeError>,
+}
+
+/// What every node holds for one resource's lock, and the verdict: see the
+/// [module docs](self) and [`Redlock::inspect`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inspection {
+    resource: String,
+    quorum: usize,
+    nodes: Vec<NodeView<Holding>>,
+    verdict: Verdict,
+}
+
+impl Inspection {
+    fn new(resource: &str, quorum: usize, nodes: Vec<NodeView<Holding>>) -> Self {
+        let reads: Vec<Read<Holder>> = nodes
+            .iter()
+            .map(|view| match &view.read {
+                Err(_) => Read::Unreachable,
+                Ok(Holding { holder: None, .. }) => Read::Free,
+                Ok(Holding {
+                    holder: Some(h), ..
+                }) => Read::Held(h.clone()),
+            })
+            .collect();
+        Inspection {
+            resource: resource.to_owned(),
+            quorum,
+            verdict: verdict::verdict(&reads, quorum),
+            nodes,
+        }
+    }
+
+    /// The resource inspected.
+    pub fn resource(&self) -> &str {
+        &self.resource
+    }
+
+    /// The quorum of the client's nodes.
+    pub fn quorum(&self) -> usize {
+        self.quorum
+    }
+
+    /// Every node's answer, in configured order.
+    pub fn nodes(&self) -> &[NodeView<Holding>] {
+        &self.nodes
+    }
+
+    /// What a quorum says.
+    pub fn verdict(&self) -> &Verdict {
+        &self.verdict
+    }
+
+    /// How many nodes answered.
+    pub fn reachable(&self) -> usize {
+        self.nodes.iter().filter(|n| n.read.is_ok()).count()
+    }
+
+    /// How many nodes hold nothing for the resource.
+    pub fn free(&self) -> usize {
+        self.nodes
+            .iter()
+            .filter(|n| matches!(&n.read, Ok(h) if h.holder.is_none()))
+            .count()
+    }
+
+    /// For a held verdict, how long the holder keeps a quorum of keys by
+    /// the nodes' clocks (the quorum-th longest time left among the nodes
+    /// holding it); `None` otherwise. Keys without expiry count as
+    /// [`TimeLeft::Forever`].
+    pub fn time_left(&self) -> Option<TimeLeft> {
+        let Verdict::Held { holder, .. } = &self.verdict else {
+            return None;
+        };
+        let mut left: Vec<TimeLeft> = self
+            .nodes
+            .iter()
+            .filter_map(|n| n.read.as_ref().ok())
+            .filter(|h| h.holder.as_ref() == Some(holder))
+            .filter_map(|h| h.time_left)
+            .collect();
+        left.sort_unstable_by(|a, b| b.cmp(a));
+        left.get(self.quorum - 1).copied()
+    }
+}
+
+/// A read/write lock's readers and writer intent on one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RwHolding {
+    /// The writer key, as a plain lock's.
+    pub writer: Holding,
+    /// The live readers (their tokens) and the time each has left by the
+    /// node's clock, longest-lived last.
+    pub readers: Vec<(String, Duration)>,
+    /// A waiting writer's intent: its token and how long it stands.
+    pub intent: Option<(String, TimeLeft)>,
+}
+
+/// One reader of a read/write lock, across the nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Reader {
+    /// Its token.
+    pub token: String,
+    /// On how many nodes it is live.
+    pub nodes: usize,
+}
+
+/// What every node holds for a read/write lock: the writer (as a plain
+/// lock's [`Inspection`]), the readers and a waiting writer's intent. See
+/// [`Redlock::inspect_rw`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RwInspection {
+    writer: Inspection,
+    nodes: Vec<NodeView<RwHolding>>,
+    readers: Vec<Reader>,
+}
+
+impl RwInspection {
+    /// The writer key's inspection: who writes, if anyone, by quorum.
+    pub fn writer(&self) -> &Inspection {
+        &self.writer
+    }
+
+    /// Every node's readers and intent, in configured order.
+    pub fn nodes(&self) -> &[NodeView<RwHolding>] {
+        &self.nodes
+    }
+
+    /// Every reader live on some node, with on how many.
+    pub fn readers(&self) -> &[Reader] {
+        &self.readers
+    }
+
+    /// How many readers hold the lock: live on a quorum of nodes.
+    pub fn readers_held(&self) -> usize {
+        let quorum = self.writer.quorum;
+        self.readers.iter().filter(|r| r.nodes >= quorum).count()
+    }
+
+    /// Whether the unreachable nodes could change how many readers hold
+    /// it (a reader live on fewer than a quorum that they could complete).
+    pub fn readers_uncertain(&self) -> bool {
+        let quorum = self.writer.quorum;
+        let unreachable = self.nodes.len() - self.writer.reachable();
+        self.readers
+            .iter()
+            .any(|r| r.nodes < quorum && r.nodes + unreachable >= quorum)
+    }
+
+    /// On how many nodes a waiting writer's intent stands.
+    pub fn intent_nodes(&self) -> usize {
+        self.nodes
+            .iter()
+            .filter(|n| matches!(&n.read, Ok(h) if h.intent.is_some()))
+            .count()
+    }
+}
+
+/// Every slot of a semaphore, inspected: see [`Semaphore::inspect`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SemaphoreInspection {
+    slots: Vec<Inspection>,
+}
+
+impl SemaphoreInspection {
+    /// Each slot's inspection, slot 0 first; a slot's resource is
+    /// [`Semaphore::slot_resource`].
+    pub fn slots(&self) -> &[Inspection] {
+        &self.slots
+    }
+
+    /// How many permits are held: slots held on a quorum.
+    pub fn held(&self) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| matches!(s.verdict(), Verdict::Held { .. }))
+            .count()
+    }
+
+    /// Whether the unreachable nodes could change [`held`](Self::held).
+    pub fn uncertain(&self) -> bool {
+        self.slots
+            .iter()
+            .any(|s| matches!(s.verdict(), Verdict::Unknown { .. }))
+    }
+}
+
+/// The slots a semaphore inspection reads at once: bounded well below any
+/// node's calls in flight.
+const SLOTS_AT_ONCE: usize = 64;
+
+impl Redlock {
+    /// What every node holds for `resource`'s lock — a plain, fenced or
+    /// reentrant lock's key (for a plain lock under interop keys, the
+    /// resource name itself) and its fencing counter — and the verdict:
+    /// held by one holder on a quorum, free on a quorum, or neither. Waits
+    /// for each node at most the node timeout (50 ms by default); a node
+    /// silent by then counts as unreachable. A snapshot, never a
+    /// permission: see the [module docs](crate::inspect).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// use std::time::Duration;
+    /// use redquorum::{inspect::Holder, verdict::Verdict};
+    /// let lock = redlock.lock_fenced("ledger", Duration::from_secs(30)).await?;
+    /// let seen = redlock.inspect("ledger").await?;
+    /// let Verdict::Held { holder, nodes } = seen.verdict() else { panic!() };
+    /// assert_eq!((holder, *nodes), (&Holder::Token(lock.token().into()), 5));
+    /// assert_eq!(seen.nodes()[0].read.as_ref().unwrap().fence, lock.fence());
+    /// # lock.release().await
+    /// # }
+    /// ```
+    ///
+    /// Errors: [`LockError::Config`] for an empty resource (nothing is
+    /// sent). An unreachable node is not an error: it is in the answer.
+    pub async fn inspect(&self, resource: &str) -> Result<Inspection, LockError> {
+        let layout = self.driver().layout();
+        let lock_key = layout.plain_key(named(resource)?);
+        let mut keys = vec![lock_key, layout.fence_key(resource)];
+        // The fencing counter is read only where it shares the lock key's
+        // slot (always, but for interop keys naming a hash tag of their own).
+        if self
+            .driver()
+            .check_slots(&Keys::inspect(keys.clone()))
+            .is_err()
+        {
+            keys.truncate(1);
+        }
+        let outcomes = self.gather(keys).await;
+        Ok(self.inspection(resource, outcomes, |s| s.keys.get(1)))
+    }
+
+    /// What every node holds for the read/write lock on `resource`: its
+    /// writer, its live readers and a waiting writer's intent, and the
+    /// verdicts. As [`inspect`](Self::inspect), a snapshot.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// use std::time::Duration;
+    /// let a = redlock.read_lock("catalog", Duration::from_secs(30)).await?;
+    /// let b = redlock.read_lock("catalog", Duration::from_secs(30)).await?;
+    /// let seen = redlock.inspect_rw("catalog").await?;
+    /// assert_eq!(seen.readers_held(), 2);
+    /// assert!(matches!(seen.writer().verdict(), redquorum::verdict::Verdict::Free { .. }));
+    /// # a.release().await?; b.release().await
+    /// # }
+    /// ```
+    pub async fn inspect_rw(&self, resource: &str) -> Result<RwInspection, LockError> {
+        let keys = self.driver().layout().rw_keys(named(resource)?);
+        let outcomes = self.gather(keys.to_vec()).await;
+        let writer = self.inspection(resource, outcomes.clone(), |_| None);
+        let nodes: Vec<NodeView<RwHolding>> = self
+            .nodes()
+            .zip(outcomes)
+            .zip(writer.nodes())
+            .map(|((node, outcome), writer)| NodeView {
+                node: node.to_owned(),
+                read: snapshot(outcome).and_then(|s| {
+                    Ok(RwHolding {
+                        writer: writer.read.clone()?,
+                        readers: readers(&s)?,
+                        intent: match s.keys.get(2) {
+                            Some(Stored::Text { value, pttl_ms }) => Some((
+                                String::from_utf8_lossy(value).into_owned(),
+                                TimeLeft::of(*pttl_ms),
+                            )),
+                            _ => None,
+                        },
+                    })
+                }),
+            })
+            .collect();
+        let mut on: BTreeMap<&str, usize> = BTreeMap::new();
+        for holding in nodes.iter().filter_map(|n| n.read.as_ref().ok()) {
+            for (token, _) in &holding.readers {
+                *on.entry(token).or_default() += 1;
+            }
+        }
+        let readers = on
+            .into_iter()
+            .map(|(token, nodes)| Reader {
+                token: token.to_owned(),
+                nodes,
+            })
+            .collect();
+        Ok(RwInspection {
+            writer,
+            nodes,
+            readers,
+        })
+    }
+
+    /// Reads `keys` on every node.
+    async fn gather(&self, keys: Vec<String>) -> Vec<Result<Reply, NodeError>> {
+        let claim = Arc::new(Claim::new(Keys::inspect(keys)));
+        self.driver().gather(&claim).await
+    }
+
+    /// The inspection of `resource` whose lock key was read first, its
+    /// fencing counter where `fence` finds it.
+    fn inspection(
+        &self,
+        resource: &str,
+        outcomes: Vec<Result<Reply, NodeError>>,
+        fence: impl Fn(&Snapshot) -> Option<&Stored>,
+    ) -> Inspection {
+        let nodes = self
+            .nodes()
+            .zip(outcomes)
+            .map(|(node, outcome)| NodeView {
+                node: node.to_owned(),
+                read: snapshot(outcome).and_then(|s| {
+                    let mut holding = holding(s.keys.first())?;
+                    holding.fence = match fence(&s) {
+                        Some(Stored::Text { value, .. }) => {
+                            String::from_utf8_lossy(value).parse().ok()
+                        }
+                        _ => None,
+                    };
+                    Ok(holding)
+                }),
+            })
+            .collect();
+        Inspection::new(resource, self.quorum(), nodes)
+    }
+}
+
+impl Semaphore {
+    /// Every slot of the semaphore, inspected as [`Redlock::inspect`]
+    /// inspects a lock, and how many permits are held (slots held on a
+    /// quorum). A snapshot: a permit found free may be taken a moment
+    /// later.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// let api = redlock.semaphore("partner-api", 3)?;
+    /// let permit = api.try_acquire(std::time::Duration::from_secs(30)).await?;
+    /// assert_eq!(api.inspect().await?.held(), 1);
+    /// # permit.release().await
+    /// # }
+    /// ```
+    pub async fn inspect(&self) -> Result<SemaphoreInspection, LockError> {
+        let resources: Vec<String> = (0..self.permits())
+            .map(|slot| self.slot_resource(slot))
+            .collect();
+        let mut slots = Vec::with_capacity(resources.len());
+        for chunk in resources.chunks(SLOTS_AT_ONCE) {
+            let read = chunk.iter().map(|r| self.redlock().inspect(r));
+            slots.extend(futures::future::try_join_all(read).await?);
+        }
+        Ok(SemaphoreInspection { slots })
+    }
+}
+
+/// Refuses an empty resource name.
+fn named(resource: &str) -> Result<&str, ConfigError> {
+    if resource.is_empty() {
+        return Err(ConfigError::EmptyResource);
+    }
+    Ok(resource)
+}
+
+fn snapshot(outcome: Result<Reply, NodeError>) -> Result<Snapshot, NodeError> {
+    match outcome? {
+        Reply::Snapshot(snapshot) => Ok(snapshot),
+        other => Err(NodeError::Protocol(
+            format!("{other:?} for an inspection").into(),
+        )),
+    }
+}
+
+/// A lock key as a holding (its fence unknown yet).
+fn holding(key: Option<&Stored>) -> Result<Holding, NodeError> {
+    let text = |value: &[u8]| String::from_utf8_lossy(value).into_owned();
+    let (holder, pttl_ms, holds) = match key {
+        None => return Err(NodeError::Protocol("a key missing in a snapshot".into())),
+        Some(Stored::Absent) => {
+            return Ok(Holding {
+                holder: None,
+                time_left: None,
+                holds: None,
+                fence: None,
+            });
+        }
+        Some(Stored::Text { value, pttl_ms }) => (Holder::Token(text(value)), *pttl_ms, None),
+        // A reentrant lock: its owner's count, beside one field per hold
+        // (named byte 255 and the hold's token).
+        Some(Stored::Hash { fields, pttl_ms }) => {
+            match fields.iter().find(|(name, _)| name.first() != Some(&0xff)) {
+                Some((owner, count)) => (
+                    Holder::Owner(text(owner)),
+                    *pttl_ms,
+                    text(count).parse().ok(),
+                ),
+                None => (Holder::Foreign("hash".into()), *pttl_ms, None),
+            }
+        }
+        Some(Stored::Scored { pttl_ms, .. }) => (Holder::Foreign("zset".into()), *pttl_ms, None),
+        Some(Stored::Other { kind }) => (Holder::Foreign(kind.clone()), None, None),
+    };
+    Ok(Holding {
+        holder: Some(holder),
+        time_left: Some(TimeLeft::of(pttl_ms)),
+        holds,
+        fence: None,
+    })
+}
+
+/// The live readers in a read/write lock's snapshot (`[writer, readers,
+/// intent]`): a reader lives while its score is at least the node's time,
+/// as `acquire_read.lua` counts them.
+fn readers(snapshot: &Snapshot) -> Result<Vec<(String, Duration)>, NodeError> {
+    match snapshot.keys.get(1) {
+        Some(Stored::Scored { members, .. }) => Ok(members
+            .iter()
+            .filter(|(_, expiry)| *expiry >= snapshot.now_ms)
+            .map(|(token, expiry)| {
+                (
+                    String::from_utf8_lossy(token).into_owned(),
+                    Duration::from_millis(expiry - snapshot.now_ms),
+                )
+            })
+            .collect()),
+        Some(Stored::Absent) => Ok(Vec::new()),
+        Some(other) => Err(NodeError::Server(
+            format!("the readers key is not a sorted set: {other:?}").into(),
+        )),
+        None => Err(NodeError::Protocol("a key missing in a snapshot".into())),
+    }
+}

@@ -1,0 +1,162 @@
+//! Inspection on the five real nodes: a held, a free and a contested
+//! resource get the right verdict, for every kind of lock.
+
+mod support;
+
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use redquorum::inspect::{Holder, TimeLeft};
+use redquorum::verdict::Verdict;
+use support::*;
+
+const TTL: Duration = Duration::from_secs(30);
+
+#[tokio::test]
+async fn a_held_lock_is_held_by_its_token_with_its_time_and_fence() {
+    let redlock = redlock().await;
+    let resource = unique("inspect-held");
+    let lock = redlock.lock_fenced(&resource, TTL).await.unwrap();
+    settled(&redlock).await;
+    let seen = redlock.inspect(&resource).await.unwrap();
+    assert_eq!(
+        seen.verdict(),
+        &Verdict::Held {
+            holder: Holder::Token(lock.token().to_owned()),
+            nodes: 5
+        }
+    );
+    for node in seen.nodes() {
+        let holding = node.read.as_ref().unwrap();
+        assert!(holding.fence >= lock.fence(), "{node:?}");
+        let Some(TimeLeft::For(left)) = holding.time_left else {
+            panic!("{node:?}")
+        };
+        assert!(
+            left <= TTL && left > TTL - Duration::from_secs(5),
+            "{left:?}"
+        );
+    }
+    assert!(matches!(seen.time_left(), Some(TimeLeft::For(left)) if left <= TTL));
+    lock.release().await.unwrap();
+    settled(&redlock).await;
+    let seen = redlock.inspect(&resource).await.unwrap();
+    assert_eq!(seen.verdict(), &Verdict::Free { nodes: 5 });
+    assert_eq!(seen.time_left(), None);
+}
+
+#[tokio::test]
+async fn a_contested_resource_is_neither_held_nor_free() {
+    let redlock = redlock().await;
+    let resource = unique("inspect-contested");
+    let key = lock_key(&resource);
+    // Two holders on two nodes each (leftovers of a split vote), one free.
+    let mut conns = raw_all().await;
+    for (i, conn) in conns.iter_mut().enumerate().take(4) {
+        let token = if i < 2 { "a" } else { "b" };
+        let _: () = conn.pset_ex(&key, token, 30_000).await.unwrap();
+    }
+    let seen = redlock.inspect(&resource).await.unwrap();
+    assert_eq!(seen.verdict(), &Verdict::NotHeld { free: 1 });
+    for conn in &mut conns {
+        let _: () = conn.del(&key).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn reentrant_read_write_and_permits_are_inspected() {
+    let redlock = redlock().await;
+    let resource = unique("inspect-kinds");
+    let outer = redlock
+        .lock_reentrant(&resource, TTL, "worker-7")
+        .await
+        .unwrap();
+    let inner = redlock
+        .lock_reentrant(&resource, TTL, "worker-7")
+        .await
+        .unwrap();
+    settled(&redlock).await;
+    let seen = redlock.inspect(&resource).await.unwrap();
+    assert_eq!(
+        seen.verdict(),
+        &Verdict::Held {
+            holder: Holder::Owner("worker-7".into()),
+            nodes: 5
+        }
+    );
+    assert!(
+        seen.nodes()
+            .iter()
+            .all(|n| n.read.as_ref().unwrap().holds == Some(2))
+    );
+    inner.release().await.unwrap();
+    outer.release().await.unwrap();
+
+    let rw = unique("inspect-rw");
+    let a = redlock.read_lock(&rw, TTL).await.unwrap();
+    let b = redlock.read_lock(&rw, TTL).await.unwrap();
+    settled(&redlock).await;
+    let seen = redlock.inspect_rw(&rw).await.unwrap();
+    assert_eq!(seen.readers_held(), 2);
+    assert!(!seen.readers_uncertain());
+    assert_eq!(seen.writer().verdict(), &Verdict::Free { nodes: 5 });
+    assert_eq!(seen.intent_nodes(), 0);
+    // A writer refused by them marks its intent.
+    assert!(redlock.try_write_lock(&rw, TTL).await.is_err());
+    settled(&redlock).await;
+    assert_eq!(redlock.inspect_rw(&rw).await.unwrap().intent_nodes(), 5);
+    a.release().await.unwrap();
+    b.release().await.unwrap();
+    let writer = redlock.write_lock(&rw, TTL).await.unwrap();
+    settled(&redlock).await;
+    let seen = redlock.inspect_rw(&rw).await.unwrap();
+    assert_eq!(
+        seen.writer().verdict(),
+        &Verdict::Held {
+            holder: Holder::Token(writer.token().into()),
+            nodes: 5
+        }
+    );
+    assert_eq!((seen.readers_held(), seen.intent_nodes()), (0, 0));
+    writer.release().await.unwrap();
+
+    let semaphore = redlock.semaphore(&unique("inspect-permits"), 3).unwrap();
+    let one = semaphore.try_acquire(TTL).await.unwrap();
+    let two = semaphore.try_acquire(TTL).await.unwrap();
+    settled(&redlock).await;
+    let seen = semaphore.inspect().await.unwrap();
+    assert_eq!((seen.held(), seen.slots().len()), (2, 3));
+    let slot = &seen.slots()[one.slot() as usize];
+    assert_eq!(
+        slot.verdict(),
+        &Verdict::Held {
+            holder: Holder::Token(one.lock().token().into()),
+            nodes: 5
+        }
+    );
+    one.release().await.unwrap();
+    two.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_unreachable_minority_leaves_the_verdict_and_a_majority_makes_it_unknown() {
+    let (proxies, redlock) = proxied(Duration::from_millis(200)).await;
+    let resource = unique("inspect-unreachable");
+    let lock = redlock.lock(&resource, TTL).await.unwrap();
+    settled(&redlock).await;
+    proxies[0].set_cut(true);
+    let seen = redlock.inspect(&resource).await.unwrap();
+    assert!(
+        matches!(seen.verdict(), Verdict::Held { nodes: 4, .. }),
+        "{seen:?}"
+    );
+    assert!(seen.nodes()[0].read.is_err());
+    proxies[1].set_cut(true);
+    proxies[2].set_cut(true);
+    let seen = redlock.inspect(&resource).await.unwrap();
+    assert_eq!(seen.verdict(), &Verdict::Unknown { reachable: 2 });
+    for proxy in &proxies {
+        proxy.set_cut(false);
+    }
+    drop(lock);
+}
