@@ -10,6 +10,7 @@
 //! that must be shown (in a [`ConfigError`] or `Debug`) goes through
 //! [`redact`], which keeps only the parts that can never hold a secret.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::error::ConfigError;
@@ -17,11 +18,51 @@ use crate::error::ConfigError;
 /// A parsed, not yet connected node address.
 #[derive(Clone)]
 pub(crate) struct Address {
-    client: redis::Client,
+    endpoint: Endpoint,
     name: Arc<str>,
     /// `redis+cluster://` or `rediss+cluster://`: the seed of a Redis
     /// Cluster that is one member.
     cluster: bool,
+}
+
+/// Where a node is and how to log in: what a connection needs.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Endpoint {
+    pub(crate) target: Target,
+    /// `SELECT`ed after connecting, unless 0.
+    pub(crate) db: u32,
+    /// `AUTH [user] password`, when a password is given.
+    pub(crate) user: Option<String>,
+    pub(crate) password: Option<String>,
+    pub(crate) tls: Tls,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the password.
+        f.debug_struct("Endpoint")
+            .field("target", &self.target)
+            .field("db", &self.db)
+            .field("user", &self.user)
+            .field("tls", &self.tls)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A node's transport.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Target {
+    Tcp { host: String, port: u16 },
+    Unix(PathBuf),
+}
+
+/// Whether a TCP node speaks TLS, and whether its certificate is verified.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tls {
+    Off,
+    Verified,
+    /// `#insecure`: certificate verification off (an explicit opt-in).
+    Insecure,
 }
 
 /// The schemes of a cluster member, and the scheme each one's nodes speak.
@@ -30,9 +71,11 @@ const CLUSTER_SCHEMES: [(&str, &str); 2] = [
     ("rediss+cluster://", "rediss://"),
 ];
 
+/// Redis' port, where a URL names none.
+const DEFAULT_PORT: u16 = 6379;
+
 impl std::fmt::Debug for Address {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // `redis::Client`'s own Debug prints the password.
         f.debug_tuple("Address").field(&self.name).finish()
     }
 }
@@ -59,68 +102,11 @@ impl std::fmt::Debug for TlsMaterial {
     }
 }
 
-#[cfg(feature = "tls")]
-impl TlsMaterial {
-    /// The PEM given must hold what it is for: redis-rs would take an empty
-    /// CA bundle for "trust nothing" and fail every handshake later.
-    fn check(&self) -> Result<(), ConfigError> {
-        use rustls::pki_types::pem::PemObject;
-        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-        let certificates = |pem: &[u8], what: &str| {
-            let all: Result<Vec<_>, _> = CertificateDer::pem_slice_iter(pem).collect();
-            match all {
-                Ok(all) if !all.is_empty() => Ok(()),
-                Ok(_) => Err(ConfigError::Tls(format!(
-                    "{what}: no PEM certificate in it"
-                ))),
-                Err(e) => Err(ConfigError::Tls(format!("{what}: {e}"))),
-            }
-        };
-        if let Some(ca) = &self.ca {
-            certificates(ca, "CA bundle")?;
-        }
-        if let Some((cert, key)) = &self.client {
-            certificates(cert, "client certificate")?;
-            // The error names the problem, never the key's bytes.
-            PrivateKeyDer::from_pem_slice(key)
-                .map_err(|_| ConfigError::Tls("client key: no PEM private key in it".into()))?;
-        }
-        Ok(())
-    }
-}
-
 impl Address {
-    /// Parses `url`, with `tls` for a `rediss://` one (ignored otherwise);
+    /// Parses `url`, accepting `#insecure` only with `tls.accept_invalid`;
     /// the error shows the URL [`redact`]ed.
     pub(crate) fn parse_with(url: &str, tls: &TlsMaterial) -> Result<Self, ConfigError> {
-        let address = Self::parse_allowing(url, tls.accept_invalid)?;
-        #[cfg(feature = "tls")]
-        tls.check()?;
-        #[cfg(feature = "tls")]
-        if (tls.ca.is_some() || tls.client.is_some())
-            && matches!(
-                address.client.get_connection_info().addr(),
-                redis::ConnectionAddr::TcpTls { .. }
-            )
-        {
-            let certificates = redis::TlsCertificates {
-                client_tls: tls
-                    .client
-                    .as_ref()
-                    .map(|(cert, key)| redis::ClientTlsConfig {
-                        client_cert: cert.clone(),
-                        client_key: key.clone(),
-                    }),
-                root_cert: tls.ca.clone(),
-            };
-            let info = address.client.get_connection_info().clone();
-            let client = redis::Client::build_with_tls(info, certificates)
-                .map_err(|e| ConfigError::Tls(without_detail(&e)))?;
-            return Ok(Address { client, ..address });
-        }
-        #[cfg(not(feature = "tls"))]
-        let _ = tls;
-        Ok(address)
+        Self::parse_allowing(url, tls.accept_invalid)
     }
 
     /// Parses `url`; the error shows it [`redact`]ed.
@@ -134,68 +120,48 @@ impl Address {
 
     /// [`parse`](Self::parse), accepting `#insecure` if `insecure`.
     fn parse_allowing(url: &str, insecure: bool) -> Result<Self, ConfigError> {
+        let invalid = |reason: &str| ConfigError::InvalidUrl {
+            url: redact(url),
+            reason: reason.to_owned(),
+        };
         if url.contains('@') && !authority_ends_at_last_at(url) {
-            return Err(ConfigError::InvalidUrl {
-                url: redact(url),
-                reason: "an '@' after the host: percent-encode '#', '/', '?' and '@' in the \
-                         user name and password"
-                    .to_owned(),
-            });
+            return Err(invalid(
+                "an '@' after the host: percent-encode '#', '/', '?' and '@' in the \
+                 user name and password",
+            ));
         }
         // A cluster member's seed is a node like any other.
-        let cluster = CLUSTER_SCHEMES
+        let seed = CLUSTER_SCHEMES
             .iter()
             .find_map(|(ours, theirs)| Some(format!("{theirs}{}", url.strip_prefix(ours)?)));
-        let client = redis::Client::open(cluster.as_deref().unwrap_or(url)).map_err(|e| {
-            ConfigError::InvalidUrl {
-                url: redact(url),
-                // redis-rs' parse errors name the part that is wrong, never the
-                // URL; the detail (e.g. a bad `protocol=`) is left out all the
-                // same, as it is part of the URL.
-                reason: without_detail(&e),
-            }
-        })?;
-        let info = client.get_connection_info();
-        if let redis::ConnectionAddr::TcpTls { insecure: true, .. } = info.addr()
-            && !insecure
-        {
+        let cluster = seed.is_some();
+        let parsed =
+            url::Url::parse(seed.as_deref().unwrap_or(url)).map_err(|_| invalid("not a URL"))?;
+        let endpoint = endpoint(&parsed).map_err(invalid)?;
+        if endpoint.tls == Tls::Insecure && !insecure {
             return Err(ConfigError::Insecure { url: redact(url) });
         }
-        let db = info.redis_settings().db();
-        let cluster = cluster.is_some();
-        if cluster && (db != 0 || matches!(info.addr(), redis::ConnectionAddr::Unix(_))) {
-            return Err(ConfigError::InvalidUrl {
-                url: redact(url),
-                reason: "a cluster member is named by one of its nodes' host and port, \
-                         and a cluster has only database 0"
-                    .to_owned(),
-            });
+        if cfg!(not(feature = "tls")) && endpoint.tls != Tls::Off {
+            return Err(invalid(
+                "TLS needs redquorum's feature `tls` (on by default)",
+            ));
         }
-        let scheme = match (info.addr(), cluster) {
-            (redis::ConnectionAddr::Tcp(..), false) => "redis://",
-            (redis::ConnectionAddr::TcpTls { .. }, false) => "rediss://",
-            (redis::ConnectionAddr::Tcp(..), true) => "redis+cluster://",
-            (redis::ConnectionAddr::TcpTls { .. }, true) => "rediss+cluster://",
-            _ => "unix:",
-        };
-        let name = if db == 0 {
-            format!("{scheme}{}", info.addr())
-        } else {
-            format!("{scheme}{}/{db}", info.addr())
-        };
+        if cluster && (endpoint.db != 0 || matches!(endpoint.target, Target::Unix(_))) {
+            return Err(invalid(
+                "a cluster member is named by one of its nodes' host and port, \
+                 and a cluster has only database 0",
+            ));
+        }
         Ok(Address {
-            client,
-            name: name.into(),
+            name: name(&endpoint, cluster).into(),
+            endpoint,
             cluster,
         })
     }
 
     /// Whether certificate verification is off (`#insecure`).
     pub(crate) fn is_insecure(&self) -> bool {
-        matches!(
-            self.client.get_connection_info().addr(),
-            redis::ConnectionAddr::TcpTls { insecure: true, .. }
-        )
+        self.endpoint.tls == Tls::Insecure
     }
 
     /// Whether this names a Redis Cluster (one member, many shards).
@@ -205,47 +171,141 @@ impl Address {
 
     /// The node at `host:port` of the same cluster: the same scheme,
     /// credentials and TLS settings as this one, database 0.
-    pub(crate) fn node_at(&self, host: &str, port: u16) -> Result<Address, redis::RedisError> {
-        let info = self.client.get_connection_info();
-        let mut addr = info.addr().clone();
-        let scheme = if let redis::ConnectionAddr::TcpTls {
-            host: h, port: p, ..
-        } = &mut addr
-        {
-            (*h, *p) = (host.to_owned(), port);
-            "rediss://"
-        } else {
-            addr = redis::ConnectionAddr::Tcp(host.to_owned(), port);
-            "redis://"
+    pub(crate) fn node_at(&self, host: &str, port: u16) -> Address {
+        let endpoint = Endpoint {
+            target: Target::Tcp {
+                host: host.to_owned(),
+                port,
+            },
+            db: 0,
+            ..self.endpoint.clone()
         };
-        let name = format!("{scheme}{addr}");
-        let client = redis::Client::open(info.clone().set_addr(addr))?;
-        Ok(Address {
-            client,
-            name: name.into(),
+        Address {
+            name: name(&endpoint, false).into(),
+            endpoint,
             cluster: false,
-        })
-    }
-
-    /// The host this address connects to (empty for a Unix socket).
-    pub(crate) fn node_host(&self) -> String {
-        match self.client.get_connection_info().addr() {
-            redis::ConnectionAddr::Tcp(host, _) | redis::ConnectionAddr::TcpTls { host, .. } => {
-                host.clone()
-            }
-            _ => String::new(),
         }
     }
 
-    /// The client for this address (for other connections to the node).
-    pub(crate) fn client(&self) -> &redis::Client {
-        &self.client
+    /// Where the node is and how to log in.
+    pub(crate) fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
     }
 
     /// The node's display name: scheme, address and database, never a
     /// password. Two addresses with one name are the same node.
     pub(crate) fn name(&self) -> &Arc<str> {
         &self.name
+    }
+}
+
+/// The endpoint a parsed URL names, or why it names none.
+fn endpoint(url: &url::Url) -> Result<Endpoint, &'static str> {
+    let decode =
+        |text: &str| percent_decode(text).ok_or("the user name or password is not valid UTF-8");
+    let query = |key: &str| {
+        url.query_pairs()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.into_owned())
+    };
+    let database = |db: &str| db.parse::<u32>().map_err(|_| "invalid database number");
+    match url.scheme() {
+        "redis" | "rediss" | "valkey" | "valkeys" => {
+            let host = match url.host() {
+                Some(url::Host::Domain(host)) => host.to_owned(),
+                Some(url::Host::Ipv4(ip)) => ip.to_string(),
+                Some(url::Host::Ipv6(ip)) => ip.to_string(),
+                None => return Err("missing host name"),
+            };
+            if host == "0.0.0.0" || host == "::" {
+                return Err("cannot connect to a wildcard address (0.0.0.0 or ::)");
+            }
+            let tls = match (matches!(url.scheme(), "rediss" | "valkeys"), url.fragment()) {
+                (false, _) => Tls::Off,
+                (true, None) => Tls::Verified,
+                (true, Some("insecure")) => Tls::Insecure,
+                (true, Some(_)) => return Err("only #insecure is supported as URL fragment"),
+            };
+            Ok(Endpoint {
+                target: Target::Tcp {
+                    host,
+                    port: url.port().unwrap_or(DEFAULT_PORT),
+                },
+                db: match url.path().trim_matches('/') {
+                    "" => 0,
+                    db => database(db)?,
+                },
+                user: Some(url.username())
+                    .filter(|u| !u.is_empty())
+                    .map(decode)
+                    .transpose()?,
+                password: url.password().map(decode).transpose()?,
+                tls,
+            })
+        }
+        "unix" | "redis+unix" | "valkey+unix" => Ok(Endpoint {
+            target: Target::Unix(url.to_file_path().map_err(|()| "missing path")?),
+            db: query("db")
+                .as_deref()
+                .map(database)
+                .transpose()?
+                .unwrap_or(0),
+            user: query("user"),
+            password: query("pass"),
+            tls: Tls::Off,
+        }),
+        _ => Err("not a redis://, rediss://, redis+unix:// or unix:// URL \
+             (valkey:// and valkey+unix:// too), nor a redis+cluster:// member"),
+    }
+}
+
+/// `text` percent-decoded, if that is UTF-8.
+fn percent_decode(text: &str) -> Option<String> {
+    let hex = |b: u8| char::from(b).to_digit(16);
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = match bytes.get(i..i + 3) {
+            Some([b'%', hi, lo]) => hex(*hi).zip(hex(*lo)),
+            _ => None,
+        };
+        match escaped {
+            Some((hi, lo)) => {
+                out.push((hi * 16 + lo) as u8);
+                i += 3;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The name of a node: scheme, address and database.
+fn name(endpoint: &Endpoint, cluster: bool) -> String {
+    let at = match &endpoint.target {
+        Target::Unix(path) => format!("unix:{}", path.display()),
+        Target::Tcp { host, port } => {
+            let scheme = match (endpoint.tls != Tls::Off, cluster) {
+                (false, false) => "redis://",
+                (true, false) => "rediss://",
+                (false, true) => "redis+cluster://",
+                (true, true) => "rediss+cluster://",
+            };
+            if host.contains(':') {
+                format!("{scheme}[{host}]:{port}")
+            } else {
+                format!("{scheme}{host}:{port}")
+            }
+        }
+    };
+    if endpoint.db == 0 {
+        at
+    } else {
+        format!("{at}/{}", endpoint.db)
     }
 }
 
@@ -305,19 +365,6 @@ pub(crate) fn redact(url: &str) -> String {
         Some(_) => out.push_str("#***"),
     }
     out
-}
-
-/// A redis-rs error's text without its detail, which for a URL error quotes
-/// part of the URL.
-fn without_detail(e: &redis::RedisError) -> String {
-    let text = e.to_string();
-    match e.detail() {
-        Some(detail) => text.strip_suffix(detail).map_or_else(
-            || e.category().to_owned(),
-            |t| t.trim_end_matches([':', ' ']).to_owned(),
-        ),
-        None => text,
-    }
 }
 
 /// The scheme of `url` if it starts like one (`letters+.-://`).
@@ -386,18 +433,11 @@ mod tests {
         let t = Address::parse("redis+cluster://:pw@127.0.0.1:7301").unwrap();
         assert!(t.is_cluster());
         assert_eq!(&**t.name(), "redis+cluster://127.0.0.1:7301");
-        let shard = t.node_at("127.0.0.1", 7302).unwrap();
+        let shard = t.node_at("127.0.0.1", 7302);
         assert!(!shard.is_cluster());
         assert_eq!(&**shard.name(), "redis://127.0.0.1:7302");
         // The credentials go with it.
-        assert_eq!(
-            shard
-                .client()
-                .get_connection_info()
-                .redis_settings()
-                .password(),
-            Some("pw")
-        );
+        assert_eq!(shard.endpoint().password.as_deref(), Some("pw"));
         assert!(!Address::parse("redis://h:1").unwrap().is_cluster());
         for url in [
             "redis+cluster://h:1/2",
@@ -421,7 +461,7 @@ mod tests {
         let t = Address::parse("rediss+cluster://h:6380").unwrap();
         assert_eq!(&**t.name(), "rediss+cluster://h:6380");
         assert_eq!(
-            &**t.node_at("10.0.0.2", 6381).unwrap().name(),
+            &**t.node_at("10.0.0.2", 6381).name(),
             "rediss://10.0.0.2:6381"
         );
     }
@@ -442,6 +482,37 @@ mod tests {
     }
 
     #[test]
+    fn parses_what_a_connection_needs() {
+        let t = Address::parse("redis://us%40er:p%3Aw@[::1]:7001/3").unwrap();
+        let e = t.endpoint();
+        assert_eq!(
+            e.target,
+            Target::Tcp {
+                host: "::1".into(),
+                port: 7001
+            }
+        );
+        assert_eq!(
+            (e.db, e.user.as_deref(), e.password.as_deref()),
+            (3, Some("us@er"), Some("p:w"))
+        );
+        assert_eq!(&**t.name(), "redis://[::1]:7001/3");
+        let t = Address::parse("valkey://h").unwrap();
+        assert_eq!(&**t.name(), "redis://h:6379");
+        let t = Address::parse("unix:///run/r.sock?db=2&user=u&pass=p").unwrap();
+        let e = t.endpoint();
+        assert_eq!(e.target, Target::Unix("/run/r.sock".into()));
+        assert_eq!(
+            (e.db, e.user.as_deref(), e.password.as_deref()),
+            (2, Some("u"), Some("p"))
+        );
+        assert_eq!(&**t.name(), "unix:/run/r.sock/2");
+        assert!(!format!("{e:?}").contains("\"p\""));
+        assert_eq!(percent_decode("a%2"), Some("a%2".into()));
+        assert_eq!(percent_decode("%ff"), None);
+    }
+
+    #[test]
     fn rejects_malformed_urls() {
         for url in [
             "",
@@ -451,6 +522,9 @@ mod tests {
             "garbage",
             "redis://p#w@h:1",
             "redis://:p/w@h:1",
+            "redis://0.0.0.0:1",
+            "redis://h:1/x",
+            "redis+unix://",
         ] {
             assert!(
                 matches!(Address::parse(url), Err(ConfigError::InvalidUrl { .. })),

@@ -2,21 +2,28 @@
 //! seed URL: `redis+cluster://host:port`, `rediss+cluster://…` with TLS.
 //!
 //! The member votes like a single master: every key of one lock lives in one
-//! hash slot (see [`crate::proto::slot`]), so each call is one script on the shard
-//! that serves the slot, atomic there. More shards per member spread lock
-//! traffic over more masters; the quorum stays a quorum of members.
+//! hash slot (see [`crate::proto::slot`]), so each call is one script on the
+//! shard that serves the slot, atomic there. More shards per member spread
+//! lock traffic over more masters; the quorum stays a quorum of members.
 //!
 //! The member keeps a map of which master serves each slot, learnt from
 //! `CLUSTER SLOTS` (asked of the seed, or of any shard when the seed is
-//! down) by one background task, and one [`RedisNode`] per master — its own
+//! down) by one background task, and one [`Link`] per master — its own
 //! connection, grace and reconnects, so a frozen shard costs only the calls
-//! for its slots. A call goes to the slot's master as one message, written in
-//! the order calls are made; a `MOVED` answer (the command did nothing)
-//! updates that slot and the call follows it once more, an `ASK` answer
-//! (the slot is migrating) sends it on with `ASKING`, at most
-//! [`MAX_REDIRECTS`] times. A redirection to a master not yet connected, a
-//! shard that is down or a slot no master serves is a refusal at once, and
-//! the map is refreshed in the background.
+//! for its slots.
+//!
+//! **Order across redirections.** A node applies one client's calls in the
+//! order they were made (docs/design.md §11), and so does a member: a call
+//! answered `MOVED` (the command did nothing) or `ASK` (the slot is
+//! migrating) is handed to the new master by the old master's I/O loop as
+//! it reads the reply — replies come in the order calls were written, so the
+//! calls of one slot reach the new master in the order they were made. A
+//! call for a slot that still has calls outstanding follows them to the
+//! master the first of them went to (and is redirected behind them), even
+//! when the map has changed meanwhile; only once none is outstanding does a
+//! call go where the map says. A call follows at most three redirections;
+//! a master it is sent to that is not connected yet is connected, the call
+//! waiting in its queue.
 //!
 //! Bounds: at most [`MAX_MASTERS`] masters per member; the map is refreshed
 //! at most once per [`MIN_REFRESH_GAP`], and every [`REFRESH_EVERY`]
@@ -24,20 +31,20 @@
 //! like any node's.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use redis::Value;
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::Notify;
 
 use crate::address::Address;
 use crate::error::{ConfigError, NodeError};
-use crate::node::{Op, Reply};
+use crate::link::{
+    First, Limits, Link, LinkHandle, Options, Outstanding, Pending, Route, Work, tls,
+};
+use crate::master::Servers;
 use crate::proto::slot::{SLOTS, slot};
-use crate::redis_node::{Background, Failure, RedisNode, Servers, parse_reply};
+use crate::resp::Frame;
 
-/// Redirections one call follows at most.
-pub(crate) const MAX_REDIRECTS: usize = 3;
 /// Masters one member may have (Redis advises at most 1000 nodes).
 pub(crate) const MAX_MASTERS: usize = 1024;
 /// The map is refreshed at most this often, however often calls ask.
@@ -52,36 +59,54 @@ const NONE: u16 = u16::MAX;
 /// A Redis Cluster that is one member.
 #[derive(Debug)]
 pub(crate) struct ClusterNode {
-    name: Arc<str>,
     shared: Arc<Shared>,
     /// Keeps the map; aborted with the member.
-    _mapper: Background,
+    mapper: tokio::task::AbortHandle,
 }
 
-#[derive(Debug)]
+impl Drop for ClusterNode {
+    fn drop(&mut self) {
+        self.mapper.abort();
+    }
+}
+
 struct Shared {
+    name: Arc<str>,
     /// The seed's address: every master is reached with its scheme,
     /// credentials and TLS settings.
     address: Address,
+    tls: tls::Configs,
+    limits: Limits,
     /// The seed, asked for the map first.
-    seed: RedisNode,
+    seed: LinkHandle,
     map: Mutex<Map>,
     /// Asks the mapper for a fresh map.
     refresh: Notify,
-    max_in_flight: usize,
-    /// Whether masters batch what is queued for them.
-    batching: bool,
+    /// Notified after each attempt to learn the map.
+    changed: Notify,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Which master serves each slot.
-#[derive(Debug)]
 struct Map {
     /// Per slot, the index of its master in `masters`, or [`NONE`].
     owners: Box<[u16]>,
     /// Each master, with its `host:port`.
-    masters: Vec<(String, Arc<RedisNode>)>,
+    masters: Vec<(String, LinkHandle)>,
     /// Why there is no map yet (or it is no longer trusted).
     trouble: Option<Arc<str>>,
+    /// No attempt to learn the map has ended yet.
+    first: bool,
+    /// Per slot with calls outstanding: the master the first of them went
+    /// to, and how many there are.
+    outstanding: HashMap<u16, (Arc<Link>, u32)>,
 }
 
 impl Map {
@@ -90,38 +115,86 @@ impl Map {
             owners: vec![NONE; usize::from(SLOTS)].into_boxed_slice(),
             masters: Vec::new(),
             trouble: Some("the cluster's map is not known yet".into()),
+            first: true,
+            outstanding: HashMap::new(),
         }
+    }
+
+    /// The master at `at`, connecting it if new (its calls wait in its
+    /// queue meanwhile).
+    fn master_at(&mut self, at: &str, shared: &Shared) -> Result<Arc<Link>, NodeError> {
+        if let Some((_, link)) = self.masters.iter().find(|(a, _)| a == at) {
+            return Ok(Arc::clone(link.arc()));
+        }
+        if self.masters.len() >= MAX_MASTERS {
+            return Err(NodeError::Server(
+                format!("more than {MAX_MASTERS} masters").into(),
+            ));
+        }
+        let link = shared.connect(at)?;
+        let arc = Arc::clone(link.arc());
+        self.masters.push((at.to_owned(), link));
+        Ok(arc)
     }
 }
 
 impl Shared {
-    fn map(&self) -> std::sync::MutexGuard<'_, Map> {
+    fn map(&self) -> MutexGuard<'_, Map> {
         self.map.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The master serving `slot`.
-    fn owner(&self, slot: u16) -> Result<Arc<RedisNode>, NodeError> {
-        let map = self.map();
-        if let Some(trouble) = &map.trouble {
-            return Err(NodeError::NotConnected(Arc::clone(trouble)));
+    /// A link to the master at `at` (`host:port`), connecting in the
+    /// background.
+    fn connect(&self, at: &str) -> Result<LinkHandle, NodeError> {
+        let (host, port) = split_host_port(at)?;
+        let options = Options {
+            limits: self.limits,
+            library: true,
+            identity: None,
+        };
+        Ok(Link::start(
+            self.address.node_at(host, port),
+            self.tls.clone(),
+            options,
+        ))
+    }
+}
+
+impl Route for Shared {
+    fn redirect(&self, call: Pending, ask: bool, slot: u16, to: &str) {
+        let mut map = self.map();
+        let link = match map.master_at(to, self) {
+            Ok(link) => link,
+            Err(error) => {
+                drop(map);
+                self.refresh.notify_one();
+                call.finish(Err(error), self.limits.late);
+                return;
+            }
+        };
+        if !ask {
+            // The slot moved: the map says so from now on (calls of the slot
+            // still outstanding are redirected behind this one).
+            let index = map
+                .masters
+                .iter()
+                .position(|(_, l)| Arc::ptr_eq(l.arc(), &link))
+                .expect("just found");
+            map.owners[usize::from(slot)] = index as u16;
+            self.refresh.notify_one();
         }
-        match map.masters.get(usize::from(map.owners[usize::from(slot)])) {
-            Some((_, node)) => Ok(Arc::clone(node)),
-            None => Err(NodeError::NotConnected(
-                format!("no master serves slot {slot}").into(),
-            )),
-        }
+        drop(map);
+        link.submit(call);
     }
 
-    /// The master at `to` (`host:port`), if known; after a `MOVED`, it now
-    /// serves `slot`.
-    fn redirected(&self, slot: u16, to: &str, moved: bool) -> Option<Arc<RedisNode>> {
+    fn ended(&self, slot: u16) {
         let mut map = self.map();
-        let index = map.masters.iter().position(|(at, _)| at == to)?;
-        if moved {
-            map.owners[usize::from(slot)] = index as u16;
+        if let Some((_, count)) = map.outstanding.get_mut(&slot) {
+            *count -= 1;
+            if *count == 0 {
+                map.outstanding.remove(&slot);
+            }
         }
-        Some(Arc::clone(&map.masters[index].1))
     }
 }
 
@@ -139,40 +212,55 @@ impl ClusterNode {
         address: Address,
         index: usize,
         servers: Arc<Servers>,
+        tls: tls::Configs,
+        limits: Limits,
         wait: Duration,
-        max_in_flight: usize,
-        batching: bool,
     ) -> Result<(Self, Option<NodeError>), ConfigError> {
         let name = Arc::clone(address.name());
-        let own = Servers::new(vec![Arc::clone(&name)]);
-        let (seed, seed_failed) =
-            RedisNode::connect(address.clone(), 0, own, wait, max_in_flight, batching).await?;
+        let seed = Link::start(
+            address.clone(),
+            tls.clone(),
+            Options {
+                limits,
+                library: false,
+                identity: None,
+            },
+        );
+        let seed_failed = match seed.first_outcome(wait).await {
+            Some(Err(First::Failed(NodeError::Auth(message)))) => {
+                return Err(ConfigError::Auth {
+                    node: name.to_string(),
+                    message: message.to_string(),
+                });
+            }
+            Some(Err(First::Failed(error))) => Some(error),
+            _ => None,
+        };
         let shared = Arc::new(Shared {
+            name: Arc::clone(&name),
             address,
+            tls,
+            limits,
             seed,
             map: Mutex::new(Map::empty()),
             refresh: Notify::new(),
-            max_in_flight,
-            batching,
+            changed: Notify::new(),
         });
-        let (first_tx, first_rx) = oneshot::channel();
-        let mapper = Background::spawn(map_continuously(
+        let (first_tx, first_rx) = tokio::sync::oneshot::channel();
+        let mapper = tokio::spawn(map_continuously(
             Arc::clone(&shared),
             Identity { index, servers },
             first_tx,
-        ));
-        let node = ClusterNode {
-            name,
-            shared,
-            _mapper: mapper,
-        };
+        ))
+        .abort_handle();
+        let node = ClusterNode { shared, mapper };
         if seed_failed.is_some() {
             return Ok((node, seed_failed));
         }
         match tokio::time::timeout(wait, first_rx).await {
             Ok(Ok(Err(Mapping::SameAs(first)))) => Err(ConfigError::SameServer {
                 first: first.to_string(),
-                second: node.name.to_string(),
+                second: name.to_string(),
             }),
             Ok(Ok(Err(Mapping::Failed(error)))) => Ok((node, Some(error))),
             _ => Ok((node, None)),
@@ -181,7 +269,7 @@ impl ClusterNode {
 
     /// The member's name (the seed's URL, passwords masked).
     pub(crate) fn name(&self) -> &Arc<str> {
-        &self.name
+        &self.shared.name
     }
 
     /// `Ok` while the map is known and every master is connected; otherwise
@@ -199,6 +287,16 @@ impl ClusterNode {
         Ok(())
     }
 
+    /// Whether no attempt to learn the map has ended yet.
+    pub(crate) fn connecting_first(&self) -> bool {
+        self.shared.map().first
+    }
+
+    /// Resolves after the next attempt to learn the map.
+    pub(crate) async fn changed(&self) {
+        self.shared.changed.notified().await;
+    }
+
     /// The server and version the seed reported, and how many masters.
     pub(crate) fn server(&self) -> Option<Arc<str>> {
         let map = self.shared.map();
@@ -213,7 +311,13 @@ impl ClusterNode {
     /// One `PING` to every master at once; the first failure, if any.
     pub(crate) async fn ping(&self) -> Result<(), NodeError> {
         self.ready()?;
-        let masters: Vec<_> = self.shared.map().masters.clone();
+        let masters: Vec<(String, Arc<Link>)> = self
+            .shared
+            .map()
+            .masters
+            .iter()
+            .map(|(at, link)| (at.clone(), Arc::clone(link.arc())))
+            .collect();
         let pings = masters.iter().map(|(at, master)| async move {
             master
                 .ping()
@@ -227,44 +331,65 @@ impl ClusterNode {
             .map(drop)
     }
 
-    /// Performs `op` on the master serving its slot, following redirections
-    /// (see the module docs). The first poll writes the command.
-    pub(crate) async fn run(&self, op: Op<'_>, grace: Duration) -> Result<Reply, NodeError> {
-        let key = op.first_key();
-        let mut master = self.shared.owner(slot(key.as_bytes())).inspect_err(|_| {
-            self.shared.refresh.notify_one();
-        })?;
-        let mut asking = false;
-        for _ in 0..=MAX_REDIRECTS {
-            match master.exchange(&op, asking, grace).await {
-                Ok(value) => return parse_reply(&op, value),
-                Err(Failure::Node(error)) => {
-                    if matches!(
-                        error,
-                        NodeError::NotConnected(_) | NodeError::Connection(_) | NodeError::TimedOut
-                    ) {
-                        // Maybe a failover: another master serves it now.
-                        self.shared.refresh.notify_one();
+    /// Makes `call` on the master serving its key's slot (see the module
+    /// docs for which master that is while a slot moves), or ends it at once
+    /// with why not. Whether it was made.
+    pub(crate) fn submit(&self, mut call: Pending) -> bool {
+        let shared = &self.shared;
+        let Work::Op {
+            claim,
+            step,
+            ttl_ms,
+            route,
+        } = &mut call.work
+        else {
+            unreachable!("a round's call is an operation")
+        };
+        let key_slot = slot(claim.op(*step, *ttl_ms).first_key().as_bytes());
+        let mut map = shared.map();
+        let target = match map.outstanding.get_mut(&key_slot) {
+            Some((first, count)) => {
+                *count += 1;
+                Arc::clone(first)
+            }
+            None => {
+                let owner = match &map.trouble {
+                    Some(trouble) => Err(NodeError::NotConnected(Arc::clone(trouble))),
+                    None => map
+                        .masters
+                        .get(usize::from(map.owners[usize::from(key_slot)]))
+                        .map(|(_, link)| Arc::clone(link.arc()))
+                        .ok_or_else(|| {
+                            NodeError::NotConnected(
+                                format!("no master serves slot {key_slot}").into(),
+                            )
+                        }),
+                };
+                match owner {
+                    Ok(owner) => {
+                        map.outstanding.insert(key_slot, (Arc::clone(&owner), 1));
+                        owner
                     }
-                    return Err(error);
-                }
-                Err(Failure::Redirect { ask, slot, to, .. }) => {
-                    if !ask {
-                        self.shared.refresh.notify_one();
+                    Err(error) => {
+                        drop(map);
+                        shared.refresh.notify_one();
+                        call.finish(Err(error), shared.limits.late);
+                        return false;
                     }
-                    master = self.shared.redirected(slot, &to, !ask).ok_or_else(|| {
-                        self.shared.refresh.notify_one();
-                        NodeError::NotConnected(
-                            format!("slot {slot} is served by {to}, not connected yet").into(),
-                        )
-                    })?;
-                    asking = ask;
                 }
             }
+        };
+        drop(map);
+        *route = Some(Outstanding::new(
+            Arc::clone(shared) as Arc<dyn Route>,
+            key_slot,
+        ));
+        let made = target.submit(call);
+        if !made {
+            // The master is down: maybe a failover, another serves it now.
+            shared.refresh.notify_one();
         }
-        Err(NodeError::Server(
-            format!("redirected more than {MAX_REDIRECTS} times").into(),
-        ))
+        made
     }
 }
 
@@ -288,7 +413,7 @@ enum Mapping {
 async fn map_continuously(
     shared: Arc<Shared>,
     identity: Identity,
-    first: oneshot::Sender<Result<(), Mapping>>,
+    first: tokio::sync::oneshot::Sender<Result<(), Mapping>>,
 ) {
     let mut first = Some(first);
     loop {
@@ -309,6 +434,8 @@ async fn map_continuously(
                 MIN_REFRESH_GAP
             }
         };
+        shared.map().first = false;
+        shared.changed.notify_waiters();
         if let Some(first) = first.take() {
             let _ = first.send(outcome);
         }
@@ -322,7 +449,8 @@ async fn map_continuously(
 }
 
 /// One refresh: asks for the map, checks the cluster is no other member,
-/// connects any new master, installs the map.
+/// connects any new master (waiting for its first attempt), installs the
+/// map.
 async fn map_once(shared: &Shared, identity: &Identity) -> Result<(), Mapping> {
     let layout = ask_for_layout(shared).await.map_err(Mapping::Failed)?;
     if let Some(id) = layout.iter().map(|range| &range.id).min()
@@ -341,39 +469,23 @@ async fn map_once(shared: &Shared, identity: &Identity) -> Result<(), Mapping> {
             format!("{} masters: at most {MAX_MASTERS}", addresses.len()).into(),
         )));
     }
-    // Keep the masters already connected; connect the new ones (at once,
-    // off the lock, each bounded).
-    let known: HashMap<String, Arc<RedisNode>> = shared.map().masters.iter().cloned().collect();
-    let connecting = addresses.iter().map(|at| {
-        let known = known.get(at).cloned();
-        async move {
-            if let Some(node) = known {
-                return Ok((at.clone(), node));
-            }
-            let (host, port) = split_host_port(at)?;
-            let address = shared
-                .address
-                .node_at(host, port)
-                .map_err(|e| NodeError::Protocol(e.to_string().into()))?;
-            let own = Servers::new(vec![Arc::clone(address.name())]);
-            let (node, _) = RedisNode::connect(
-                address,
-                0,
-                own,
-                ASK_TIMEOUT,
-                shared.max_in_flight,
-                shared.batching,
-            )
-            .await
-            .map_err(|e| NodeError::Auth(e.to_string().into()))?;
-            Ok((at.clone(), Arc::new(node)))
-        }
-    });
-    let masters = futures::future::join_all(connecting)
-        .await
+    // Keep the masters already connected; connect the new ones.
+    let mut known: HashMap<String, LinkHandle> = std::mem::take(&mut shared.map().masters)
         .into_iter()
-        .collect::<Result<Vec<_>, NodeError>>()
-        .map_err(Mapping::Failed)?;
+        .collect();
+    let mut masters = Vec::with_capacity(addresses.len());
+    let mut fresh = Vec::new();
+    for at in &addresses {
+        let link = match known.remove(at) {
+            Some(link) => link,
+            None => {
+                let link = shared.connect(at).map_err(Mapping::Failed)?;
+                fresh.push(Arc::clone(link.arc()));
+                link
+            }
+        };
+        masters.push((at.clone(), link));
+    }
     let mut owners = vec![NONE; usize::from(SLOTS)].into_boxed_slice();
     for range in &layout {
         let index = addresses.binary_search(&range.at).unwrap_or_default() as u16;
@@ -381,12 +493,17 @@ async fn map_once(shared: &Shared, identity: &Identity) -> Result<(), Mapping> {
             owners[usize::from(slot)] = index;
         }
     }
-    let mut map = shared.map();
-    *map = Map {
-        owners,
-        masters,
-        trouble: None,
-    };
+    {
+        let mut map = shared.map();
+        // Masters gone from the map (`known`'s rest) finish what they hold.
+        map.masters = masters;
+        map.owners = owners;
+        map.trouble = None;
+    }
+    drop(known);
+    // New masters' first attempts, each bounded.
+    let first = fresh.iter().map(|link| link.first_outcome(ASK_TIMEOUT));
+    futures::future::join_all(first).await;
     Ok(())
 }
 
@@ -403,18 +520,20 @@ struct Range {
 
 /// Asks the seed for the map, else each master known, each bounded.
 async fn ask_for_layout(shared: &Shared) -> Result<Vec<Range>, NodeError> {
-    let command = redis::cmd("CLUSTER").arg("SLOTS").to_owned();
-    let seed_host = shared.address.node_host();
-    let masters: Vec<Arc<RedisNode>> = shared
+    let command = crate::resp::encode(&[b"CLUSTER", b"SLOTS"]);
+    let seed_host = match &shared.address.endpoint().target {
+        crate::address::Target::Tcp { host, .. } => host.clone(),
+        crate::address::Target::Unix(_) => String::new(),
+    };
+    let masters: Vec<Arc<Link>> = shared
         .map()
         .masters
         .iter()
-        .map(|(_, node)| Arc::clone(node))
+        .map(|(_, link)| Arc::clone(link.arc()))
         .collect();
     let mut last = NodeError::NotConnected("no node to ask".into());
-    let asked = std::iter::once(&shared.seed).chain(masters.iter().map(|m| &**m));
-    for node in asked {
-        let answer = tokio::time::timeout(ASK_TIMEOUT, node.query(&command))
+    for node in std::iter::once(shared.seed.arc()).chain(masters.iter()) {
+        let answer = tokio::time::timeout(ASK_TIMEOUT, node.query(command.clone(), None))
             .await
             .unwrap_or(Err(NodeError::TimedOut));
         match answer.and_then(|value| parse_slots(&value, &seed_host)) {
@@ -427,29 +546,25 @@ async fn ask_for_layout(shared: &Shared) -> Result<Vec<Range>, NodeError> {
 
 /// Parses a `CLUSTER SLOTS` answer: `[[start, end, [host, port, id, …],
 /// replicas…], …]`. An empty or unknown host (`""`, `"?"`) is `seed_host`.
-fn parse_slots(value: &Value, seed_host: &str) -> Result<Vec<Range>, NodeError> {
+fn parse_slots(value: &Frame, seed_host: &str) -> Result<Vec<Range>, NodeError> {
     let bad = || NodeError::Protocol(format!("unexpected CLUSTER SLOTS answer: {value:?}").into());
-    let Value::Array(ranges) = value else {
+    let Frame::Array(ranges) = value else {
         return Err(bad());
     };
-    let text = |v: &Value| match v {
-        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
-        Value::SimpleString(s) => Some(s.clone()),
-        _ => None,
-    };
-    let number = |v: &Value| match v {
-        Value::Int(n) => u16::try_from(*n).ok(),
+    let text = |v: &Frame| v.bytes().map(|b| String::from_utf8_lossy(b).into_owned());
+    let number = |v: &Frame| match v {
+        Frame::Int(n) => u16::try_from(*n).ok(),
         _ => None,
     };
     let mut layout = Vec::with_capacity(ranges.len());
     for range in ranges {
-        let Value::Array(fields) = range else {
+        let Frame::Array(fields) = range else {
             return Err(bad());
         };
         let [start, end, master, ..] = fields.as_slice() else {
             return Err(bad());
         };
-        let Value::Array(master) = master else {
+        let Frame::Array(master) = master else {
             return Err(bad());
         };
         let (Some(start), Some(end)) = (number(start), number(end)) else {
@@ -496,23 +611,23 @@ fn split_host_port(at: &str) -> Result<(&str, u16), NodeError> {
 mod tests {
     use super::*;
 
-    fn bulk(s: &str) -> Value {
-        Value::BulkString(s.as_bytes().to_vec())
+    fn bulk(s: &str) -> Frame {
+        Frame::Bulk(s.as_bytes().to_vec())
     }
 
     #[test]
     fn reads_cluster_slots() {
-        let answer = Value::Array(vec![
-            Value::Array(vec![
-                Value::Int(0),
-                Value::Int(5460),
-                Value::Array(vec![bulk("127.0.0.1"), Value::Int(7301), bulk("bbb")]),
-                Value::Array(vec![bulk("127.0.0.1"), Value::Int(7304), bulk("r")]),
+        let answer = Frame::Array(vec![
+            Frame::Array(vec![
+                Frame::Int(0),
+                Frame::Int(5460),
+                Frame::Array(vec![bulk("127.0.0.1"), Frame::Int(7301), bulk("bbb")]),
+                Frame::Array(vec![bulk("127.0.0.1"), Frame::Int(7304), bulk("r")]),
             ]),
-            Value::Array(vec![
-                Value::Int(5461),
-                Value::Int(16383),
-                Value::Array(vec![bulk(""), Value::Int(7302), bulk("aaa")]),
+            Frame::Array(vec![
+                Frame::Int(5461),
+                Frame::Int(16383),
+                Frame::Array(vec![bulk(""), Frame::Int(7302), bulk("aaa")]),
             ]),
         ]);
         let layout = parse_slots(&answer, "seed").unwrap();
@@ -533,12 +648,12 @@ mod tests {
                 },
             ]
         );
-        assert!(parse_slots(&Value::Array(vec![]), "seed").is_err());
-        assert!(parse_slots(&Value::Nil, "seed").is_err());
-        let beyond = Value::Array(vec![Value::Array(vec![
-            Value::Int(0),
-            Value::Int(16384),
-            Value::Array(vec![bulk("h"), Value::Int(1)]),
+        assert!(parse_slots(&Frame::Array(vec![]), "seed").is_err());
+        assert!(parse_slots(&Frame::Nil, "seed").is_err());
+        let beyond = Frame::Array(vec![Frame::Array(vec![
+            Frame::Int(0),
+            Frame::Int(16384),
+            Frame::Array(vec![bulk("h"), Frame::Int(1)]),
         ])]);
         assert!(parse_slots(&beyond, "seed").is_err());
     }

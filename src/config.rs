@@ -11,12 +11,20 @@ use crate::cluster::ClusterNode;
 use crate::dispatch::{DEFAULT_MAX_IN_FLIGHT, Dispatcher, Limits, Member};
 use crate::driver::{Driver, Settings};
 use crate::error::{ConfigError, NodeError};
+use crate::link::tls;
+use crate::master::{RedisNode, Servers};
 use crate::node::Node;
 use crate::proto::keys::KeyLayout;
 use crate::pubsub;
 use crate::quorum::{DEFAULT_NODE_TIMEOUT, DriftFactor, MAX_TTL_MS, quorum};
-use crate::redis_node::{RedisNode, Servers};
+use crate::telemetry::NodeTelemetry;
 use crate::wakeup::{Hub, Open};
+
+/// How long one connection attempt may take, unless
+/// [`Builder::connect_timeout`] says otherwise.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// The longest connect timeout accepted.
+pub const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// Options of one lock call: how long to wait for the lock, whether it
 /// carries a fencing token, and — for [`Redlock::run_with`](crate::Redlock::run_with) — how the lease
@@ -141,7 +149,7 @@ pub struct Builder {
     jitter_seed: Option<u64>,
     key_prefix: String,
     interop_keys: bool,
-    batching: bool,
+    connect_timeout: Option<Duration>,
 }
 
 impl fmt::Debug for Builder {
@@ -160,7 +168,7 @@ impl fmt::Debug for Builder {
             .field("jitter_seed", &self.jitter_seed)
             .field("key_prefix", &self.key_prefix)
             .field("interop_keys", &self.interop_keys)
-            .field("batching", &self.batching)
+            .field("connect_timeout", &self.connect_timeout)
             .finish()
     }
 }
@@ -276,24 +284,23 @@ impl Builder {
         self
     }
 
-    /// Batching (default: off): once a few writes to a Redis node are in
-    /// flight, the calls that follow wait and go out together, in one
-    /// pipeline, as soon as one returns. A lone client never has that many
-    /// in flight, so it is no slower. Each call keeps its own answer, order
-    /// and deadline.
-    ///
-    /// Measured on two shared cores (`cargo bench --bench batching`,
-    /// docs/benchmarks.md): the servers' CPU per lock+release cycle drops
-    /// by 8–12 %, throughput changes within the machine's noise at 1–64
-    /// tasks and falls by about 6 % at 256 — the client's own CPU, which
-    /// batching does not reduce, is the limit there. Hence off by default.
+    /// How long one connection attempt to a node may take — TCP, TLS and
+    /// the handshake (`AUTH`, `SELECT`, `PING`, `INFO`, loading the
+    /// scripts), pipelined into one round trip — default 1 s, at most 1 h.
+    /// It is also the first round's connect budget: a round made while
+    /// nodes are still connecting for the first time waits for them (not
+    /// counted in its validity) until each has connected or failed, or a
+    /// quorum has connected and one node timeout more has passed, at most
+    /// this long. So distant nodes work from the first call, and a node
+    /// frozen at start costs the first round at most this, once.
     ///
     /// ```
-    /// let builder = redquorum::Redlock::builder().batching(true);
+    /// let builder = redquorum::Redlock::builder()
+    ///     .connect_timeout(std::time::Duration::from_secs(3)); // nodes far away
     /// # let _ = builder;
     /// ```
-    pub fn batching(mut self, on: bool) -> Self {
-        self.batching = on;
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = Some(timeout);
         self
     }
 
@@ -421,12 +428,6 @@ impl Builder {
 
     /// Checks the settings and connects (see [`build`](Builder::build)).
     pub(crate) async fn connect(self) -> Result<Driver, ConfigError> {
-        #[cfg(feature = "tls")]
-        {
-            // One crypto provider for rustls, unless the process chose one:
-            // without it a `rediss://` connection would panic.
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
         let drift_factor = match self.drift_factor {
             None => DriftFactor::default(),
             Some(f) => DriftFactor::new(f).ok_or(ConfigError::InvalidDriftFactor(f))?,
@@ -437,6 +438,10 @@ impl Builder {
             .is_some_and(|t| t < Duration::from_millis(1) || t > longest)
         {
             return Err(ConfigError::InvalidNodeTimeout);
+        }
+        let connect_timeout = self.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
+        if connect_timeout < Duration::from_millis(1) || connect_timeout > MAX_CONNECT_TIMEOUT {
+            return Err(ConfigError::InvalidConnectTimeout(connect_timeout));
         }
         if self.retry.max_delay() > longest {
             return Err(ConfigError::InvalidRetry);
@@ -458,6 +463,9 @@ impl Builder {
         if targets.is_empty() && self.custom.is_empty() {
             return Err(ConfigError::NoNodes);
         }
+        // TLS only where a node needs it, with a provider of the client's
+        // own (the process default is never touched).
+        let tls = tls::Configs::new(&self.tls, targets.iter().map(|t| t.endpoint().tls))?;
         for target in targets.iter().filter(|t| t.is_insecure()) {
             tracing::warn!(node = %target.name(), "certificate verification is off for this node (#insecure)");
         }
@@ -478,8 +486,8 @@ impl Builder {
             let sources = targets
                 .iter()
                 .map(|t| {
-                    let client = t.client().clone();
-                    Box::new(move || Some(pubsub::listen(client.clone()))) as Open
+                    let (address, tls) = (t.clone(), tls.clone());
+                    Box::new(move || Some(pubsub::listen(address.clone(), tls.clone()))) as Open
                 })
                 .chain(self.custom.iter().map(|node| {
                     let node = Arc::clone(node);
@@ -492,36 +500,40 @@ impl Builder {
                 self.jitter_seed,
             )
         });
-        let wait = self.node_timeout.unwrap_or(DEFAULT_NODE_TIMEOUT);
-        let batching = self.batching;
-        let servers = Servers::new(targets.iter().map(|t| Arc::clone(t.name())).collect());
-        // Requiring a quorum waits for a whole connection attempt (TCP, TLS,
-        // AUTH, PING), not just the node timeout.
+        // The bounds come from the node timeout alone.
+        let node_timeout = self.node_timeout.unwrap_or(DEFAULT_NODE_TIMEOUT);
+        let limits = Limits::new(max_in_flight, node_timeout, connect_timeout);
+        // `build` waits the node timeout for the first connections;
+        // requiring a quorum waits for whole connection attempts.
         let wait = if self.require_quorum {
-            wait.max(Duration::from_secs(1))
+            connect_timeout
         } else {
-            wait
+            node_timeout
         };
+        let servers = Servers::new(targets.iter().map(|t| Arc::clone(t.name())).collect());
         let connected = futures::future::join_all(targets.into_iter().enumerate().map(|(i, t)| {
             let servers = Arc::clone(&servers);
+            let tls = tls.clone();
             async move {
-                Ok::<_, ConfigError>(if t.is_cluster() {
+                let telemetry = Arc::new(NodeTelemetry::new(t.name()));
+                let member = if t.is_cluster() {
                     let (node, first) =
-                        ClusterNode::connect(t, i, servers, wait, max_in_flight, batching).await?;
+                        ClusterNode::connect(t, i, servers, tls, limits, wait).await?;
                     (Member::Cluster(Arc::new(node)), first)
                 } else {
+                    let identity = servers.identity(i, Arc::clone(t.name()));
                     let (node, first) =
-                        RedisNode::connect(t, i, servers, wait, max_in_flight, batching).await?;
+                        RedisNode::connect(t, Some(identity), tls, limits, wait).await?;
                     (Member::Redis(Arc::new(node)), first)
-                })
+                };
+                Ok::<_, ConfigError>((member, telemetry))
             }
         }))
         .await;
-        let limits = Limits::new(max_in_flight, wait);
         let mut nodes = Vec::with_capacity(connected.len() + self.custom.len());
         let (mut tls_failures, mut other_failures, mut up) = (Vec::new(), 0, 0);
         for node in connected {
-            let (member, first) = node?;
+            let ((member, first), telemetry) = node?;
             match first {
                 Some(NodeError::Tls(message)) => {
                     tls_failures.push(format!("{}: {message}", member.name()));
@@ -529,7 +541,7 @@ impl Builder {
                 Some(_) => other_failures += 1,
                 None => up += usize::from(member.ready().is_ok()),
             }
-            nodes.push(Dispatcher::start(member, limits));
+            nodes.push(Dispatcher::start(member, limits, telemetry));
         }
         // Every node that answered failing its handshake, and none up: a
         // configuration error, not an outage — say so now rather than vote
@@ -538,11 +550,10 @@ impl Builder {
             return Err(ConfigError::Tls(tls_failures.join("; ")));
         }
         let custom = self.custom.len();
-        nodes.extend(
-            self.custom
-                .into_iter()
-                .map(|node| Dispatcher::start(Member::Custom(node), limits)),
-        );
+        nodes.extend(self.custom.into_iter().map(|node| {
+            let telemetry = Arc::new(NodeTelemetry::new(node.name()));
+            Dispatcher::start(Member::Custom(node), limits, telemetry)
+        }));
         if self.require_quorum {
             let needed = quorum(nodes.len());
             let down: Vec<String> = nodes
@@ -569,6 +580,7 @@ impl Builder {
                 node_timeout: self.node_timeout,
                 drift_factor,
                 retry: self.retry,
+                connect_timeout,
             },
             layout,
             hub,

@@ -12,25 +12,22 @@
 //! acquire still in flight removes whatever that acquire sets.
 
 use std::fmt;
-use std::future::{Future, poll_fn};
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use smallvec::SmallVec;
 use tokio::time::Instant;
-use tracing::Instrument;
 
+use crate::ballot::{Ballot, Mask, Until};
 use crate::claim::{Claim, Keys};
-use crate::dispatch::{Call, Dispatcher, Member, Outcome};
+use crate::dispatch::{Dispatcher, Member};
 use crate::error::{Answer, ConfigError, LockError, NodeError, Votes};
+use crate::node::Snapshot;
 use crate::proto::acquire::{Acquisition, Next};
 use crate::proto::keys::KeyLayout;
 use crate::proto::per_node::PerNode;
 use crate::proto::quorum::{self, Decision, DriftFactor, MAX_TTL_MS};
 use crate::proto::retry::{Backoff, Budget, Last, Next as Pause, Retry, WAKE_SPREAD};
-use crate::proto::round::{Collector, Step, Tally, Wait, refusal};
+use crate::proto::round::{Step, Tally, refusal};
 use crate::wakeup::{Hub, Interest};
 
 /// The validated settings every operation reads.
@@ -39,6 +36,9 @@ pub(crate) struct Settings {
     pub(crate) node_timeout: Option<Duration>,
     pub(crate) drift_factor: DriftFactor,
     pub(crate) retry: Retry,
+    /// One connection attempt's bound, and the first round's connect
+    /// budget.
+    pub(crate) connect_timeout: Duration,
 }
 
 /// A checked TTL and the validity it leaves.
@@ -67,10 +67,6 @@ pub(crate) enum Attempts {
     Until(Option<Instant>),
 }
 
-/// Node masks, inline for up to this many nodes.
-const INLINE: usize = 5;
-type Mask = SmallVec<[bool; INLINE]>;
-
 /// The nodes and what every operation shares.
 pub(crate) struct Driver {
     nodes: Box<[Dispatcher]>,
@@ -83,6 +79,11 @@ pub(crate) struct Driver {
     jitter: Option<std::sync::Mutex<rand::rngs::StdRng>>,
     /// How resources map to keys.
     layout: KeyLayout,
+    /// When the client was built: the first round's connect budget counts
+    /// from here.
+    started: Instant,
+    /// The nodes' names, for the rounds' logs.
+    names: Arc<[Arc<str>]>,
 }
 
 impl fmt::Debug for Driver {
@@ -106,6 +107,7 @@ impl Driver {
         let clustered = nodes
             .iter()
             .any(|node| matches!(node.member(), Member::Cluster(_)));
+        let names = nodes.iter().map(|node| Arc::clone(node.name())).collect();
         Driver {
             nodes: nodes.into(),
             settings,
@@ -114,6 +116,8 @@ impl Driver {
             jitter: jitter_seed
                 .map(|seed| std::sync::Mutex::new(rand::SeedableRng::seed_from_u64(seed))),
             layout,
+            started: Instant::now(),
+            names,
         }
     }
 
@@ -201,12 +205,15 @@ impl Driver {
         ttl: Ttl,
         holder_ttl: bool,
     ) -> Result<Held, LockError> {
+        // Nodes still connecting for the first time are waited for before
+        // the round's clock starts.
+        self.first_connections().await;
         // The clock is read before the first request leaves.
         let t0 = Instant::now();
         let deadline = t0 + ttl.validity;
         let per_node = quorum::node_timeout(self.settings.node_timeout, ttl.ms, ttl.validity);
         let step = Step::Acquire { holder_ttl };
-        let mut calls = self.submit(claim, step, ttl.ms, None);
+        let round = self.submit(claim, step, ttl.ms, None, Until::Decision);
         // If this future is dropped from here on, the guard releases whatever
         // the round may have set: on every node the acquire was handed to,
         // behind it. (A reentrant release names its hold, so where the hold
@@ -215,15 +222,12 @@ impl Driver {
             driver: self,
             claim,
             ttl_ms: ttl.ms,
-            only: calls.made(),
+            only: round.made.clone(),
             armed: true,
         };
-        let mut tally = self
-            .collect(step, &mut calls, t0 + per_node, Wait::Decision)
-            .await;
-        // Calls still in flight go on: the lock reaches every node that
-        // answers, not a bare quorum.
-        drop(calls);
+        // Calls still in flight go on when the round stops listening: the
+        // lock reaches every node that answers, not a bare quorum.
+        let mut tally = self.collect(&round, t0 + per_node).await;
         let mut acquisition = Acquisition::default();
         loop {
             match acquisition.next(tally, Instant::now() < deadline) {
@@ -236,10 +240,8 @@ impl Driver {
                         deadline.saturating_duration_since(now),
                     );
                     let step = Step::WriteBack(fence);
-                    let mut calls = self.submit(claim, step, ttl.ms, Some(&to));
-                    tally = self
-                        .collect(step, &mut calls, now + per_node, Wait::Decision)
-                        .await;
+                    let round = self.submit(claim, step, ttl.ms, Some(&to), Until::Decision);
+                    tally = self.collect(&round, now + per_node).await;
                 }
                 Next::Granted { fence } => {
                     guard.armed = false; // the Lock owns the keys now
@@ -260,7 +262,7 @@ impl Driver {
                     // meets our own leftovers there; the others (silent,
                     // possibly frozen) get the release behind the acquire.
                     guard.armed = false; // handed over at the release's first poll
-                    let wait = Wait::Nodes(&wait_for);
+                    let wait = Until::Nodes(wait_for.iter().copied().collect());
                     self.give_back(Step::Undo, claim, ttl.ms, wait, Some(&behind))
                         .await;
                     return Err(refusal(decision, self.votes(answers)));
@@ -395,10 +397,8 @@ impl Driver {
         let per_node = quorum::node_timeout(self.settings.node_timeout, ttl.ms, ttl.validity);
         // Handed to every node at once: nodes that answer after the decision
         // get the extension all the same.
-        let mut calls = self.submit(claim, Step::Extend, ttl.ms, None);
-        let tally = self
-            .collect(Step::Extend, &mut calls, t1 + per_node, Wait::Decision)
-            .await;
+        let round = self.submit(claim, Step::Extend, ttl.ms, None, Until::Decision);
+        let tally = self.collect(&round, t1 + per_node).await;
         if tally.decision == Decision::Granted && Instant::now() < new_deadline {
             Ok(deadline.max(new_deadline))
         } else {
@@ -407,20 +407,20 @@ impl Driver {
     }
 
     /// Releases `claim` on every node (or those marked in `only`). Returns
-    /// once `wait` is satisfied or the node timeout passed; the calls still
+    /// once `until` is satisfied or the node timeout passed; the calls still
     /// in flight then reach their nodes all the same (bounded by each node's
     /// grace), with no task of their own.
     ///
-    /// The calls are handed over at the first poll: from then on, dropping
-    /// this future changes nothing on the nodes.
+    /// The calls are made at the first poll: from then on, dropping this
+    /// future changes nothing on the nodes.
     pub(crate) async fn release(
         &self,
         claim: &Arc<Claim>,
         ttl_ms: u64,
-        wait: Wait<'_>,
+        until: Until,
         only: Option<&[bool]>,
     ) -> Tally {
-        self.give_back(Step::Release, claim, ttl_ms, wait, only)
+        self.give_back(Step::Release, claim, ttl_ms, until, only)
             .await
     }
 
@@ -431,42 +431,40 @@ impl Driver {
         step: Step,
         claim: &Arc<Claim>,
         ttl_ms: u64,
-        wait: Wait<'_>,
+        until: Until,
         only: Option<&[bool]>,
     ) -> Tally {
         let per_node = quorum::node_timeout(self.settings.node_timeout, ttl_ms, Duration::MAX);
-        let until = Instant::now() + per_node;
-        let mut calls = self.submit(claim, step, ttl_ms, only);
-        self.collect(step, &mut calls, until, wait).await
+        let timer = Instant::now() + per_node;
+        let round = self.submit(claim, step, ttl_ms, only, until);
+        self.collect(&round, timer).await
     }
 
     /// Reads what every node holds under `claim`'s keys ([`Step::Inspect`]),
     /// waiting for each at most the node timeout (the configured one, or
     /// [`DEFAULT_NODE_TIMEOUT`](quorum::DEFAULT_NODE_TIMEOUT)); a node silent
     /// by then answers [`NodeError::TimedOut`].
-    pub(crate) async fn gather(&self, claim: &Arc<Claim>) -> Vec<Outcome> {
+    pub(crate) async fn gather(&self, claim: &Arc<Claim>) -> Vec<Result<Snapshot, NodeError>> {
+        self.first_connections().await;
         let wait = self
             .settings
             .node_timeout
             .unwrap_or(quorum::DEFAULT_NODE_TIMEOUT);
-        let until = Instant::now() + wait;
-        let mut calls = self.submit(claim, Step::Inspect, 0, None);
-        let mut outcomes: Vec<Option<Outcome>> = vec![None; self.nodes.len()];
-        let timer = tokio::time::sleep_until(until);
-        tokio::pin!(timer);
-        loop {
-            tokio::select! {
-                biased;
-                next = calls.next() => match next {
-                    Some((i, outcome)) => outcomes[i] = Some(outcome),
-                    None => break,
-                },
-                () = &mut timer => break,
-            }
-        }
-        outcomes
+        let timer = Instant::now() + wait;
+        let everyone = Until::Nodes(smallvec::smallvec![true; self.nodes.len()]);
+        let round = self.submit(claim, Step::Inspect, 0, None, everyone);
+        let tally = self.collect(&round, timer).await;
+        tally
+            .snapshots
             .into_iter()
-            .map(|o| o.unwrap_or(Err(NodeError::TimedOut)))
+            .zip(tally.answers.iter())
+            .map(|(snapshot, answer)| match (snapshot, answer) {
+                (Some(snapshot), _) => Ok(snapshot),
+                (None, Answer::Failed(error)) => Err(error.clone()),
+                (None, other) => Err(NodeError::Protocol(
+                    format!("{other:?} for an inspection").into(),
+                )),
+            })
             .collect()
     }
 
@@ -475,20 +473,67 @@ impl Driver {
     /// (the keys expire at their TTL).
     pub(crate) fn release_detached(&self, claim: &Arc<Claim>, ttl_ms: u64, only: Option<&[bool]>) {
         if tokio::runtime::Handle::try_current().is_ok() {
-            drop(self.submit(claim, Step::Release, ttl_ms, only));
+            drop(self.submit(claim, Step::Release, ttl_ms, only, Until::Decision));
+        }
+    }
+
+    /// Waits, before a round's clock starts, for nodes still connecting for
+    /// the first time: until each has connected or failed, or a quorum has
+    /// connected and one node timeout more has passed — at most the connect
+    /// budget ([`Settings::connect_timeout`]) from the client's start. Free
+    /// once every node has had its first attempt.
+    async fn first_connections(&self) {
+        if !self.nodes.iter().any(|n| n.member().connecting_first()) {
+            return;
+        }
+        let budget = self.started + self.settings.connect_timeout;
+        let quorum = self.quorum();
+        let grace = self
+            .settings
+            .node_timeout
+            .unwrap_or(quorum::DEFAULT_NODE_TIMEOUT);
+        let mut quorum_since: Option<Instant> = None;
+        loop {
+            let connecting = self
+                .nodes
+                .iter()
+                .filter(|n| n.member().connecting_first())
+                .count();
+            if connecting == 0 {
+                return;
+            }
+            let up = self
+                .nodes
+                .iter()
+                .filter(|n| n.member().ready().is_ok())
+                .count();
+            let now = Instant::now();
+            if up >= quorum {
+                quorum_since.get_or_insert(now);
+            }
+            let until = quorum_since.map_or(budget, |since| budget.min(since + grace));
+            if now >= until {
+                return;
+            }
+            let changed = futures::future::select_all(
+                self.nodes.iter().map(|n| Box::pin(n.member().changed())),
+            );
+            let _ = tokio::time::timeout_at(until, changed).await;
         }
     }
 
     /// Makes one operation on every node at once (or on those marked in
-    /// `only`). Each call is written whatever becomes of the returned
-    /// [`Calls`]; a node that cannot take it answers at once.
+    /// `only`), each answer cast into the round's ballot, listened to
+    /// `until`. Each call is delivered whatever becomes of the returned
+    /// round; a node that cannot take it answers at once.
     fn submit(
         &self,
         claim: &Arc<Claim>,
         step: Step,
         ttl_ms: u64,
         only: Option<&[bool]>,
-    ) -> Calls<'_> {
+        until: Until,
+    ) -> Round {
         let asked: Mask = (0..self.nodes.len())
             .map(|i| only.is_none_or(|only| only[i]))
             .collect();
@@ -498,116 +543,39 @@ impl Driver {
             key = claim.keys().first(),
             nodes = self.nodes.len()
         );
-        // Made inside the round's span: an answer that arrives after the
-        // decision is logged in it.
-        let calls = span.in_scope(|| {
-            self.nodes
-                .iter()
-                .zip(&asked)
-                .map(|(node, &asked)| asked.then(|| node.call(claim, step, ttl_ms)))
-                .collect()
-        });
-        Calls { calls, asked, span }
-    }
-
-    /// Feeds the answers from `calls` to a round until it may stop
-    /// listening (`wait`) or `until` passes; nodes silent by then count as
-    /// timed out.
-    async fn collect(
-        &self,
-        step: Step,
-        calls: &mut Calls<'_>,
-        until: Instant,
-        wait: Wait<'_>,
-    ) -> Tally {
-        let span = calls.span.clone();
-        async move {
-            // A round whose every node refuses at once (none connected)
-            // never waits on anything: it still counts against the task's
-            // budget, so a caller looping on it lets the runtime run the
-            // reconnects (and timers) it needs.
-            tokio::task::coop::consume_budget().await;
-            let started = Instant::now();
-            let mut round = Collector::new(step, &calls.asked);
-            let timer = tokio::time::sleep_until(until);
-            tokio::pin!(timer);
-            while !round.is_done(wait) {
-                tokio::select! {
-                    biased;
-                    next = calls.next() => {
-                        let Some((i, reply)) = next else { break };
-                        round.on_reply(i, reply);
-                        tracing::debug!(
-                            node = %self.nodes[i].name(),
-                            answer = ?round.answer(i),
-                            latency_us = started.elapsed().as_micros() as u64,
-                        );
-                    }
-                    _ = &mut timer => {
-                        round.on_timeout();
-                        break;
-                    }
-                }
-            }
-            let (decision, yes, no) = round.counts();
-            // The nodes not heard from by the decision: their answers (or
-            // timeouts) come later, in this span.
-            let late: Vec<&str> = calls
-                .calls
-                .iter()
-                .enumerate()
-                .filter(|(_, call)| call.is_some())
-                .map(|(i, _)| &**self.nodes[i].name())
-                .collect();
-            tracing::debug!(?decision, yes, no, ?late);
-            round.finish()
-        }
-        .instrument(span)
-        .await
-    }
-}
-
-/// One round's calls, by node.
-#[derive(Debug)]
-struct Calls<'a> {
-    calls: SmallVec<[Option<Call<'a>>; INLINE]>,
-    asked: Mask,
-    /// The round's span.
-    span: tracing::Span,
-}
-
-impl Calls<'_> {
-    /// The nodes a call was made to (not refused at once).
-    fn made(&self) -> Mask {
-        self.calls
+        let ballot = Ballot::new(step, &asked, until, span, &self.names);
+        let made = self
+            .nodes
             .iter()
-            .map(|call| call.as_ref().is_some_and(Call::made))
-            .collect()
+            .zip(&asked)
+            .enumerate()
+            .map(|(i, (node, &asked))| asked && node.call(&ballot, i, claim, step, ttl_ms))
+            .collect();
+        Round { ballot, made }
     }
 
-    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<(usize, Outcome)>> {
-        let mut waiting = false;
-        for (i, slot) in self.calls.iter_mut().enumerate() {
-            let Some(call) = slot else { continue };
-            match Pin::new(call).poll(cx) {
-                Poll::Ready(answer) => {
-                    *slot = None;
-                    return Poll::Ready(Some((i, answer)));
-                }
-                Poll::Pending => waiting = true,
-            }
-        }
-        if waiting {
-            Poll::Pending
-        } else {
-            Poll::Ready(None)
-        }
+    /// Waits until `round` may stop listening, or `timer` passes (nodes
+    /// silent by then count as timed out): its tally.
+    async fn collect(&self, round: &Round, timer: Instant) -> Tally {
+        // A round whose every node refuses at once (none connected) never
+        // waits on anything: it still counts against the task's budget, so
+        // a caller looping on it lets the runtime run the reconnects (and
+        // timers) it needs.
+        tokio::task::coop::consume_budget().await;
+        let timed_out = tokio::select! {
+            biased;
+            () = round.ballot.decided() => false,
+            () = tokio::time::sleep_until(timer) => true,
+        };
+        round.ballot.close(timed_out)
     }
+}
 
-    /// The next answer, and from which node; `None` once all have answered.
-    async fn next(&mut self) -> Option<(usize, Outcome)> {
-        poll_fn(|cx| self.poll_next(cx)).await
-    }
+/// One round's ballot, and the nodes its calls were made to.
+#[derive(Debug)]
+struct Round {
+    ballot: Arc<Ballot>,
+    made: Mask,
 }
 
 /// What the last refused round of a caller that gives up left on the nodes

@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use crate::claim::{Claim, Keys};
 use crate::error::{ConfigError, LockError, NodeError};
-use crate::node::{Reply, Snapshot, Stored};
+use crate::node::{Snapshot, Stored};
 use crate::proto::verdict::{self, Read};
 use crate::redlock::Redlock;
 use crate::semaphore::Semaphore;
@@ -372,7 +372,7 @@ impl Redlock {
             .zip(writer.nodes())
             .map(|((node, outcome), writer)| NodeView {
                 node: node.to_owned(),
-                read: snapshot(outcome).and_then(|s| {
+                read: outcome.and_then(|s| {
                     Ok(RwHolding {
                         writer: writer.read.clone()?,
                         readers: readers(&s)?,
@@ -408,7 +408,7 @@ impl Redlock {
     }
 
     /// Reads `keys` on every node.
-    async fn gather(&self, keys: Vec<String>) -> Vec<Result<Reply, NodeError>> {
+    async fn gather(&self, keys: Vec<String>) -> Vec<Result<Snapshot, NodeError>> {
         let claim = Arc::new(Claim::new(Keys::inspect(keys)));
         self.driver().gather(&claim).await
     }
@@ -418,7 +418,7 @@ impl Redlock {
     fn inspection(
         &self,
         resource: &str,
-        outcomes: Vec<Result<Reply, NodeError>>,
+        outcomes: Vec<Result<Snapshot, NodeError>>,
         fence: impl Fn(&Snapshot) -> Option<&Stored>,
     ) -> Inspection {
         let nodes = self
@@ -426,7 +426,7 @@ impl Redlock {
             .zip(outcomes)
             .map(|(node, outcome)| NodeView {
                 node: node.to_owned(),
-                read: snapshot(outcome).and_then(|s| {
+                read: outcome.and_then(|s| {
                     let mut holding = holding(s.keys.first())?;
                     holding.fence = match fence(&s) {
                         Some(Stored::Text { value, .. }) => {
@@ -477,15 +477,6 @@ fn named(resource: &str) -> Result<&str, ConfigError> {
         return Err(ConfigError::EmptyResource);
     }
     Ok(resource)
-}
-
-fn snapshot(outcome: Result<Reply, NodeError>) -> Result<Snapshot, NodeError> {
-    match outcome? {
-        Reply::Snapshot(snapshot) => Ok(snapshot),
-        other => Err(NodeError::Protocol(
-            format!("{other:?} for an inspection").into(),
-        )),
-    }
 }
 
 /// A lock key as a holding (its fence unknown yet).

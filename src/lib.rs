@@ -130,7 +130,7 @@
 
 mod address;
 mod admin;
-mod batch;
+mod ballot;
 mod claim;
 mod cluster;
 mod config;
@@ -138,14 +138,16 @@ mod dispatch;
 mod driver;
 pub mod inspect;
 mod lease;
+mod link;
 mod lock;
+mod master;
 pub mod node;
 mod probe;
 mod proto;
 mod pubsub;
 use proto::error;
-mod redis_node;
 mod redlock;
+mod resp;
 pub mod rwlock;
 mod scripts;
 pub mod semaphore;

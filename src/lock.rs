@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::ballot::Until;
 use crate::claim::Claim;
 use crate::driver::{Driver, Held};
 use crate::error::LockError;
 use crate::proto::quorum::{self, Decision};
-use crate::proto::round::Wait;
 use crate::telemetry;
 
 /// A lock held on a quorum of nodes, valid until [`deadline`](Lock::deadline).
@@ -224,7 +224,7 @@ impl Lock {
         }
         let tally = self
             .driver
-            .release(&self.claim, self.ttl_ms, Wait::Decision, None)
+            .release(&self.claim, self.ttl_ms, Until::Decision, None)
             .await;
         match tally.decision {
             Decision::Granted => Ok(()),

@@ -21,17 +21,16 @@
 //! delete are flagged `allow-oom`: like `EVAL` of them, they run on a node
 //! out of memory.
 //!
-//! Commands are built in reused buffers: a fresh `redis::Cmd` grows its two
-//! vectors six times while an `EVALSHA` is written into it, on every call to
-//! every node. A cleared one keeps its capacity, so once a few spares exist,
-//! building a command allocates nothing.
+//! A command is written straight into its connection's output buffer, in
+//! RESP ([`encode`]), when the connection's task takes the call: nothing is
+//! allocated per call. [`parse_reply`] reads the node's reply as the
+//! operation's [`Reply`].
 
-use std::ops::Deref;
-use std::sync::{LazyLock, Mutex, PoisonError};
+use std::sync::LazyLock;
 
-use redis::Cmd;
-
-use crate::node::Op;
+use crate::error::NodeError;
+use crate::node::{Op, Reply, Snapshot, Stored};
+use crate::resp::{self, Frame};
 
 /// A script's source without its comment lines, computed on first use, its
 /// function's name in the library, and its function's flags: `allow-oom`
@@ -211,12 +210,16 @@ const NAMES: [&str; 17] = [
     "inspect",
 ];
 
-/// The first 12 hex digits of the SHA-1 of the whole library (sources,
+/// 12 hex digits of a 64-bit FNV-1a hash of the whole library (sources,
 /// wrappers and flags): names the library and its functions, so that two
 /// versions never clash and a changed library is never taken for a loaded
 /// one.
-static VERSION: LazyLock<String> =
-    LazyLock::new(|| redis::Script::new(&body()).get_hash()[..12].to_owned());
+static VERSION: LazyLock<String> = LazyLock::new(|| {
+    let hash = body().bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("{hash:016x}")[..12].to_owned()
+});
 
 /// The library's source for `FUNCTION LOAD`.
 pub(crate) static LIBRARY: LazyLock<String> = LazyLock::new(|| {
@@ -227,48 +230,10 @@ pub(crate) static LIBRARY: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// At most this many spare command buffers are kept (about 200 bytes each).
-/// One process-wide stock rather than one per thread: a call often starts on
-/// one worker thread and ends on another, which would drain one thread's
-/// stock into the other's. The lock is held for a push or a pop only.
-const SPARES: usize = 64;
-
-static SPARE: Mutex<Vec<Cmd>> = Mutex::new(Vec::new());
-
-/// A command in a reused buffer, which goes back to the spares when dropped.
-pub(crate) struct Command(Cmd);
-
-impl Command {
-    fn new() -> Self {
-        let spare = SPARE.lock().unwrap_or_else(PoisonError::into_inner).pop();
-        Command(spare.unwrap_or_default())
-    }
-}
-
-impl Deref for Command {
-    type Target = Cmd;
-
-    fn deref(&self) -> &Cmd {
-        &self.0
-    }
-}
-
-impl Drop for Command {
-    fn drop(&mut self) {
-        let mut cmd = std::mem::take(&mut self.0);
-        cmd.clear(); // keeps the capacity
-        let mut spare = SPARE.lock().unwrap_or_else(PoisonError::into_inner);
-        if spare.len() < SPARES {
-            spare.push(cmd);
-        }
-    }
-}
-
-/// The command for `op`: `FCALL` of its function where the connection has
-/// the library loaded (`loaded`), else `EVAL` of its source; or a native
-/// `SET` for a plain acquire.
-pub(crate) fn command(op: &Op<'_>, loaded: bool) -> Command {
-    let mut command = Command::new();
+/// Writes the command for `op` into `out`: `FCALL` of its function where the
+/// connection has the library loaded (`loaded`), else `EVAL` of its source;
+/// or a native `SET` for a plain acquire.
+pub(crate) fn encode(op: &Op<'_>, loaded: bool, out: &mut Vec<u8>) {
     if let Op::Acquire {
         key,
         token,
@@ -276,14 +241,12 @@ pub(crate) fn command(op: &Op<'_>, loaded: bool) -> Command {
         holder_ttl: false,
     } = *op
     {
-        let cmd = &mut command.0;
-        cmd.arg("SET")
-            .arg(key)
-            .arg(token)
-            .arg("NX")
-            .arg("PX")
-            .arg(ttl_ms);
-        return command;
+        resp::command(out, 6);
+        for arg in [&b"SET"[..], key.as_bytes(), token.as_bytes(), b"NX", b"PX"] {
+            resp::arg(out, arg);
+        }
+        resp::arg_u64(out, ttl_ms);
+        return;
     }
     let lua = match op {
         Op::Acquire { .. } => &ACQUIRE,
@@ -304,21 +267,27 @@ pub(crate) fn command(op: &Op<'_>, loaded: bool) -> Command {
         Op::ReleaseWrite { .. } => &RELEASE_WRITE,
         Op::Inspect { .. } => &INSPECT,
     };
-    let cmd = &mut command.0;
-    if loaded {
-        cmd.arg("FCALL").arg(lua.function.as_str());
-    } else {
-        cmd.arg("EVAL").arg(lua.source.as_str());
-    }
-    match *op {
+    // Keys, then arguments: as the scripts read KEYS and ARGV.
+    let mut keys: [&str; 2] = [""; 2];
+    let (keys, many, args): (&[&str], &[String], [Arg<'_>; 4]) = match *op {
         Op::Acquire {
             key, token, ttl_ms, ..
         }
         | Op::Extend { key, token, ttl_ms } => {
-            cmd.arg(1).arg(key).arg(token).arg(ttl_ms);
+            keys[0] = key;
+            (
+                &keys[..1],
+                &[],
+                [Arg::Str(token), Arg::Num(ttl_ms), Arg::No, Arg::No],
+            )
         }
         Op::Release { key, token } => {
-            cmd.arg(1).arg(key).arg(token);
+            keys[0] = key;
+            (
+                &keys[..1],
+                &[],
+                [Arg::Str(token), Arg::No, Arg::No, Arg::No],
+            )
         }
         Op::AcquireReentrant {
             key,
@@ -326,48 +295,59 @@ pub(crate) fn command(op: &Op<'_>, loaded: bool) -> Command {
             hold,
             ttl_ms,
         } => {
-            cmd.arg(1).arg(key).arg(owner).arg(ttl_ms).arg(hold);
+            keys[0] = key;
+            let args = [Arg::Str(owner), Arg::Num(ttl_ms), Arg::Str(hold), Arg::No];
+            (&keys[..1], &[], args)
         }
         Op::ExtendReentrant { key, owner, ttl_ms } => {
-            cmd.arg(1).arg(key).arg(owner).arg(ttl_ms);
+            keys[0] = key;
+            (
+                &keys[..1],
+                &[],
+                [Arg::Str(owner), Arg::Num(ttl_ms), Arg::No, Arg::No],
+            )
         }
         Op::ReleaseReentrant { key, owner, hold } => {
-            cmd.arg(1).arg(key).arg(owner).arg(hold);
+            keys[0] = key;
+            (
+                &keys[..1],
+                &[],
+                [Arg::Str(owner), Arg::Str(hold), Arg::No, Arg::No],
+            )
         }
         Op::AcquireMany {
-            keys,
+            keys: many,
             token,
             ttl_ms,
         }
         | Op::ExtendMany {
-            keys,
+            keys: many,
             token,
             ttl_ms,
         }
         | Op::AcquireRead {
-            keys,
+            keys: many,
             token,
             ttl_ms,
         }
         | Op::ExtendRead {
-            keys,
+            keys: many,
             token,
             ttl_ms,
         }
         | Op::AcquireWrite {
-            keys,
+            keys: many,
             token,
             ttl_ms,
-        } => {
-            cmd.arg(keys.len()).arg(keys).arg(token).arg(ttl_ms);
-        }
-        Op::ReleaseMany { keys, token }
-        | Op::ReleaseRead { keys, token }
-        | Op::ReleaseWrite { keys, token } => {
-            cmd.arg(keys.len()).arg(keys).arg(token);
-        }
-        Op::Inspect { keys } => {
-            cmd.arg(keys.len()).arg(keys);
+        } => (
+            &[],
+            many,
+            [Arg::Str(token), Arg::Num(ttl_ms), Arg::No, Arg::No],
+        ),
+        Op::ReleaseMany { keys: many, token }
+        | Op::ReleaseRead { keys: many, token }
+        | Op::ReleaseWrite { keys: many, token } => {
+            (&[], many, [Arg::Str(token), Arg::No, Arg::No, Arg::No])
         }
         Op::AcquireFenced {
             key,
@@ -375,7 +355,12 @@ pub(crate) fn command(op: &Op<'_>, loaded: bool) -> Command {
             token,
             ttl_ms,
         } => {
-            cmd.arg(2).arg(key).arg(fence_key).arg(token).arg(ttl_ms);
+            keys = [key, fence_key];
+            (
+                &keys[..],
+                &[],
+                [Arg::Str(token), Arg::Num(ttl_ms), Arg::No, Arg::No],
+            )
         }
         Op::FenceWriteBack {
             key,
@@ -383,10 +368,133 @@ pub(crate) fn command(op: &Op<'_>, loaded: bool) -> Command {
             token,
             fence,
         } => {
-            cmd.arg(2).arg(key).arg(fence_key).arg(token).arg(fence);
+            keys = [key, fence_key];
+            (
+                &keys[..],
+                &[],
+                [Arg::Str(token), Arg::Num(fence), Arg::No, Arg::No],
+            )
+        }
+        Op::Inspect { keys: many } => (&[], many, [Arg::No, Arg::No, Arg::No, Arg::No]),
+    };
+    let key_count = keys.len() + many.len();
+    let arg_count = args.iter().filter(|a| !matches!(a, Arg::No)).count();
+    resp::command(out, 3 + key_count + arg_count);
+    if loaded {
+        resp::arg(out, b"FCALL");
+        resp::arg(out, lua.function.as_bytes());
+    } else {
+        resp::arg(out, b"EVAL");
+        resp::arg(out, lua.source.as_bytes());
+    }
+    resp::arg_u64(out, key_count as u64);
+    for key in keys.iter().copied().chain(many.iter().map(String::as_str)) {
+        resp::arg(out, key.as_bytes());
+    }
+    for arg in args {
+        match arg {
+            Arg::Str(text) => resp::arg(out, text.as_bytes()),
+            Arg::Num(n) => resp::arg_u64(out, n),
+            Arg::No => {}
         }
     }
-    command
+}
+
+/// One script argument.
+#[derive(Clone, Copy)]
+enum Arg<'a> {
+    Str(&'a str),
+    Num(u64),
+    No,
+}
+
+/// The reply to `op`, from the node's reply `frame` (never an error reply:
+/// those are the connection's to classify).
+pub(crate) fn parse_reply(op: &Op<'_>, frame: Frame) -> Result<Reply, NodeError> {
+    if let Op::Inspect { keys } = op {
+        return parse_snapshot(&frame, keys.len())
+            .map(Reply::Snapshot)
+            .ok_or_else(|| NodeError::Protocol(format!("{frame:?}").into()));
+    }
+    let acquire = matches!(
+        op,
+        Op::Acquire { .. }
+            | Op::AcquireReentrant { .. }
+            | Op::AcquireMany { .. }
+            | Op::AcquireRead { .. }
+            | Op::AcquireWrite { .. }
+    );
+    let reply = match (&frame, op) {
+        (Frame::Ok, _) if acquire => Some(Reply::Done),
+        // A script's PTTL (-1: no expiry), or a native `SET NX` refused.
+        (Frame::Int(pttl_ms), _) if acquire => Some(held(*pttl_ms)),
+        (Frame::Nil, Op::Acquire { .. }) => Some(Reply::Held { pttl_ms: None }),
+        (Frame::Array(pair), Op::AcquireFenced { .. }) => match pair.as_slice() {
+            [Frame::Int(1), Frame::Int(fence)] => u64::try_from(*fence).ok().map(Reply::Fence),
+            [Frame::Int(0), Frame::Int(pttl_ms)] => Some(held(*pttl_ms)),
+            _ => None,
+        },
+        (Frame::Int(1), _) if !acquire => Some(Reply::Done),
+        (Frame::Int(0), _) if !acquire => Some(Reply::NotHeld),
+        _ => None,
+    };
+    reply.ok_or_else(|| NodeError::Protocol(format!("{frame:?}").into()))
+}
+
+/// A refusal with the holder's PTTL as Redis reports it (negative: no expiry).
+fn held(pttl_ms: i64) -> Reply {
+    Reply::Held {
+        pttl_ms: u64::try_from(pttl_ms).ok(),
+    }
+}
+
+/// What `inspect.lua` returns for `keys` keys: the node's `TIME`, then one
+/// entry per key.
+fn parse_snapshot(frame: &Frame, keys: usize) -> Option<Snapshot> {
+    let Frame::Array(items) = frame else {
+        return None;
+    };
+    if items.len() != keys + 2 {
+        return None;
+    }
+    let secs: u64 = items[0].number()?;
+    let micros: u64 = items[1].number()?;
+    let stored = items[2..]
+        .iter()
+        .map(|entry| {
+            let Frame::Array(entry) = entry else {
+                return None;
+            };
+            let kind = String::from_utf8_lossy(entry.first()?.bytes()?).into_owned();
+            let pttl: i64 = entry.get(1)?.number()?;
+            let pttl_ms = u64::try_from(pttl).ok();
+            let rest = &entry[2..];
+            let bytes = |f: &Frame| f.bytes().map(<[u8]>::to_vec);
+            Some(match kind.as_str() {
+                "none" => Stored::Absent,
+                "string" => Stored::Text {
+                    value: bytes(rest.first()?)?,
+                    pttl_ms,
+                },
+                "hash" => Stored::Hash {
+                    fields: rest
+                        .chunks(2)
+                        .map(|pair| Some((bytes(pair.first()?)?, bytes(pair.get(1)?)?)))
+                        .collect::<Option<_>>()?,
+                    pttl_ms,
+                },
+                "zset" => Stored::Scored {
+                    members: rest
+                        .chunks(2)
+                        .map(|pair| Some((bytes(pair.first()?)?, pair.get(1)?.number()?)))
+                        .collect::<Option<_>>()?,
+                    pttl_ms,
+                },
+                _ => Stored::Other { kind },
+            })
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some(Snapshot::new(secs * 1000 + micros / 1000, stored))
 }
 
 #[cfg(test)]
@@ -399,16 +507,93 @@ mod tests {
             key: "{r}:lock",
             token: "t",
         };
-        let by_name = command(&op, true);
-        let packed = String::from_utf8_lossy(&by_name.get_packed_command()).into_owned();
-        assert!(packed.contains("FCALL") && packed.contains(RELEASE.function.as_str()));
-        assert!(!packed.contains("redis.call"));
-        let by_source = command(&op, false);
-        let packed = String::from_utf8_lossy(&by_source.get_packed_command()).into_owned();
-        assert!(packed.contains("EVAL") && packed.contains("redis.call"));
+        let mut by_name = Vec::new();
+        encode(&op, true, &mut by_name);
+        let text = String::from_utf8_lossy(&by_name).into_owned();
+        assert!(text.contains("FCALL") && text.contains(RELEASE.function.as_str()));
+        assert!(!text.contains("redis.call"));
+        assert_eq!(
+            crate::resp::parse(&by_name).unwrap().map(|(_, used)| used),
+            Some(by_name.len()),
+            "one whole command"
+        );
+        let mut by_source = Vec::new();
+        encode(&op, false, &mut by_source);
+        let text = String::from_utf8_lossy(&by_source).into_owned();
+        assert!(text.contains("EVAL") && text.contains("redis.call"));
         assert!(LIBRARY.starts_with(&format!("#!lua name=redquorum_{}", &*VERSION)));
         for lua in ALL {
             assert!(LIBRARY.contains(&format!("'{}'", &*lua.function)));
+        }
+    }
+
+    /// Every operation is one command whose argument count is its header's.
+    #[test]
+    fn every_operation_encodes_as_one_whole_command() {
+        let keys = ["{r}:writer", "{r}:readers", "{r}:intent"].map(String::from);
+        let ops = [
+            Op::Acquire {
+                key: "k",
+                token: "t",
+                ttl_ms: 5,
+                holder_ttl: false,
+            },
+            Op::Acquire {
+                key: "k",
+                token: "t",
+                ttl_ms: 5,
+                holder_ttl: true,
+            },
+            Op::Extend {
+                key: "k",
+                token: "t",
+                ttl_ms: 5,
+            },
+            Op::AcquireFenced {
+                key: "k",
+                fence_key: "f",
+                token: "t",
+                ttl_ms: 5,
+            },
+            Op::FenceWriteBack {
+                key: "k",
+                fence_key: "f",
+                token: "t",
+                fence: 9,
+            },
+            Op::AcquireReentrant {
+                key: "k",
+                owner: "o",
+                hold: "h",
+                ttl_ms: 5,
+            },
+            Op::ReleaseReentrant {
+                key: "k",
+                owner: "o",
+                hold: "h",
+            },
+            Op::AcquireWrite {
+                keys: &keys,
+                token: "t",
+                ttl_ms: 5,
+            },
+            Op::ReleaseRead {
+                keys: &keys,
+                token: "t",
+            },
+            Op::Inspect { keys: &keys },
+        ];
+        for op in ops {
+            for loaded in [true, false] {
+                let mut out = Vec::new();
+                encode(&op, loaded, &mut out);
+                let (frame, used) = crate::resp::parse(&out).unwrap().unwrap();
+                assert_eq!(used, out.len(), "{op:?}");
+                let crate::resp::Frame::Array(args) = frame else {
+                    panic!("{op:?}")
+                };
+                assert!(args.iter().all(|a| a.bytes().is_some()), "{op:?}");
+            }
         }
     }
 

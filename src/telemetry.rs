@@ -1,14 +1,16 @@
 //! What the client tells operators: metrics through the [`metrics`] facade
-//! (no exporter here: install one before building a client), and one log
-//! line when a node degrades or recovers (decided by the pure
+//! (no exporter here: install one, before or after building a client), and
+//! one log line when a node degrades or recovers (decided by the pure
 //! `proto::health` tracker).
 //!
 //! Every name and label is listed, with its meaning, in
-//! `docs/operations.md` ("Metrics"). Per-node instruments are registered
-//! once, when the client is built, so a call costs a few atomic updates; a
-//! recorder installed after that sees nothing from that client.
+//! `docs/operations.md` ("Metrics"). Per-node instruments are resolved when
+//! the client is built, so a call costs a few atomic updates; a client
+//! built before any recorder was installed resolves them again, once, when
+//! it first sees one, so that no series is lost to the order of start-up.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use metrics::{
@@ -28,9 +30,6 @@ pub const NODE_LATENCY: &str = "redquorum_node_request_duration_seconds";
 pub const NODE_IN_FLIGHT: &str = "redquorum_node_in_flight";
 /// 1 while the node answers, 0 while it is degraded (`node`).
 pub const NODE_UP: &str = "redquorum_node_up";
-/// Calls sent in a batch ([`Builder::batching`](crate::Builder::batching))
-/// (`node`).
-pub const NODE_BATCHED: &str = "redquorum_node_batched_total";
 /// Locks granted (`kind`).
 pub const GRANTS: &str = "redquorum_grants_total";
 /// Acquisitions refused (`kind`, `reason`).
@@ -55,7 +54,6 @@ pub(crate) fn describe() {
         "Latency of node calls that got an answer"
     );
     describe_gauge!(NODE_IN_FLIGHT, "Node calls in flight");
-    describe_counter!(NODE_BATCHED, "Node calls sent in a batch");
     describe_gauge!(NODE_UP, "1 while the node answers, 0 while it is degraded");
     describe_counter!(GRANTS, "Locks granted");
     describe_counter!(REFUSALS, "Acquisitions refused, by reason");
@@ -84,7 +82,7 @@ pub const OUTCOMES: [&str; 7] = [
 ];
 
 /// Which of [`OUTCOMES`] a call had, and how it failed, if it did.
-fn classify(outcome: &Result<Reply, NodeError>) -> (usize, Option<Failure>) {
+fn classify(outcome: Result<&Reply, &NodeError>) -> (usize, Option<Failure>) {
     match outcome {
         Ok(Reply::Done | Reply::Fence(_) | Reply::Snapshot(_)) => (0, None),
         Ok(Reply::Held { .. }) => (1, None),
@@ -98,13 +96,55 @@ fn classify(outcome: &Result<Reply, NodeError>) -> (usize, Option<Failure>) {
     }
 }
 
-/// One node's instruments and health.
-pub(crate) struct NodeTelemetry {
-    name: Arc<str>,
+/// Which recorder is in use here: its size and address. The facade's
+/// stand-in while none is installed is a zero-sized no-op; an exporter is
+/// not (a zero-sized recorder installed after a client was built goes
+/// unseen by it).
+fn recorder() -> (usize, usize) {
+    metrics::with_recorder(|r| {
+        (
+            std::mem::size_of_val(r),
+            std::ptr::from_ref(r).cast::<()>() as usize,
+        )
+    })
+}
+
+/// One node's instruments, as resolved against one recorder.
+struct Instruments {
     outcomes: [Counter; 7],
     latency: Histogram,
     in_flight: Gauge,
     up: Gauge,
+}
+
+impl Instruments {
+    /// Registers the instruments of the node called `node` with the
+    /// recorder in use now.
+    fn new(node: &str) -> Self {
+        Instruments {
+            outcomes: OUTCOMES.map(
+                |outcome| counter!(NODE_REQUESTS, "node" => node.to_owned(), "outcome" => outcome),
+            ),
+            latency: histogram!(NODE_LATENCY, "node" => node.to_owned()),
+            in_flight: gauge!(NODE_IN_FLIGHT, "node" => node.to_owned()),
+            up: gauge!(NODE_UP, "node" => node.to_owned()),
+        }
+    }
+}
+
+/// One node's instruments and health.
+pub(crate) struct NodeTelemetry {
+    name: Arc<str>,
+    /// Resolved when built…
+    first: Instruments,
+    /// …against no recorder at all: then resolved again once one is seen.
+    first_is_noop: bool,
+    /// The recorder the first instruments came from.
+    resolved_with: (usize, usize),
+    later: OnceLock<Instruments>,
+    /// Calls in flight, and whether the node is up, as the gauges say (to
+    /// set a later recorder's gauges right).
+    in_flight: AtomicI64,
     health: Mutex<Tracker>,
 }
 
@@ -121,19 +161,40 @@ impl NodeTelemetry {
     /// Registers the instruments of the node called `name` (its redacted
     /// name: no password ever reaches a label).
     pub(crate) fn new(name: &Arc<str>) -> Self {
-        let node = name.to_string();
-        let up = gauge!(NODE_UP, "node" => node.clone());
-        up.set(1.0);
+        let first = Instruments::new(name);
+        first.up.set(1.0);
+        let resolved_with = recorder();
         NodeTelemetry {
             name: Arc::clone(name),
-            outcomes: OUTCOMES.map(
-                |outcome| counter!(NODE_REQUESTS, "node" => node.clone(), "outcome" => outcome),
-            ),
-            latency: histogram!(NODE_LATENCY, "node" => node.clone()),
-            in_flight: gauge!(NODE_IN_FLIGHT, "node" => node),
-            up,
+            first,
+            first_is_noop: resolved_with.0 == 0,
+            resolved_with,
+            later: OnceLock::new(),
+            in_flight: AtomicI64::new(0),
             health: Mutex::new(Tracker::default()),
         }
+    }
+
+    /// The instruments of the recorder installed now.
+    fn instruments(&self) -> &Instruments {
+        if !self.first_is_noop {
+            return &self.first;
+        }
+        if let Some(later) = self.later.get() {
+            return later;
+        }
+        if recorder() == self.resolved_with {
+            return &self.first;
+        }
+        self.later.get_or_init(|| {
+            describe();
+            let later = Instruments::new(&self.name);
+            later
+                .in_flight
+                .set(self.in_flight.load(Ordering::Relaxed) as f64);
+            later.up.set(if self.degraded() { 0.0 } else { 1.0 });
+            later
+        })
     }
 
     /// Whether the node is degraded now.
@@ -141,59 +202,79 @@ impl NodeTelemetry {
         self.tracker().is_degraded()
     }
 
-    /// A call was made (it is in flight until [`ended`](Self::ended)).
+    /// A call was made (it is in flight until [`done`](Self::done)).
     pub(crate) fn started(&self) {
-        self.in_flight.increment(1.0);
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.instruments().in_flight.increment(1.0);
     }
 
-    /// A call made at `started` ended with `outcome`.
-    pub(crate) fn ended(&self, outcome: &Result<Reply, NodeError>, started: Instant) {
-        self.in_flight.decrement(1.0);
+    /// A call made ended (however: answered, failed or dropped).
+    pub(crate) fn done(&self) {
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.instruments().in_flight.decrement(1.0);
+    }
+
+    /// A call made at `made` ended with `outcome`. An answer later than
+    /// `late` (the node timeout) is no sign of health: it counts as timed
+    /// out for the node's health, unless it was already counted late.
+    pub(crate) fn ended(
+        &self,
+        outcome: Result<&Reply, &NodeError>,
+        made: tokio::time::Instant,
+        late: Duration,
+        counted_late: bool,
+    ) {
         let now = Instant::now();
+        let took = tokio::time::Instant::now().saturating_duration_since(made);
         let (i, failure) = classify(outcome);
+        let instruments = self.instruments();
         if !matches!(failure, Some(Failure::TimedOut | Failure::Unreachable)) {
-            self.latency
-                .record(now.saturating_duration_since(started).as_secs_f64());
+            instruments.latency.record(took.as_secs_f64());
         }
-        self.count(i, failure, outcome, now);
+        instruments.outcomes[i].increment(1);
+        if counted_late {
+            return;
+        }
+        let failure = match failure {
+            None if took > late => Some(Failure::TimedOut),
+            other => other,
+        };
+        self.health(failure, outcome.err(), now);
     }
 
     /// A call is still unanswered after the node timeout (it goes on; its
-    /// outcome is counted when it ends).
+    /// outcome is counted when it ends, not in the node's health again).
     pub(crate) fn late(&self) {
-        if let Some(change) = self.tracker().on(Some(Failure::TimedOut), Instant::now()) {
-            self.report(change, "no answer within the node timeout");
-        }
+        self.health(
+            Some(Failure::TimedOut),
+            Some(&NodeError::TimedOut),
+            Instant::now(),
+        );
     }
 
-    /// A call was refused before it was made (no connection, or the
-    /// in-flight bound).
+    /// A call was refused before it was made (shut down, the in-flight
+    /// bound).
     pub(crate) fn refused(&self, error: &NodeError) {
-        let outcome = Err(error.clone());
-        let (i, failure) = classify(&outcome);
-        self.count(i, failure, &outcome, Instant::now());
+        let (i, failure) = classify(Err(error));
+        self.instruments().outcomes[i].increment(1);
+        self.health(failure, Some(error), Instant::now());
     }
 
-    fn count(
-        &self,
-        i: usize,
-        failure: Option<Failure>,
-        outcome: &Result<Reply, NodeError>,
-        now: Instant,
-    ) {
-        self.outcomes[i].increment(1);
+    /// Feeds the tracker; logs a change it says to announce.
+    fn health(&self, failure: Option<Failure>, error: Option<&NodeError>, now: Instant) {
         let change = self.tracker().on(failure, now);
         if let Some(change) = change {
-            let error = outcome.as_ref().err().map(ToString::to_string);
+            let error = error.map(ToString::to_string);
             self.report(change, error.as_deref().unwrap_or_default());
         }
     }
 
     /// Sets the up gauge and logs a change the tracker says to announce.
     fn report(&self, change: Change, error: &str) {
+        let up = &self.instruments().up;
         match change {
             Change::Degraded { why, announce } => {
-                self.up.set(0.0);
+                up.set(0.0);
                 if announce {
                     tracing::warn!(
                         node = %self.name,
@@ -207,7 +288,7 @@ impl NodeTelemetry {
                 failed,
                 announce,
             } => {
-                self.up.set(1.0);
+                up.set(1.0);
                 if announce {
                     tracing::info!(
                         node = %self.name,

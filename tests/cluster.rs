@@ -598,3 +598,90 @@ async fn a_tls_cluster_is_a_member_like_any_other() {
         again.release().await.unwrap();
     }
 }
+
+/// Calls keep the order they were made in across `MOVED`: a slot moved
+/// behind the client, then an acquire and at once its release (the lock's
+/// own, or an operator's `release_token`) — both are redirected, and the
+/// release must reach the new master after the acquire, leaving no key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn re_sends_after_a_slot_move_keep_the_order_calls_were_made() {
+    let _serial = SERIAL.lock().await;
+    let plain = support::node_urls();
+    // One cluster member and two masters: the acquire is decided by the
+    // masters before the cluster's redirected call has returned.
+    let redlock = Redlock::builder()
+        .nodes([urls()[0].clone(), plain[0].clone(), plain[1].clone()])
+        .node_timeout(Duration::from_secs(1))
+        .retry(Retry::none())
+        .require_quorum(true)
+        .build()
+        .await
+        .expect("connect");
+    let ids: Vec<String> = {
+        let mut ids = Vec::new();
+        for master in 1..=3 {
+            ids.push(text(&query(port(1, master), &["CLUSTER", "MYID"]).await));
+        }
+        ids
+    };
+    let mut left = Vec::new();
+    for i in 0..60 {
+        let resource = support::unique("cluster-order");
+        let key = support::lock_key(&resource);
+        let slot = keyslot(&key).await;
+        let from = owner(1, slot).await;
+        let to = from % 3 + 1;
+        let slot_s = slot.to_string();
+        for master in 1..=3 {
+            query(
+                port(1, master),
+                &[
+                    "CLUSTER",
+                    "SETSLOT",
+                    &slot_s,
+                    "NODE",
+                    &ids[usize::from(to) - 1],
+                ],
+            )
+            .await;
+        }
+        // The old owner is busy for a few ms (a script that spins): the two
+        // masters decide the acquire before its `MOVED` comes back, and
+        // the release is made while the acquire still waits for it.
+        let busy = tokio::spawn(async move {
+            let mut conn = connect(port(1, from)).await;
+            let spin = "local t = redis.call('TIME') local until_us = t[1] * 1000000 + t[2] + 5000 \
+                        repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= until_us";
+            let _: redis::RedisResult<Value> = redis::cmd("EVAL")
+                .arg(spin)
+                .arg(0)
+                .query_async(&mut conn)
+                .await;
+        });
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let lock = redlock
+            .try_lock(&resource, Duration::from_secs(10))
+            .await
+            .expect("granted by the two masters at least");
+        if i % 2 == 0 {
+            lock.release().await.expect("release");
+        } else {
+            let votes = redlock
+                .release_token(&resource, lock.token())
+                .await
+                .expect("release_token");
+            assert!(votes.yes() >= 2, "{votes}");
+            std::mem::forget(lock); // its drop would release a second time
+        }
+        busy.await.unwrap();
+        support::settled(&redlock).await;
+        if copies(1, &key).await != 0 {
+            left.push(key);
+        }
+    }
+    assert!(
+        left.is_empty(),
+        "{} of 60 keys outlived their release on the cluster: {left:?}",
+        left.len()
+    );
+}

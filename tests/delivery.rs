@@ -97,12 +97,8 @@ async fn take(redlock: &Redlock, kind: Kind) -> Lock {
 }
 
 /// Grants, and grants and extensions that missed a node.
-async fn spread(kind: Kind, batching: bool) -> (usize, usize, usize) {
-    let redlock = support::patient()
-        .batching(batching)
-        .build()
-        .await
-        .expect("connect");
+async fn spread(kind: Kind) -> (usize, usize, usize) {
+    let redlock = support::patient().build().await.expect("connect");
     let conns = Arc::new(raw_all().await);
     let (grants, grant_misses, extend_misses) = (
         Arc::new(AtomicUsize::new(0)),
@@ -148,41 +144,10 @@ async fn spread(kind: Kind, batching: bool) -> (usize, usize, usize) {
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 async fn check(kind: Kind) {
-    check_with(kind, false).await;
-}
-
-/// The process's one metrics recorder, to see that batches formed.
-fn prometheus() -> &'static metrics_exporter_prometheus::PrometheusHandle {
-    static HANDLE: std::sync::OnceLock<metrics_exporter_prometheus::PrometheusHandle> =
-        std::sync::OnceLock::new();
-    HANDLE.get_or_init(|| {
-        metrics_exporter_prometheus::PrometheusBuilder::new()
-            .install_recorder()
-            .expect("recorder")
-    })
-}
-
-/// Calls sent in batches so far, over all nodes.
-fn batched() -> f64 {
-    prometheus()
-        .render()
-        .lines()
-        .filter(|l| l.starts_with("redquorum_node_batched_total"))
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-        .sum()
-}
-
-async fn check_with(kind: Kind, batching: bool) {
     let _serial = SERIAL.lock().await;
-    let before = batched();
-    let (grants, grant_misses, extend_misses) = spread(kind, batching).await;
-    let sent_in_batches = batched() - before;
-    println!("{kind:?}: {sent_in_batches} calls sent in batches");
-    if batching {
-        assert!(sent_in_batches > 0.0, "{kind:?}: no batch ever formed");
-    } else {
-        assert_eq!(sent_in_batches, 0.0, "{kind:?}: batched with batching off");
-    }
+    // Calls queued while the node's connection is busy go out together
+    // (one write per node): each must still reach every node, in order.
+    let (grants, grant_misses, extend_misses) = spread(kind).await;
     assert_eq!(grants, TASKS * PER_TASK);
     assert_eq!(
         grant_misses, 0,
@@ -212,23 +177,4 @@ async fn reentrant_grants_and_extensions_reach_every_node() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multi_resource_grants_and_extensions_reach_every_node() {
     check(Kind::Many).await;
-}
-
-// With batching on (`Builder::batching`): 16 tasks keep more than the
-// window's writes in flight per node, so calls queue and go out in
-// pipelines; each must still reach every node, in order.
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn batched_plain_grants_and_extensions_reach_every_node() {
-    check_with(Kind::Plain, true).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn batched_reentrant_grants_and_extensions_reach_every_node() {
-    check_with(Kind::Reentrant, true).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn batched_multi_resource_grants_and_extensions_reach_every_node() {
-    check_with(Kind::Many, true).await;
 }

@@ -163,6 +163,9 @@ pub enum ConfigError {
     },
     /// A per-node bound on calls in flight of zero.
     InvalidMaxInFlight,
+    /// A connect timeout ([`Builder::connect_timeout`](crate::Builder::connect_timeout))
+    /// below 1 ms or above an hour.
+    InvalidConnectTimeout(Duration),
     /// A lock whose keys hash to different slots of a Redis Cluster member
     /// (`redis+cluster://`): one script cannot set them all atomically
     /// there, so the lock is refused before anything is sent. Resources that
@@ -406,6 +409,9 @@ impl fmt::Display for ConfigError {
                 "only {reachable} of {nodes} nodes reachable at connect, {quorum} needed: {detail}"
             ),
             ConfigError::InvalidMaxInFlight => write!(f, "max_in_flight must be at least 1"),
+            ConfigError::InvalidConnectTimeout(t) => {
+                write!(f, "connect timeout {t:?} must be between 1 ms and 1 h")
+            }
             ConfigError::CrossSlot { resources, .. } => write!(
                 f,
                 "the keys of {resources:?} hash to different slots of a cluster member; \

@@ -18,7 +18,7 @@
 use std::time::Duration;
 
 use crate::proto::error::{Answer, LockError, NodeError, Votes};
-use crate::proto::op::Reply;
+use crate::proto::op::{Reply, Snapshot};
 use crate::proto::per_node::PerNode;
 use crate::proto::quorum::{Decision, Round, Vote};
 
@@ -92,6 +92,8 @@ pub(crate) struct Collector {
     asked: PerNode<bool>,
     answers: PerNode<Answer>,
     fence: Option<u64>,
+    /// What each node read, for an inspection (empty otherwise).
+    snapshots: Vec<Option<Snapshot>>,
 }
 
 impl Collector {
@@ -108,6 +110,10 @@ impl Collector {
             asked: asked.iter().copied().collect(),
             answers: PerNode::filled(Answer::Undecided, asked.len()),
             fence: None,
+            snapshots: match step {
+                Step::Inspect => vec![None; asked.len()],
+                _ => Vec::new(),
+            },
         }
     }
 
@@ -122,9 +128,17 @@ impl Collector {
             return;
         }
         self.round.record(vote(self.step, &reply));
-        if let Ok(Reply::Fence(counter)) = reply {
-            self.fence = self.fence.max(Some(counter));
-        }
+        let reply = match reply {
+            Ok(Reply::Fence(counter)) => {
+                self.fence = self.fence.max(Some(counter));
+                Ok(Reply::Fence(counter))
+            }
+            Ok(Reply::Snapshot(snapshot)) if !self.snapshots.is_empty() => {
+                self.snapshots[i] = Some(snapshot);
+                Ok(Reply::Done)
+            }
+            other => other,
+        };
         self.answers[i] = answer(reply);
     }
 
@@ -162,6 +176,7 @@ impl Collector {
             decision: self.round.decision(),
             answers: self.answers,
             fence: self.fence,
+            snapshots: self.snapshots,
         }
     }
 }
@@ -174,6 +189,9 @@ pub(crate) struct Tally {
     pub(crate) answers: PerNode<Answer>,
     /// The largest fencing counter granted.
     pub(crate) fence: Option<u64>,
+    /// For an inspection: what each node read (`None` where it did not
+    /// answer; its answer says why).
+    pub(crate) snapshots: Vec<Option<Snapshot>>,
 }
 
 impl Tally {

@@ -1,0 +1,178 @@
+//! One round's ballot box: where each node's answer is cast — by the node's
+//! I/O loop as the reply is read, or at once for a call refused before it
+//! was sent — and what the round waits on.
+//!
+//! The box counts with the round's pure tally ([`Collector`]) and wakes the
+//! round once, when it may stop listening: a round is one allocation and
+//! one wake-up, not one per call. Answers cast after the round stopped
+//! listening are logged in its span and otherwise dropped.
+
+use std::future::poll_fn;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Poll, Waker};
+
+use tokio::time::Instant;
+
+use crate::error::NodeError;
+use crate::node::Reply;
+use crate::proto::round::{Collector, Step, Tally, Wait};
+
+/// Node masks, inline for up to this many nodes.
+const INLINE: usize = 5;
+/// Which nodes, by index.
+pub(crate) type Mask = smallvec::SmallVec<[bool; INLINE]>;
+
+/// When a round stops listening.
+#[derive(Debug, Clone)]
+pub(crate) enum Until {
+    /// At the quorum decision (the calls still in flight go on).
+    Decision,
+    /// Once every node marked has answered.
+    Nodes(Mask),
+}
+
+/// One round's ballot box.
+#[derive(Debug)]
+pub(crate) struct Ballot {
+    inner: Mutex<Inner>,
+    /// The round's span: every answer is logged in it, and the nodes' names
+    /// (only when it is enabled).
+    span: tracing::Span,
+    names: Option<Arc<[Arc<str>]>>,
+    /// When the calls were made.
+    made: Instant,
+}
+
+#[derive(Debug)]
+struct Inner {
+    /// `None` once the round stopped listening.
+    tally: Option<Collector>,
+    until: Until,
+    waker: Option<Waker>,
+    /// When the round stopped listening (for the late answers' log).
+    decided: Option<Instant>,
+}
+
+impl Ballot {
+    /// A box for a round of `step` on the nodes marked in `asked`,
+    /// listening `until`.
+    pub(crate) fn new(
+        step: Step,
+        asked: &[bool],
+        until: Until,
+        span: tracing::Span,
+        names: &Arc<[Arc<str>]>,
+    ) -> Arc<Self> {
+        let names = (!span.is_disabled()).then(|| Arc::clone(names));
+        Arc::new(Ballot {
+            names,
+            made: Instant::now(),
+            inner: Mutex::new(Inner {
+                tally: Some(Collector::new(step, asked)),
+                until,
+                waker: None,
+                decided: None,
+            }),
+            span,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Node `i`'s name, for the log.
+    fn name(&self, i: usize) -> &str {
+        self.names.as_ref().map_or("", |names| &names[i])
+    }
+
+    /// Node `node`'s answer. Wakes the round if it may now stop listening.
+    pub(crate) fn cast(&self, node: usize, outcome: Result<Reply, NodeError>) {
+        let mut inner = self.lock();
+        let Some(tally) = &mut inner.tally else {
+            let after = inner.decided.map(|t| t.elapsed());
+            drop(inner);
+            if !self.span.is_disabled() {
+                tracing::debug!(
+                    parent: &self.span,
+                    node = self.name(node),
+                    ?outcome,
+                    after_decision_ms = after.map_or(0, |a| a.as_millis() as u64),
+                    "answer after the decision"
+                );
+            }
+            return;
+        };
+        tally.on_reply(node, outcome);
+        if !self.span.is_disabled() {
+            tracing::debug!(
+                parent: &self.span,
+                node = self.name(node),
+                answer = ?tally.answer(node),
+                latency_us = self.made.elapsed().as_micros() as u64,
+            );
+        }
+        let Inner {
+            tally,
+            until,
+            waker,
+            ..
+        } = &mut *inner;
+        if tally.as_ref().is_some_and(|tally| done(tally, until))
+            && let Some(waker) = waker.take()
+        {
+            drop(inner);
+            waker.wake();
+        }
+    }
+
+    /// Resolves once the round may stop listening.
+    pub(crate) async fn decided(&self) {
+        poll_fn(|cx| {
+            let mut inner = self.lock();
+            let Inner {
+                tally,
+                until,
+                waker,
+                ..
+            } = &mut *inner;
+            match tally {
+                Some(tally) if !done(tally, until) => {
+                    match waker {
+                        Some(w) if w.will_wake(cx.waker()) => {}
+                        _ => *waker = Some(cx.waker().clone()),
+                    }
+                    Poll::Pending
+                }
+                _ => Poll::Ready(()),
+            }
+        })
+        .await;
+    }
+
+    /// Stops listening: every node still silent counts as timed out if
+    /// `timed_out`, and the round's result.
+    pub(crate) fn close(&self, timed_out: bool) -> Tally {
+        let mut inner = self.lock();
+        inner.decided = Some(Instant::now());
+        let mut tally = inner
+            .tally
+            .take()
+            .expect("a ballot is closed once, by its round");
+        if timed_out {
+            tally.on_timeout();
+        }
+        let (decision, yes, no) = tally.counts();
+        if !self.span.is_disabled() {
+            tracing::debug!(parent: &self.span, ?decision, yes, no, timed_out);
+        }
+        tally.finish()
+    }
+}
+
+fn done(tally: &Collector, until: &Until) -> bool {
+    match until {
+        Until::Decision => tally.is_done(Wait::Decision),
+        Until::Nodes(nodes) => tally.is_done(Wait::Nodes(nodes)),
+    }
+}
