@@ -293,8 +293,8 @@ impl ClusterNode {
     }
 
     /// Resolves after the next attempt to learn the map.
-    pub(crate) async fn changed(&self) {
-        self.shared.changed.notified().await;
+    pub(crate) fn changed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.shared.changed.notified()
     }
 
     /// The server and version the seed reported, and how many masters.

@@ -92,12 +92,13 @@ impl Member {
         }
     }
 
-    /// Resolves at the member's next change of connection state.
-    pub(crate) async fn changed(&self) {
+    /// Resolves at the member's next change of connection state (`None`:
+    /// a node of your own, which has none).
+    pub(crate) fn changed(&self) -> Option<tokio::sync::futures::Notified<'_>> {
         match self {
-            Member::Redis(node) => node.link().changed().await,
-            Member::Cluster(node) => node.changed().await,
-            Member::Custom(_) => std::future::pending().await,
+            Member::Redis(node) => Some(node.link().changed()),
+            Member::Cluster(node) => Some(node.changed()),
+            Member::Custom(_) => None,
         }
     }
 }

@@ -494,6 +494,16 @@ impl Driver {
             .unwrap_or(quorum::DEFAULT_NODE_TIMEOUT);
         let mut quorum_since: Option<Instant> = None;
         loop {
+            // Listening before looking: no change is missed in between.
+            let mut changes: Vec<_> = self
+                .nodes
+                .iter()
+                .filter_map(|n| n.member().changed())
+                .map(Box::pin)
+                .collect();
+            for change in &mut changes {
+                change.as_mut().enable();
+            }
             let connecting = self
                 .nodes
                 .iter()
@@ -515,10 +525,7 @@ impl Driver {
             if now >= until {
                 return;
             }
-            let changed = futures::future::select_all(
-                self.nodes.iter().map(|n| Box::pin(n.member().changed())),
-            );
-            let _ = tokio::time::timeout_at(until, changed).await;
+            let _ = tokio::time::timeout_at(until, futures::future::select_all(changes)).await;
         }
     }
 

@@ -81,12 +81,14 @@ pub(super) async fn run(link: Arc<Link>) {
                 let nanos = rand::rng().random_range(0..=backoff.as_nanos() as u64);
                 let retry = tokio::time::sleep(Duration::from_nanos(nanos));
                 tokio::pin!(retry);
-                // Closing: no need to wait out the backoff.
+                // Closing, or a probe asking: no need to wait out the
+                // backoff.
                 let closing = poll_fn(|cx| {
                     link.wake.register(cx.waker());
                     link.scheduled
                         .store(false, std::sync::atomic::Ordering::Release);
-                    if link.lock().closing {
+                    let mut shared = link.lock();
+                    if shared.closing || std::mem::take(&mut shared.kicked) {
                         Poll::Ready(())
                     } else {
                         Poll::Pending
@@ -268,12 +270,15 @@ impl Io {
                 }
                 progress = true;
             }
-            match self.write(cx) {
-                Ok(moved) => progress |= moved,
-                Err(e) => return Poll::Ready(Ended::Failed(e)),
-            }
+            // Read first: a connection the node closed while idle is seen
+            // closed before anything is written on it, and what was queued
+            // goes out on the next one.
             match self.read(cx, link) {
                 Ok(read) => progress |= read,
+                Err(e) => return Poll::Ready(Ended::Failed(e)),
+            }
+            match self.write(cx) {
+                Ok(moved) => progress |= moved,
                 Err(e) => return Poll::Ready(Ended::Failed(e)),
             }
             if self.timer.as_mut().poll(cx).is_ready() {

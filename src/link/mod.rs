@@ -309,6 +309,8 @@ struct Shared {
     running: bool,
     /// The member this server already is, if another one is.
     same_as: Option<Arc<str>>,
+    /// A probe asked for an attempt now, not after the backoff.
+    kicked: bool,
 }
 
 /// One node's connection: its queue, its state and its task.
@@ -395,6 +397,7 @@ impl Link {
                 closing: false,
                 running: true,
                 same_as: None,
+                kicked: false,
             }),
             wake: AtomicWaker::new(),
             scheduled: AtomicBool::new(false),
@@ -470,8 +473,8 @@ impl Link {
     }
 
     /// Resolves at the next change of state (see [`ready`](Self::ready)).
-    pub(crate) async fn changed(&self) {
-        self.changed.notified().await;
+    pub(crate) fn changed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.changed.notified()
     }
 
     /// How the first attempt ended, within `wait`: `None` if still
@@ -523,7 +526,18 @@ impl Link {
 
     /// A `PING` (for readiness probes), through the same queue as every
     /// call: a dead connection is found and replaced as for a lock round.
+    /// A node down is tried again at once (not after the backoff), the
+    /// `PING` waiting for that attempt: a node back up reports reachable
+    /// within the round trips of one attempt.
     pub(crate) async fn ping(self: &Arc<Self>) -> Result<(), NodeError> {
+        {
+            let mut shared = self.lock();
+            if matches!(shared.state, State::Down(_)) {
+                shared.state = State::Reconnecting;
+                shared.kicked = true;
+            }
+        }
+        self.schedule();
         match self.query(crate::resp::encode(&[b"PING"]), None).await? {
             Frame::Error(text) => Err(refusal(&text)),
             _ => Ok(()),

@@ -4,7 +4,9 @@
 //! Latency is added per direction without serialising the stream: each chunk
 //! read is stamped and written once its time has come, so pipelined traffic
 //! keeps flowing. A cut holds traffic (as a partition does to TCP: nothing
-//! arrives, nothing is lost) until healed; new connections wait too.
+//! arrives, nothing is lost) until healed; new connections wait too. An
+//! idle black hole silently drops, for good, every connection that carried
+//! nothing for a while (a NAT or conntrack entry expiring: no FIN, no RST).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -26,6 +28,24 @@ struct Shared {
     cut: watch::Sender<bool>,
     /// `true` while the node is "down": connections are closed and refused.
     down: watch::Sender<bool>,
+    /// Connections idle this long (µs; 0: never) are black-holed.
+    blackhole_idle_us: AtomicU64,
+    /// Connections black-holed so far.
+    blackholed: AtomicU64,
+    /// Bumped by `blackhole_now`: connections opened before are dead.
+    generation: AtomicU64,
+    start: Instant,
+}
+
+/// One proxied connection's activity, shared by its two directions.
+#[derive(Debug, Default)]
+struct Activity {
+    /// When it last carried a byte, in µs since the proxy started.
+    last_us: AtomicU64,
+    /// Black-holed: nothing goes through any more, either way.
+    dead: std::sync::atomic::AtomicBool,
+    /// The proxy's generation when it opened.
+    generation: u64,
 }
 
 /// A running proxy; stops accepting when dropped.
@@ -57,6 +77,10 @@ impl Proxy {
             latency_us: AtomicU64::new(0),
             cut,
             down,
+            blackhole_idle_us: AtomicU64::new(0),
+            blackholed: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
+            start: Instant::now(),
         });
         let accept = tokio::spawn(accept_loop(listener, shared.clone()));
         Proxy {
@@ -69,6 +93,31 @@ impl Proxy {
     /// `redis://127.0.0.1:PORT` of the proxy.
     pub fn url(&self) -> String {
         format!("redis://{}", self.addr)
+    }
+
+    /// `127.0.0.1:PORT` of the proxy.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.addr
+    }
+
+    /// Silently drops, for good, each connection once it has been idle for
+    /// `idle` (`None`: never).
+    pub fn set_blackhole_idle(&self, idle: Option<Duration>) {
+        let us = idle.map_or(0, |d| {
+            u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1)
+        });
+        self.shared.blackhole_idle_us.store(us, Ordering::Relaxed);
+    }
+
+    /// Silently drops, for good, every connection open now (a NAT table
+    /// flushed): no FIN, no RST; later connections pass.
+    pub fn blackhole_now(&self) {
+        self.shared.generation.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many connections have been black-holed.
+    pub fn blackholed(&self) -> u64 {
+        self.shared.blackholed.load(Ordering::Relaxed)
     }
 
     /// Adds `latency` to each direction (so a round trip gains twice that).
@@ -108,8 +157,15 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
             let _ = server.set_nodelay(true);
             let (cr, cw) = client.into_split();
             let (sr, sw) = server.into_split();
-            tokio::spawn(pump(cr, sw, shared.clone()));
-            tokio::spawn(pump(sr, cw, shared));
+            let activity = Arc::new(Activity {
+                generation: shared.generation.load(Ordering::Relaxed),
+                ..Activity::default()
+            });
+            activity
+                .last_us
+                .store(shared.start.elapsed().as_micros() as u64, Ordering::Relaxed);
+            tokio::spawn(pump(cr, sw, shared.clone(), activity.clone()));
+            tokio::spawn(pump(sr, cw, shared, activity));
         });
     }
 }
@@ -120,6 +176,7 @@ async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     shared: Arc<Shared>,
+    activity: Arc<Activity>,
 ) {
     let (tx, mut rx) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
     let writer_shared = shared.clone();
@@ -143,6 +200,17 @@ async fn pump(
         match read {
             Ok(0) | Err(_) => break,
             Ok(n) => {
+                let now = shared.start.elapsed().as_micros() as u64;
+                let idle_limit = shared.blackhole_idle_us.load(Ordering::Relaxed);
+                let last = activity.last_us.swap(now, Ordering::Relaxed);
+                let flushed = shared.generation.load(Ordering::Relaxed) > activity.generation;
+                let idled = idle_limit > 0 && now.saturating_sub(last) >= idle_limit;
+                if (flushed || idled) && !activity.dead.swap(true, Ordering::Relaxed) {
+                    shared.blackholed.fetch_add(1, Ordering::Relaxed);
+                }
+                if activity.dead.load(Ordering::Relaxed) {
+                    continue; // swallowed: no FIN, no RST, no answer
+                }
                 let latency = Duration::from_micros(shared.latency_us.load(Ordering::Relaxed));
                 if tx
                     .send((Instant::now() + latency, buf[..n].to_vec()))

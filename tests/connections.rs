@@ -1,0 +1,345 @@
+//! The node connections stay alive on their own, on the five real nodes:
+//! across connections the server closes while idle, connections dropped
+//! silently on the way (a proxy that black-holes idle connections), nodes
+//! far away at start, a node that always answers late, and a client used
+//! after the runtime that built it has ended.
+
+mod support;
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use redquorum::Redlock;
+use support::proxy::Proxy;
+use support::*;
+use tokio::time::Instant;
+
+const TTL: Duration = Duration::from_secs(30);
+
+/// One test at a time: some change every node's settings.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Sets the nodes' `timeout` (idle clients closed after it) for as long as
+/// this lives.
+struct IdleTimeout;
+
+impl IdleTimeout {
+    async fn set(seconds: u32) -> Self {
+        for mut conn in raw_all().await {
+            let _: () = redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("timeout")
+                .arg(seconds)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+        IdleTimeout
+    }
+}
+
+impl Drop for IdleTimeout {
+    fn drop(&mut self) {
+        for i in 0..5 {
+            let mut conn = acl::blocking_conn(i);
+            let _: Result<(), _> = redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("timeout")
+                .arg(0)
+                .query(&mut conn);
+        }
+    }
+}
+
+/// Proxies to the five nodes with `latency` each way.
+async fn proxies(latency: Duration) -> Vec<Proxy> {
+    let mut proxies = Vec::new();
+    for url in node_urls() {
+        let proxy = Proxy::start(url.trim_start_matches("redis://")).await;
+        proxy.set_latency(latency);
+        proxies.push(proxy);
+    }
+    proxies
+}
+
+/// How many nodes hold `resource`'s lock key.
+async fn holding(resource: &str) -> usize {
+    let mut n = 0;
+    for mut conn in raw_all().await {
+        let exists: bool = conn.exists(lock_key(resource)).await.unwrap();
+        n += usize::from(exists);
+    }
+    n
+}
+
+/// Connections a server closes while idle (`timeout 1`, or an operator's
+/// `CLIENT KILL`) cost no round: the link sees the close at once and opens
+/// a new connection before anyone needs the node, and a call that never
+/// left goes out on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_closed_while_idle_cost_no_round() {
+    let _serial = SERIAL.lock().await;
+    let _timeout = IdleTimeout::set(1).await;
+    let redlock = Redlock::connect(node_urls()).await.unwrap();
+    for round in 0..3 {
+        let resource = unique("idle-close");
+        let mut lock = redlock.try_lock(&resource, TTL).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(2_500)).await;
+        lock.extend(TTL)
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: extend after idling: {e}"));
+        tokio::time::sleep(Duration::from_millis(2_500)).await;
+        lock.release()
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: release after idling: {e}"));
+        settled(&redlock).await;
+        assert_eq!(holding(&resource).await, 0, "round {round}: keys left");
+    }
+    // Every client connection killed at once, then a round at once.
+    for mut conn in raw_all().await {
+        let _: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("normal")
+            .arg("SKIPME")
+            .arg("yes")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let resource = unique("killed");
+    let lock = redlock
+        .try_lock(&resource, TTL)
+        .await
+        .expect("a round right after CLIENT KILL");
+    lock.release().await.unwrap();
+    // And a probe sees every node, on the new connections.
+    let health = redlock.probe(Duration::from_millis(200)).await;
+    assert!(health.iter().all(|h| h.is_reachable()), "{health:?}");
+}
+
+/// A connection dropped on the way without a FIN or RST (a NAT entry
+/// expiring while idle): an idle link `PING`s before such a drop can
+/// happen; and a connection dropped anyway (a NAT table flushed) is found
+/// by its unanswered `PING` and replaced before the next round needs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silently_dropped_connections_are_found_before_a_round_needs_them() {
+    let _serial = SERIAL.lock().await;
+    let proxies = proxies(Duration::ZERO).await;
+    for proxy in &proxies {
+        proxy.set_blackhole_idle(Some(Duration::from_millis(1_500)));
+    }
+    let redlock = Redlock::connect(proxies.iter().map(Proxy::url))
+        .await
+        .unwrap();
+    let mut failed = Vec::new();
+    for round in 0..6 {
+        if round >= 3 {
+            // Every connection dropped silently, mid-idle.
+            for proxy in &proxies {
+                proxy.blackhole_now();
+            }
+        }
+        // Found (a PING within 1 s of idleness, unanswered for its 1 s
+        // grace) and replaced before the round.
+        tokio::time::sleep(Duration::from_millis(2_500)).await;
+        let resource = unique("blackhole");
+        match redlock.try_lock(&resource, TTL).await {
+            Ok(lock) => {
+                if let Err(e) = lock.release().await {
+                    failed.push(format!("round {round}: release: {e}"));
+                }
+            }
+            Err(e) => failed.push(format!("round {round}: lock: {e}")),
+        }
+        let dropped: u64 = proxies.iter().map(Proxy::blackholed).sum();
+        if round < 3 {
+            assert_eq!(dropped, 0, "round {round}: an idle link went unpinged");
+        } else {
+            assert!(dropped > 0, "round {round}: nothing was dropped");
+        }
+    }
+    assert!(failed.is_empty(), "{failed:?}");
+}
+
+/// `probe` finds a node back up on its own: a node down is tried again at
+/// once when probed, not after its reconnect backoff.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_reports_nodes_back_within_one_attempt() {
+    let _serial = SERIAL.lock().await;
+    let proxies = proxies(Duration::ZERO).await;
+    let redlock = Redlock::connect(proxies.iter().map(Proxy::url))
+        .await
+        .unwrap();
+    for proxy in &proxies {
+        proxy.set_down(true);
+    }
+    // Down, and backing off: a few failed attempts.
+    let start = Instant::now();
+    loop {
+        let health = redlock.probe(Duration::from_millis(50)).await;
+        if health.iter().all(|h| !h.is_reachable()) && start.elapsed() > Duration::from_secs(2) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for proxy in &proxies {
+        proxy.set_down(false);
+    }
+    let back = Instant::now();
+    let health = redlock.probe(Duration::from_millis(50)).await;
+    let took = back.elapsed();
+    println!("probe after the nodes came back: {took:?}");
+    assert!(
+        health.iter().all(|h| h.is_reachable()),
+        "the first probe after the nodes came back: {health:?}"
+    );
+}
+
+/// With `require_quorum`, the bounds still come from the node timeout: a
+/// frozen node shows degraded within a node timeout or so, and its
+/// connection is dropped after the grace (1 s), not four connect waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn require_quorum_keeps_the_node_timeout_s_bounds() {
+    let _serial = SERIAL.lock().await;
+    let proxies = proxies(Duration::ZERO).await;
+    let redlock = Redlock::builder()
+        .nodes(proxies.iter().map(Proxy::url))
+        .require_quorum(true)
+        .build()
+        .await
+        .unwrap();
+    let debug = format!("{redlock:?}");
+    assert!(
+        debug.contains("grace: 1s") && debug.contains("late: 50ms"),
+        "{debug}"
+    );
+    proxies[0].set_cut(true);
+    let cut = Instant::now();
+    let mut degraded_after = None;
+    let mut most_in_flight = 0;
+    while cut.elapsed() < Duration::from_millis(2_500) {
+        let _ = redlock
+            .try_lock(&unique("rq-bounds"), Duration::from_secs(5))
+            .await
+            .map(drop);
+        if degraded_after.is_none() && redlock.degraded().count() == 1 {
+            degraded_after = Some(cut.elapsed());
+        }
+        let in_flight = redlock.in_flight().next().unwrap().1;
+        most_in_flight = most_in_flight.max(in_flight);
+    }
+    proxies[0].set_cut(false);
+    let degraded_after = degraded_after.expect("never degraded");
+    println!("degraded after {degraded_after:?}; at most {most_in_flight} calls in flight");
+    assert!(
+        degraded_after < Duration::from_millis(500),
+        "{degraded_after:?}"
+    );
+}
+
+/// A node behind a 120 ms round trip with a 50 ms node timeout never votes
+/// in time: it stays degraded (a late answer is no sign of health), so the
+/// documented alert (`redquorum_node_up == 0` for a minute) fires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_always_answers_late_stays_degraded() {
+    let _serial = SERIAL.lock().await;
+    let proxies = proxies(Duration::ZERO).await;
+    proxies[0].set_latency(Duration::from_millis(60));
+    let redlock = Redlock::builder()
+        .nodes(proxies.iter().map(Proxy::url))
+        .node_timeout(Duration::from_millis(50))
+        .build()
+        .await
+        .unwrap();
+    let work = {
+        let redlock = redlock.clone();
+        tokio::spawn(async move {
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(3) {
+                if let Ok(lock) = redlock.try_lock(&unique("late"), TTL).await {
+                    let _ = lock.release().await;
+                }
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (mut samples, mut degraded, mut transitions, mut last) = (0, 0, 0, None);
+    for _ in 0..100 {
+        let now = redlock.degraded().any(|n| n == proxies[0].url());
+        samples += 1;
+        degraded += usize::from(now);
+        if last.is_some_and(|l| l != now) {
+            transitions += 1;
+        }
+        last = Some(now);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    work.await.unwrap();
+    println!("degraded in {degraded} of {samples} samples, {transitions} transitions");
+    assert!(
+        degraded * 100 >= samples * 95,
+        "degraded in {degraded} of {samples}"
+    );
+    assert!(transitions <= 2, "{transitions} transitions");
+}
+
+/// Nodes far away (40 ms, and 150 ms with a node timeout to match) work
+/// from the first call: a node still connecting for the first time is
+/// waited for, before the round's clock starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn distant_nodes_work_from_the_first_call() {
+    let _serial = SERIAL.lock().await;
+    for (round_trip, node_timeout) in [(40, None), (150, Some(Duration::from_millis(250)))] {
+        let proxies = proxies(Duration::from_millis(round_trip / 2)).await;
+        let mut builder = Redlock::builder().nodes(proxies.iter().map(Proxy::url));
+        if let Some(timeout) = node_timeout {
+            builder = builder.node_timeout(timeout);
+        }
+        let start = Instant::now();
+        let redlock = builder.build().await.unwrap();
+        let built = start.elapsed();
+        let lock = redlock
+            .try_lock(&unique("far"), TTL)
+            .await
+            .unwrap_or_else(|e| panic!("{round_trip} ms away, the first call: {e}"));
+        println!(
+            "{round_trip} ms away: built in {built:?}, first lock after {:?}",
+            start.elapsed()
+        );
+        lock.release().await.unwrap();
+    }
+}
+
+/// A client kept beyond the runtime that built it (a `static` shared by
+/// tests, each with its own runtime) keeps working on the runtime it is
+/// used from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_outlives_the_runtime_that_built_it() {
+    static CLIENT: OnceLock<Redlock> = OnceLock::new();
+    std::thread::spawn(|| {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let redlock = runtime.block_on(async {
+            let redlock = patient().build().await.unwrap();
+            redlock
+                .lock(&unique("first-runtime"), TTL)
+                .await
+                .unwrap()
+                .release()
+                .await
+                .unwrap();
+            redlock
+        });
+        CLIENT.set(redlock).unwrap();
+        drop(runtime); // its tasks, the connections', end with it
+    })
+    .join()
+    .unwrap();
+    let redlock = CLIENT.get().unwrap();
+    let lock = redlock
+        .try_lock(&unique("second-runtime"), TTL)
+        .await
+        .expect("the first call on a new runtime");
+    lock.release().await.unwrap();
+}
