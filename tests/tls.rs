@@ -418,3 +418,29 @@ async fn inspect_reads_tls_nodes() {
     );
     lock.release().await.unwrap();
 }
+
+/// TLS nodes 40 ms away work from the first call: the handshake (TCP, TLS,
+/// AUTH…) of a node still connecting for the first time is waited for
+/// before the round's clock starts.
+#[tokio::test]
+async fn distant_tls_nodes_work_from_the_first_call() {
+    let _serial = SERIAL.lock().await;
+    let mut proxies = Vec::new();
+    for url in urls() {
+        let proxy = support::proxy::Proxy::start(url.trim_start_matches("rediss://")).await;
+        proxy.set_latency(Duration::from_millis(20));
+        proxies.push(proxy);
+    }
+    let redlock = Redlock::builder()
+        .nodes(proxies.iter().map(|p| format!("rediss://{}", p.addr())))
+        .tls_ca(file("ca.crt"))
+        .tls_client_cert(file("client.crt"), file("client.key"))
+        .build()
+        .await
+        .unwrap();
+    let lock = redlock
+        .try_lock(&support::unique("tls-far"), Duration::from_secs(10))
+        .await
+        .expect("the first call");
+    lock.release().await.unwrap();
+}

@@ -1058,3 +1058,32 @@ async fn status_reads_cluster_members() {
     }
     std::mem::forget(lock); // the client is shut down: it expires
 }
+
+/// Healthy nodes 40 ms away: `exec` waits for their first connections
+/// (not counted in the lock's validity) and runs the command; it never
+/// exits 69 ("the cluster needs attention") against healthy nodes.
+#[tokio::test(flavor = "multi_thread")]
+async fn exec_against_distant_healthy_nodes_runs_the_command() {
+    let mut proxies = Vec::new();
+    for url in node_urls() {
+        let proxy = Proxy::start(url.trim_start_matches("redis://")).await;
+        proxy.set_latency(Duration::from_millis(20));
+        proxies.push(proxy);
+    }
+    let via: Vec<String> = proxies.iter().map(Proxy::url).collect();
+    for run_no in 0..3 {
+        let resource = unique("cli-far");
+        // The default node timeout (50 ms) against a 40 ms round trip.
+        let mut command = Command::new(BIN);
+        command
+            .args(["--nodes", &via.join(","), "exec", &resource, "--", "true"])
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let out = finish(command.spawn().expect("spawn")).await;
+        assert_eq!(code(&out), 0, "run {run_no}: {}", stderr(&out));
+        assert!(!stderr(&out).contains("WARN"), "{}", stderr(&out));
+    }
+}
