@@ -28,6 +28,7 @@ use crate::proto::per_node::PerNode;
 use crate::proto::quorum::{self, Decision, DriftFactor, MAX_TTL_MS};
 use crate::proto::retry::{Backoff, Budget, Last, Next as Pause, Retry, WAKE_SPREAD};
 use crate::proto::round::{Step, Tally, refusal};
+use crate::telemetry::ClientTelemetry;
 use crate::wakeup::{Hub, Interest};
 
 /// The validated settings every operation reads.
@@ -84,6 +85,8 @@ pub(crate) struct Driver {
     started: Instant,
     /// The nodes' names, for the rounds' logs.
     names: Arc<[Arc<str>]>,
+    /// What the client counts of its locks.
+    pub(crate) telemetry: ClientTelemetry,
 }
 
 impl fmt::Debug for Driver {
@@ -118,6 +121,7 @@ impl Driver {
             layout,
             started: Instant::now(),
             names,
+            telemetry: ClientTelemetry::default(),
         }
     }
 

@@ -23,7 +23,6 @@ use crate::proto::lease::{Extension, Keeper};
 use crate::proto::round::gone_for_good;
 use crate::quorum;
 use crate::redlock::Redlock;
-use crate::telemetry;
 
 /// A view of a lease kept alive in the background: what it holds, how long
 /// it is valid, and a signal when it ends. Cheap to clone; hand clones to
@@ -302,7 +301,7 @@ async fn keep(lock: &mut Lock, keeping: Keeping, lease: &Lease) {
             None => break "no extension succeeded before the deadline",
         }
     };
-    telemetry::lease_lost();
+    lock.driver().telemetry.lease_lost();
     match last.as_ref().and_then(LockError::votes) {
         Some(votes) => tracing::warn!(
             resource = lock.resource(),

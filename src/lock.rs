@@ -11,7 +11,6 @@ use crate::claim::Claim;
 use crate::driver::{Driver, Held};
 use crate::error::LockError;
 use crate::proto::quorum::{self, Decision};
-use crate::telemetry;
 
 /// A lock held on a quorum of nodes, valid until [`deadline`](Lock::deadline).
 ///
@@ -189,7 +188,7 @@ impl Lock {
             self.ttl_ms = self.ttl_ms.max(ttl.ms);
         }
         let extended = self.driver.extend(&self.claim, ttl, self.deadline).await;
-        telemetry::extended(&extended);
+        self.driver.telemetry.extended(&extended);
         self.deadline = extended?;
         Ok(())
     }
@@ -220,7 +219,7 @@ impl Lock {
         // on `Drop` must not release a second time.
         self.released = true;
         if Instant::now() >= self.deadline {
-            telemetry::released_expired();
+            self.driver.telemetry.expired();
         }
         let tally = self
             .driver

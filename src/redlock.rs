@@ -15,7 +15,6 @@ use crate::driver::{Attempts, Driver, Ttl};
 use crate::error::{ConfigError, LockError};
 use crate::keys::KeyLayout;
 use crate::lock::Lock;
-use crate::telemetry;
 
 /// A Redlock client over N independent Redis masters.
 ///
@@ -404,7 +403,7 @@ impl Redlock {
             .acquire_repeatedly(keys, owner, ttl, attempts)
             .await;
         let waited = matches!(attempts, Attempts::Until(_)).then(|| start.elapsed());
-        telemetry::acquired(kind, &held, waited);
+        self.driver.telemetry.acquired(kind, &held, waited);
         Ok(Lock::new(Arc::clone(&self.driver), held?))
     }
 
@@ -416,7 +415,9 @@ impl Redlock {
         holder_ttl: bool,
     ) -> Result<Lock, LockError> {
         let held = self.driver.acquire(claim, ttl, holder_ttl).await;
-        telemetry::acquired(claim.keys().kind(), &held, None);
+        self.driver
+            .telemetry
+            .acquired(claim.keys().kind(), &held, None);
         Ok(Lock::new(Arc::clone(&self.driver), held?))
     }
 

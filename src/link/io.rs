@@ -200,6 +200,8 @@ struct Io {
     stream: Stream,
     /// The function library is loaded on it: scripts go by `FCALL`.
     loaded: bool,
+    /// Calls just taken from the link's queue.
+    taken: VecDeque<Pending>,
     /// Encoded commands not yet (wholly) written, and how much of them is.
     out: Vec<u8>,
     written: usize,
@@ -229,6 +231,7 @@ impl Io {
         Io {
             stream,
             loaded,
+            taken: VecDeque::new(),
             out: Vec::with_capacity(4096),
             written: 0,
             encoded: VecDeque::new(),
@@ -256,13 +259,16 @@ impl Io {
             link.wake.register(cx.waker());
             link.scheduled
                 .store(false, std::sync::atomic::Ordering::Release);
-            let (queued, closing) = {
+            let closing = {
                 let mut shared = link.lock();
-                (std::mem::take(&mut shared.queue), shared.closing)
+                // Moved, not swapped: both queues keep their room, so
+                // taking calls allocates nothing.
+                self.taken.append(&mut shared.queue);
+                shared.closing
             };
-            if !queued.is_empty() {
+            if !self.taken.is_empty() {
                 let was_idle = self.idle();
-                for call in queued {
+                while let Some(call) = self.taken.pop_front() {
                     self.encode(call);
                 }
                 if was_idle {
