@@ -319,7 +319,9 @@ impl Builder {
     /// (default 1024). Past it a call to that node fails at once with
     /// [`NodeError::Overloaded`](crate::NodeError::Overloaded) — a vote
     /// against — instead of queueing: a frozen node costs a bounded amount of
-    /// memory whatever the lock rate. A call waits at most four node
+    /// memory whatever the lock rate. Releases go past it (up to three times
+    /// it): each pairs with an acquire that was made, and refusing it would
+    /// leave that acquire's key until its TTL. A call waits at most four node
     /// timeouts (at least 1 s) for its answer; a node that takes longer
     /// has its connection dropped and re-established in the background.
     pub fn max_in_flight(mut self, calls: usize) -> Self {

@@ -13,7 +13,11 @@
 //!
 //! - at most [`Limits::max_in_flight`] calls are in flight (made and not yet
 //!   finished, wherever they are); past it a call is refused at once with
-//!   [`NodeError::Overloaded`];
+//!   [`NodeError::Overloaded`] — but for a release or a refused round's
+//!   undo, which pairs with an acquire that was made (at most two per
+//!   acquire), and may take the calls in flight up to [`CLEANUP_ROOM`]
+//!   times the bound: refusing it would leave that acquire's key for its
+//!   TTL;
 //! - a call waits at most [`Limits::grace`] for its answer (a small multiple
 //!   of the node timeout). A Redis node that lets one call pass it is
 //!   unresponsive: its connection is dropped — which frees everything
@@ -53,6 +57,10 @@ pub(crate) type Outcome = Result<Reply, NodeError>;
 
 /// The default bound on calls in flight per node.
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
+
+/// Releases and undos may take calls in flight up to this many times the
+/// bound (see [`Dispatcher::call`]).
+pub(crate) const CLEANUP_ROOM: usize = 3;
 
 /// A configured node: a Redis master, a Redis Cluster, or one of the
 /// caller's own behind the [`Node`] trait.
@@ -245,7 +253,14 @@ impl Dispatcher {
         if self.closed.load(Ordering::Acquire) {
             return refuse(NodeError::NotConnected("the client was shut down".into()));
         }
-        let limit = self.limits.max_in_flight;
+        // A release (or a refused round's undo) pairs with an acquire that
+        // was made, so it may go past the bound: refused, it would leave that
+        // acquire's key for its TTL. Each acquire has at most two of them
+        // (a writer's undo and its give-up), hence the bound on all calls.
+        let limit = match step {
+            Step::Release | Step::Undo => self.limits.max_in_flight * CLEANUP_ROOM,
+            _ => self.limits.max_in_flight,
+        };
         let took = self
             .in_flight
             .calls

@@ -56,6 +56,8 @@ pub(crate) struct Held {
     pub(crate) ttl_ms: u64,
     pub(crate) deadline: Instant,
     pub(crate) fence: Option<u64>,
+    /// The nodes the acquire was made to (not refused before it was sent).
+    pub(crate) made: Mask,
 }
 
 /// How many rounds an acquisition may take.
@@ -254,6 +256,7 @@ impl Driver {
                         ttl_ms: ttl.ms,
                         deadline,
                         fence,
+                        made: guard.only.clone(),
                     });
                 }
                 Next::Refused {

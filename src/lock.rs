@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::ballot::Until;
+use crate::ballot::{Mask, Until};
 use crate::claim::Claim;
 use crate::driver::{Driver, Held};
 use crate::error::LockError;
@@ -32,6 +32,9 @@ pub struct Lock {
     /// [`release`](Lock::release)); then `Drop` sends none: a hold is given
     /// back at most once.
     released: bool,
+    /// The nodes its acquire was made to: the others hold nothing of it,
+    /// and are sent no release.
+    made: Mask,
 }
 
 impl fmt::Debug for Lock {
@@ -57,6 +60,7 @@ impl Lock {
             deadline: held.deadline,
             fence: held.fence,
             released: false,
+            made: held.made,
         }
     }
 
@@ -223,7 +227,7 @@ impl Lock {
         }
         let tally = self
             .driver
-            .release(&self.claim, self.ttl_ms, Until::Decision, None)
+            .release(&self.claim, self.ttl_ms, Until::Decision, Some(&self.made))
             .await;
         match tally.decision {
             Decision::Granted => Ok(()),
@@ -237,7 +241,8 @@ impl Lock {
 impl Drop for Lock {
     fn drop(&mut self) {
         if !self.released {
-            self.driver.release_detached(&self.claim, self.ttl_ms, None);
+            self.driver
+                .release_detached(&self.claim, self.ttl_ms, Some(&self.made));
         }
     }
 }

@@ -163,3 +163,34 @@ async fn a_loop_over_refused_rounds_lets_other_tasks_run() {
     );
     other.await.unwrap();
 }
+
+/// A release pairs with an acquire that was made: it goes past the bound
+/// (refused, it would leave that acquire's key for its TTL), but only up
+/// to three times it; and a node whose acquire was refused before it was
+/// sent is sent no release.
+#[tokio::test(start_paused = true)]
+async fn releases_go_past_the_bound_up_to_three_times_it() {
+    let (nodes, redlock) = cluster(LIMIT).await;
+    nodes[4].freeze();
+    let mut locks = Vec::new();
+    for i in 0..LIMIT + 2 {
+        locks.push(redlock.try_lock(&format!("held{i}"), TTL).await.unwrap());
+    }
+    // The frozen node took LIMIT acquires and refused the last two.
+    assert_eq!(in_flight(&redlock)[4], LIMIT);
+    for lock in locks {
+        match lock.release().await {
+            Ok(()) => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    // One release per acquire made: past the bound, within three times it.
+    let now = in_flight(&redlock)[4];
+    assert_eq!(now, 2 * LIMIT, "{now} calls in flight to the frozen node");
+    // A new acquire is refused there, and so sends no release either.
+    let lock = redlock.try_lock("after", TTL).await.unwrap();
+    lock.release().await.unwrap();
+    assert_eq!(in_flight(&redlock)[4], 2 * LIMIT);
+    tokio::time::sleep(GRACE + Duration::from_millis(1)).await;
+    assert_eq!(in_flight(&redlock), [0; 5]);
+}

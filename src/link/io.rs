@@ -202,6 +202,8 @@ struct Io {
     loaded: bool,
     /// Calls just taken from the link's queue.
     taken: VecDeque<Pending>,
+    /// The task let others run once before taking the queue.
+    yielded: bool,
     /// Encoded commands not yet (wholly) written, and how much of them is.
     out: Vec<u8>,
     written: usize,
@@ -232,6 +234,7 @@ impl Io {
             stream,
             loaded,
             taken: VecDeque::new(),
+            yielded: false,
             out: Vec::with_capacity(4096),
             written: 0,
             encoded: VecDeque::new(),
@@ -259,6 +262,18 @@ impl Io {
             link.wake.register(cx.waker());
             link.scheduled
                 .store(false, std::sync::atomic::Ordering::Release);
+            if !self.yielded && !self.idle() && !link.lock().queue.is_empty() {
+                // Calls are waiting behind others in flight: let the tasks
+                // that are ready to run (rounds about to make their calls)
+                // run first, so that their calls go out in this write too.
+                // A self-wake puts this task at the back of the run queue.
+                // An idle link writes at once: a lone caller waits for
+                // nobody.
+                self.yielded = true;
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            self.yielded = false;
             let closing = {
                 let mut shared = link.lock();
                 // Moved, not swapped: both queues keep their room, so
