@@ -68,6 +68,7 @@ use redquorum::{LockError, Redlock, Retry};
 use tokio::time::Instant;
 
 mod allocator;
+mod ceiling;
 mod chart;
 mod clients;
 mod faults;

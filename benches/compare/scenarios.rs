@@ -37,6 +37,9 @@ pub(crate) struct Results {
     pub(crate) lone: [Lone; 3],
     pub(crate) load: [[Load; 4]; 3],
     pub(crate) contention: [Contention; 3],
+    /// The pipelined C clients' cycles/s (healthy only): measured before
+    /// and after the load phase, the mean.
+    pub(crate) ceiling: Option<f64>,
 }
 
 /// Slices per client per phase.
@@ -93,6 +96,19 @@ pub(crate) async fn run_scenario(scenario: Scenario, urls: &[String], secs: f64)
         let l = lone(&clients[i], &format!("{run}:lone:{i}:{pass}"), until).await;
         res.lone[i].merge(l);
     }
+    let ceiling = |when: &str| {
+        if scenario != Scenario::Healthy || !phase("load") {
+            return None;
+        }
+        println!(
+            "[{}] ceiling ({when}): five redis-benchmark -P 16 -c 8",
+            scenario.tag()
+        );
+        ceiling::measure(&urls)
+            .inspect_err(|e| eprintln!("compare: no ceiling: {e}"))
+            .ok()
+    };
+    let before = ceiling("before");
     for (c, &tasks) in CONCURRENCY.iter().enumerate() {
         println!(
             "[{}] throughput, {tasks} tasks on distinct keys",
@@ -104,6 +120,10 @@ pub(crate) async fn run_scenario(scenario: Scenario, urls: &[String], secs: f64)
             res.load[i][c].merge(l);
         }
     }
+    res.ceiling = match (before, ceiling("after")) {
+        (Some(a), Some(b)) => Some((a + b) / 2.0),
+        (a, b) => a.or(b),
+    };
     println!(
         "[{}] contention, {CONTENDERS} tasks on one key",
         scenario.tag()
