@@ -41,6 +41,7 @@ pub const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(3600);
 /// assert!(options.is_fenced());
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[must_use = "LockOptions do nothing until passed to a lock call"]
 pub struct LockOptions {
     max_wait: Option<Duration>,
     fenced: bool,
@@ -136,6 +137,7 @@ impl LockOptions {
 /// # Ok(()) }
 /// ```
 #[derive(Default)]
+#[must_use = "a Builder connects nothing until `build` is awaited"]
 pub struct Builder {
     urls: Vec<String>,
     custom: Vec<Arc<dyn Node>>,

@@ -115,6 +115,7 @@ pub struct NodeView<T> {
 /// What every node holds for one resource's lock, and the verdict: see the
 /// [module docs](self) and [`Redlock::inspect`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
 pub struct Inspection {
     resource: String,
     quorum: usize,
@@ -222,6 +223,7 @@ pub struct Reader {
 /// lock's [`Inspection`]), the readers and a waiting writer's intent. See
 /// [`Redlock::inspect_rw`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
 pub struct RwInspection {
     writer: Inspection,
     nodes: Vec<NodeView<RwHolding>>,
@@ -271,6 +273,7 @@ impl RwInspection {
 
 /// Every slot of a semaphore, inspected: see [`Semaphore::inspect`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
 pub struct SemaphoreInspection {
     slots: Vec<Inspection>,
 }

@@ -28,6 +28,7 @@ use crate::redlock::Redlock;
 /// it is valid, and a signal when it ends. Cheap to clone; hand clones to
 /// subtasks so they can check in at their own checkpoints.
 #[derive(Clone)]
+#[must_use = "a Lease tells whether the lock is still held: check it at the work's checkpoints"]
 pub struct Lease {
     shared: Arc<Shared>,
 }
@@ -494,6 +495,7 @@ impl Lock {
 /// [`Lock::keep_alive`]. Dropping it stops the extensions and releases the
 /// lock in the background.
 #[derive(Debug)]
+#[must_use = "dropping a KeepAlive stops the extensions and releases the lock at once"]
 pub struct KeepAlive {
     lease: Lease,
     stop: Option<oneshot::Sender<()>>,

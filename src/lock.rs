@@ -20,7 +20,11 @@ use crate::proto::quorum::{self, Decision};
 ///
 /// Dropping a `Lock` without calling [`release`](Lock::release) releases it in
 /// the background if a tokio runtime is running; otherwise its keys expire
-/// after the TTL.
+/// after the TTL. So a lock is held in a binding for as long as the work
+/// runs: an unused one is a compile warning, and `let _ = redlock.lock(…)`
+/// (which the compiler does not flag; clippy's `let_underscore_must_use`
+/// does) releases it at once.
+#[must_use = "dropping a Lock releases it at once (in the background): hold it for as long as the work needs the lock"]
 pub struct Lock {
     driver: Arc<Driver>,
     claim: Arc<Claim>,

@@ -45,6 +45,7 @@ use crate::lock::Lock;
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
+#[must_use = "a Redlock client does nothing unless its lock calls are made"]
 pub struct Redlock {
     driver: Arc<Driver>,
 }

@@ -41,6 +41,7 @@ pub const MAX_PERMITS: u32 = 1024;
 /// A counting semaphore; see the [module docs](self) and
 /// [`Redlock::semaphore`].
 #[derive(Debug, Clone)]
+#[must_use = "a Semaphore does nothing until a permit is asked of it"]
 pub struct Semaphore {
     redlock: Redlock,
     name: String,
@@ -50,6 +51,7 @@ pub struct Semaphore {
 /// One of a [`Semaphore`]'s permits: a valid lock on one of its slots.
 /// Released when dropped, as any [`Lock`].
 #[derive(Debug)]
+#[must_use = "dropping a Permit gives it back at once (in the background): hold it for as long as the work needs it"]
 pub struct Permit {
     lock: Lock,
     slot: u32,

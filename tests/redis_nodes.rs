@@ -583,7 +583,7 @@ async fn one_server_under_two_names_is_refused() {
         other => panic!("expected SameServer, got {other:?}"),
     }
     // Three distinct servers are fine.
-    Redlock::builder()
+    let _distinct = Redlock::builder()
         .nodes(&urls[..3])
         .node_timeout(Duration::from_secs(2))
         .build()

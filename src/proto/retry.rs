@@ -29,6 +29,7 @@ use std::time::Duration;
 /// assert_eq!(Retry::none().attempts(), 1);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "a Retry policy does nothing until given to `Builder::retry`"]
 pub struct Retry {
     attempts: u32,
     max_delay: Duration,
