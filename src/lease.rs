@@ -390,6 +390,179 @@ impl Redlock {
         let lock = self.lock_with(resource, ttl, options).await?;
         run_kept(lock, keeping, work).await
     }
+
+    /// [`run`](Redlock::run) for fallible work: the work's own `Result`,
+    /// with a lock error (not had, lost) converted into the work's error
+    /// type — one `?` for both, instead of `Ok(Ok(x))`.
+    ///
+    /// The work's error type must be named once, where the closure cannot
+    /// tell it (`Ok::<_, MyError>(…)` at its end): Rust infers nothing from
+    /// a `?` alone.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// use std::time::Duration;
+    ///
+    /// #[derive(Debug)]
+    /// enum JobError {
+    ///     Lock(redquorum::LockError),
+    ///     Io(std::io::Error),
+    /// }
+    /// impl From<redquorum::LockError> for JobError {
+    ///     fn from(e: redquorum::LockError) -> Self { JobError::Lock(e) }
+    /// }
+    /// impl From<std::io::Error> for JobError {
+    ///     fn from(e: std::io::Error) -> Self { JobError::Io(e) }
+    /// }
+    ///
+    /// async fn job(redlock: &redquorum::Redlock) -> Result<u64, JobError> {
+    ///     redlock
+    ///         .run_fallible("nightly", Duration::from_secs(30), |lease| async move {
+    ///             let rows = std::fs::metadata(".")?.len(); // std::io::Error -> JobError
+    ///             assert!(lease.is_valid());
+    ///             Ok::<_, JobError>(rows)
+    ///         })
+    ///         .await
+    /// }
+    /// # job(&redlock).await.map_err(|e| format!("{e:?}"))?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn run_fallible<F, Fut, T, E>(
+        &self,
+        resource: &str,
+        ttl: Duration,
+        work: F,
+    ) -> Result<T, E>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: From<LockError>,
+    {
+        self.run_fallible_with(resource, ttl, &LockOptions::new(), work)
+            .await
+    }
+
+    /// [`run_fallible`](Redlock::run_fallible) with [`LockOptions`], as
+    /// [`run_with`](Redlock::run_with).
+    pub async fn run_fallible_with<F, Fut, T, E>(
+        &self,
+        resource: &str,
+        ttl: Duration,
+        options: &LockOptions,
+        work: F,
+    ) -> Result<T, E>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: From<LockError>,
+    {
+        self.run_with(resource, ttl, options, work).await?
+    }
+
+    /// Runs `work` as one of `resource`'s readers (a read/write lock, see
+    /// [`read_lock`](Redlock::read_lock)), under a lease kept as
+    /// [`run`](Redlock::run) keeps one: extended every third of `ttl`, the
+    /// work dropped at once and [`LockError::Lost`] returned if it cannot be
+    /// kept, released when the work ends.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// use std::time::Duration;
+    /// let prices = redlock
+    ///     .run_read("catalog", Duration::from_secs(30), |lease| async move {
+    ///         // read the catalog while lease.is_valid(): other readers too
+    ///         assert!(lease.is_valid());
+    ///         3
+    ///     })
+    ///     .await?;
+    /// assert_eq!(prices, 3);
+    /// # Ok(()) }
+    /// ```
+    pub async fn run_read<F, Fut, T>(
+        &self,
+        resource: &str,
+        ttl: Duration,
+        work: F,
+    ) -> Result<T, LockError>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        self.run_read_with(resource, ttl, &LockOptions::new(), work)
+            .await
+    }
+
+    /// [`run_read`](Redlock::run_read) with [`LockOptions`]: wait for the
+    /// lock, set the extension interval or cap the extensions.
+    pub async fn run_read_with<F, Fut, T>(
+        &self,
+        resource: &str,
+        ttl: Duration,
+        options: &LockOptions,
+        work: F,
+    ) -> Result<T, LockError>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let keeping = Keeping::new(self.driver(), ttl, options)?;
+        let lock = self.read_lock_with(resource, ttl, options).await?;
+        run_kept(lock, keeping, work).await
+    }
+
+    /// Runs `work` as `resource`'s writer (a read/write lock, see
+    /// [`write_lock`](Redlock::write_lock)), under a lease kept as
+    /// [`run`](Redlock::run) keeps one.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// use std::time::Duration;
+    /// redlock
+    ///     .run_write("catalog", Duration::from_secs(30), |lease| async move {
+    ///         // rewrite the catalog, alone, while lease.is_valid()
+    ///         assert!(lease.is_valid());
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn run_write<F, Fut, T>(
+        &self,
+        resource: &str,
+        ttl: Duration,
+        work: F,
+    ) -> Result<T, LockError>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        self.run_write_with(resource, ttl, &LockOptions::new(), work)
+            .await
+    }
+
+    /// [`run_write`](Redlock::run_write) with [`LockOptions`]: wait for the
+    /// lock (a waiting writer keeps new readers off), set the extension
+    /// interval or cap the extensions.
+    pub async fn run_write_with<F, Fut, T>(
+        &self,
+        resource: &str,
+        ttl: Duration,
+        options: &LockOptions,
+        work: F,
+    ) -> Result<T, LockError>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let keeping = Keeping::new(self.driver(), ttl, options)?;
+        let lock = self.write_lock_with(resource, ttl, options).await?;
+        run_kept(lock, keeping, work).await
+    }
 }
 
 /// Runs `work` under `lock`, kept alive per `keeping`, and releases it: the

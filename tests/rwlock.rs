@@ -596,3 +596,63 @@ async fn shutdown_before_the_runtime_ends_loses_no_clean_up() {
     }
     reader.release().await.unwrap();
 }
+
+/// `run_read` and `run_write` keep their lease as `run` does: readers run
+/// together, the writer alone after them, each lease extended while its
+/// work runs (the work outlives the TTL here) and released at its end.
+#[tokio::test(flavor = "multi_thread")]
+async fn run_read_and_run_write_keep_their_leases() {
+    let redlock = redlock().await;
+    let resource = unique("rw-run");
+    let ttl = Duration::from_millis(600);
+    let inside = Arc::new(Mutex::new((0usize, 0usize))); // readers, writers
+    let (both_in_tx, both_in) = tokio::sync::watch::channel(0usize);
+    let both_in_tx = Arc::new(both_in_tx);
+    let reader = |n: usize| {
+        let (redlock, resource, inside, tx) = (
+            redlock.clone(),
+            resource.clone(),
+            inside.clone(),
+            both_in_tx.clone(),
+        );
+        tokio::spawn(async move {
+            redlock
+                .run_read(&resource, ttl, |lease| async move {
+                    inside.lock().unwrap().0 += 1;
+                    tx.send_modify(|k| *k += 1);
+                    // Longer than the TTL: kept alive meanwhile.
+                    tokio::time::sleep(Duration::from_millis(900)).await;
+                    assert!(lease.is_valid(), "reader {n}'s lease lapsed");
+                    assert_eq!(inside.lock().unwrap().1, 0, "a writer with a reader");
+                    inside.lock().unwrap().0 -= 1;
+                })
+                .await
+        })
+    };
+    let (a, b) = (reader(1), reader(2));
+    let mut both_in = both_in;
+    both_in.wait_for(|k| *k == 2).await.unwrap();
+    let wait = LockOptions::new().wait(Duration::from_secs(10));
+    let written = redlock
+        .run_write_with(&resource, ttl, &wait, |lease| {
+            let inside = inside.clone();
+            async move {
+                let now = *inside.lock().unwrap();
+                assert_eq!(now, (0, 0), "the writer ran beside {now:?}");
+                assert!(lease.is_valid());
+                "written"
+            }
+        })
+        .await
+        .unwrap();
+    assert_eq!(written, "written");
+    a.await.unwrap().unwrap();
+    b.await.unwrap().unwrap();
+    settled(&redlock).await;
+    let seen = redlock.inspect_rw(&resource).await.unwrap();
+    assert_eq!(
+        (seen.readers_held(), seen.intent_nodes()),
+        (0, 0),
+        "{seen:?}"
+    );
+}
