@@ -5,6 +5,7 @@ use std::sync::Arc;
 use crate::ballot::Until;
 use crate::claim::{Claim, Keys};
 use crate::error::{LockError, Votes};
+use crate::proto::round::Step;
 use crate::quorum::{self, DEFAULT_NODE_TIMEOUT};
 use crate::redlock::Redlock;
 
@@ -58,9 +59,9 @@ impl Redlock {
         let everyone = Until::Nodes(std::iter::repeat_n(true, self.nodes().count()).collect());
         let tally = driver.release(&claim, ttl_ms, everyone, None).await;
         match tally.decision {
-            quorum::Decision::Granted => Ok(driver.votes(tally.answers)),
+            quorum::Decision::Granted => Ok(driver.votes(&claim, Step::Release, tally.answers)),
             _ => Err(LockError::Unavailable {
-                votes: driver.votes(tally.answers),
+                votes: driver.votes(&claim, Step::Release, tally.answers),
             }),
         }
     }

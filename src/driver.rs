@@ -23,6 +23,7 @@ use crate::dispatch::{Dispatcher, Member};
 use crate::error::{Answer, ConfigError, LockError, NodeError, Votes};
 use crate::node::Snapshot;
 use crate::proto::acquire::{Acquisition, Next};
+use crate::proto::error::Subject;
 use crate::proto::keys::KeyLayout;
 use crate::proto::per_node::PerNode;
 use crate::proto::quorum::{self, Decision, DriftFactor, MAX_TTL_MS};
@@ -193,10 +194,11 @@ impl Driver {
         Ok(Ttl { ms, validity })
     }
 
-    /// A round's answers with the nodes' names, as errors report them.
-    pub(crate) fn votes(&self, answers: PerNode<Answer>) -> Votes {
+    /// A round of `step` on `claim`: its answers with the nodes' names, as
+    /// errors report them.
+    pub(crate) fn votes(&self, claim: &Claim, step: Step, answers: PerNode<Answer>) -> Votes {
         let names = self.nodes.iter().map(|node| Arc::clone(node.name()));
-        Votes::new(names.zip(answers).collect())
+        Votes::new(names.zip(answers).collect()).about(subject(claim, step))
     }
 
     /// One acquisition: one round, or two for a fenced lock. `holder_ttl`:
@@ -272,7 +274,8 @@ impl Driver {
                     let wait = Until::Nodes(wait_for.iter().copied().collect());
                     self.give_back(Step::Undo, claim, ttl.ms, wait, Some(&behind))
                         .await;
-                    return Err(refusal(decision, self.votes(answers)));
+                    let step = Step::Acquire { holder_ttl };
+                    return Err(refusal(decision, self.votes(claim, step, answers)));
                 }
             }
         }
@@ -397,7 +400,7 @@ impl Driver {
         let t1 = Instant::now();
         if t1 >= deadline {
             return Err(LockError::Expired {
-                votes: Votes::new(Box::new([])),
+                votes: Votes::new(Box::new([])).about(subject(claim, Step::Extend)),
             });
         }
         let new_deadline = t1 + ttl.validity;
@@ -409,7 +412,10 @@ impl Driver {
         if tally.decision == Decision::Granted && Instant::now() < new_deadline {
             Ok(deadline.max(new_deadline))
         } else {
-            Err(refusal(tally.decision, self.votes(tally.answers)))
+            Err(refusal(
+                tally.decision,
+                self.votes(claim, Step::Extend, tally.answers),
+            ))
         }
     }
 
@@ -582,6 +588,20 @@ impl Driver {
             () = tokio::time::sleep_until(timer) => true,
         };
         round.ballot.close(timed_out)
+    }
+}
+
+/// What a round of `step` on `claim` is about, for its error's message.
+fn subject(claim: &Claim, step: Step) -> Subject {
+    Subject::Lock {
+        resources: claim
+            .keys()
+            .resources()
+            .collect::<Vec<_>>()
+            .join(", ")
+            .into(),
+        kind: claim.keys().kind(),
+        step: step.name(),
     }
 }
 

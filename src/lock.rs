@@ -11,6 +11,7 @@ use crate::claim::Claim;
 use crate::driver::{Driver, Held};
 use crate::error::LockError;
 use crate::proto::quorum::{self, Decision};
+use crate::proto::round::Step;
 
 /// A lock held on a quorum of nodes, valid until [`deadline`](Lock::deadline).
 ///
@@ -236,7 +237,7 @@ impl Lock {
         match tally.decision {
             Decision::Granted => Ok(()),
             _ => Err(LockError::Unavailable {
-                votes: self.driver.votes(tally.answers),
+                votes: self.driver.votes(&self.claim, Step::Release, tally.answers),
             }),
         }
     }

@@ -27,6 +27,7 @@ use crate::config::LockOptions;
 use crate::error::{ConfigError, LockError};
 use crate::lease::{Keeping, Lease, run_kept};
 use crate::lock::Lock;
+use crate::proto::error::Subject;
 use crate::proto::retry::WAKE_SPREAD;
 use crate::redlock::Redlock;
 use crate::wakeup::Interest;
@@ -120,16 +121,27 @@ impl Semaphore {
     pub async fn try_acquire(&self, ttl: Duration) -> Result<Permit, LockError> {
         // Seeded where the client's jitter is (`Builder::jitter_seed`).
         let start = (self.redlock.driver().draw() % u64::from(self.permits)) as u32;
-        let mut last = None;
+        let (mut last, mut taken) = (None, 0);
         for i in 0..self.permits {
             let slot = (start + i) % self.permits;
             match self.redlock.try_lock(&self.slot_resource(slot), ttl).await {
                 Ok(lock) => return Ok(Permit { lock, slot }),
                 Err(e @ LockError::Config(_)) => return Err(e),
-                Err(e) => last = Some(e),
+                Err(e) => {
+                    taken += u32::from(matches!(e, LockError::Taken { .. }));
+                    last = Some(e);
+                }
             }
         }
-        Err(last.unwrap_or(LockError::Config(ConfigError::InvalidPermits(0))))
+        let last = last.unwrap_or(LockError::Config(ConfigError::InvalidPermits(0)));
+        // Every slot taken: the semaphore is (the last slot's votes say how).
+        Err(match last {
+            LockError::Taken { .. } if taken == self.permits => last.about(Subject::Permits {
+                name: self.name.as_str().into(),
+                permits: self.permits,
+            }),
+            other => other,
+        })
     }
 
     /// Passes over the slots per the client's retry policy

@@ -219,7 +219,7 @@ async fn acquire(
         tokio::select! {
             result = &mut attempt => {
                 spinner.clear();
-                return result.map_err(|e| not_acquired(&e, resource, ui));
+                return result.map_err(|e| not_acquired(&e, args, ui));
             }
             () = &mut show, if !shown => {
                 shown = true;
@@ -239,7 +239,8 @@ async fn acquire(
 }
 
 /// The exit code and message for a lock not had.
-fn not_acquired(error: &LockError, resource: &str, ui: &Ui) -> Code {
+fn not_acquired(error: &LockError, args: &ExecArgs, ui: &Ui) -> Code {
+    let resource = args.resource.as_str();
     tracing::info!(resource, %error, "not acquired");
     let (last, waited) = match error {
         LockError::Timeout { last, waited } => (last.as_ref(), Some(*waited)),
@@ -253,11 +254,23 @@ fn not_acquired(error: &LockError, resource: &str, ui: &Ui) -> Code {
         .unwrap_or_default();
     match last {
         LockError::Taken { votes } => {
-            ui.note(format_args!(
-                "{resource} is held elsewhere (refused by {} of {} nodes); not acquired{after}",
-                votes.held(),
-                votes.len()
-            ));
+            let (held, n) = (votes.held(), votes.len());
+            let what = match (args.permits, args.read, args.write) {
+                (Some(permits), ..) => format!("all {permits} permits of {resource} are held"),
+                (_, true, _) => format!(
+                    "{resource} has a writer, or a writer waiting (refused by {held} of {n} nodes)"
+                ),
+                (_, _, true) => format!(
+                    "{resource} is held by readers or another writer (refused by {held} of {n} nodes)"
+                ),
+                _ => format!("{resource} is held elsewhere (refused by {held} of {n} nodes)"),
+            };
+            let hint = if args.wait.is_none() {
+                "; --wait D waits for it"
+            } else {
+                ""
+            };
+            ui.note(format_args!("{what}; not acquired{after}{hint}"));
             exit::TEMPFAIL
         }
         LockError::Expired { votes } => {

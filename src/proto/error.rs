@@ -51,6 +51,22 @@ pub enum LockError {
 }
 
 impl LockError {
+    /// The same error, about `subject` (for its message).
+    pub(crate) fn about(self, subject: Subject) -> Self {
+        match self {
+            LockError::Taken { votes } => LockError::Taken {
+                votes: votes.about(subject),
+            },
+            LockError::Unavailable { votes } => LockError::Unavailable {
+                votes: votes.about(subject),
+            },
+            LockError::Expired { votes } => LockError::Expired {
+                votes: votes.about(subject),
+            },
+            other => other,
+        }
+    }
+
     /// The per-node answers of the round that failed, where there was one.
     pub fn votes(&self) -> Option<&Votes> {
         match self {
@@ -240,11 +256,56 @@ pub enum Answer {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Votes {
     nodes: Box<[(Arc<str>, Answer)]>,
+    /// What the round was for, for messages.
+    subject: Subject,
+}
+
+/// What a round was for: what an error's message names.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) enum Subject {
+    #[default]
+    Unnamed,
+    /// A lock on `resources` (shown as given, comma-separated), of `kind`
+    /// (`plain`, `read`, `write`…), in a round of `step` (`acquire`,
+    /// `extend`, `release`).
+    Lock {
+        resources: Arc<str>,
+        kind: &'static str,
+        step: &'static str,
+    },
+    /// All `permits` permits of the semaphore `name`.
+    Permits { name: Arc<str>, permits: u32 },
+}
+
+impl fmt::Display for Subject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Subject::Unnamed => f.write_str("the lock"),
+            Subject::Lock { resources, .. } => write!(f, "{resources:?}"),
+            Subject::Permits { name, permits } => {
+                write!(f, "the semaphore {name:?} ({permits} permits)")
+            }
+        }
+    }
 }
 
 impl Votes {
     pub(crate) fn new(nodes: Box<[(Arc<str>, Answer)]>) -> Self {
-        Votes { nodes }
+        Votes {
+            nodes,
+            subject: Subject::Unnamed,
+        }
+    }
+
+    /// The same votes, for a round about `subject`.
+    pub(crate) fn about(mut self, subject: Subject) -> Self {
+        self.subject = subject;
+        self
+    }
+
+    /// What the round was for.
+    pub(crate) fn subject(&self) -> &Subject {
+        &self.subject
     }
 
     /// `(node, answer)` pairs in the configured node order; the node name has
@@ -294,49 +355,153 @@ impl Votes {
         self.nodes.is_empty()
     }
 
-    fn count(&self, f: impl Fn(&Answer) -> bool) -> usize {
+    pub(crate) fn count(&self, f: impl Fn(&Answer) -> bool) -> usize {
         self.nodes.iter().filter(|(_, a)| f(a)).count()
     }
 }
 
+/// One node's answer, as messages say it.
+impl fmt::Display for Answer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Answer::Yes => f.write_str("yes"),
+            Answer::Held { pttl: Some(t) } => {
+                write!(f, "held by another holder, {} ms left", t.as_millis())
+            }
+            Answer::Held { pttl: None } => f.write_str("held by another holder"),
+            Answer::NotHeld => f.write_str("not held by us"),
+            Answer::Failed(e) => write!(f, "{e}"),
+            Answer::Undecided => f.write_str("not waited for (the round had decided)"),
+        }
+    }
+}
+
+/// The nodes' answers: a count, then each node's (`{:#}`: one node per
+/// line).
 impl fmt::Display for Votes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} of {} yes, {} held elsewhere, {} failed",
-            self.yes(),
-            self.len(),
-            self.held(),
-            self.failed()
-        )?;
+        let undecided = self.count(|a| matches!(a, Answer::Undecided));
+        let mut parts = vec![format!("{} yes", self.yes())];
+        for (n, what) in [
+            (self.held(), "held by another holder"),
+            (self.not_held(), "not held by us"),
+            (self.failed(), "failed"),
+            (undecided, "not waited for"),
+        ] {
+            if n > 0 {
+                parts.push(format!("{n} {what}"));
+            }
+        }
+        write!(f, "{} of {} nodes", parts.join(", "), self.len())?;
         for (node, answer) in self.iter() {
-            write!(f, "; {node}: ")?;
-            match answer {
-                Answer::Yes => f.write_str("yes")?,
-                Answer::Held { pttl: Some(t) } => write!(f, "held ({} ms left)", t.as_millis())?,
-                Answer::Held { pttl: None } => f.write_str("held (TTL unknown or none)")?,
-                Answer::NotHeld => f.write_str("not held")?,
-                Answer::Failed(e) => write!(f, "{e}")?,
-                Answer::Undecided => f.write_str("no answer before the decision")?,
+            if f.alternate() {
+                write!(f, "\n  {node}: {answer}")?;
+            } else {
+                write!(f, "; {node}: {answer}")?;
             }
         }
         Ok(())
     }
 }
 
+impl LockError {
+    /// The sentence that says what happened and what to do, before the
+    /// nodes' answers.
+    fn summary(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LockError::Taken { votes } => {
+                let subject = votes.subject();
+                let left = votes
+                    .min_pttl()
+                    .map(|t| format!(", the first for {} ms more", t.as_millis()))
+                    .unwrap_or_default();
+                match subject {
+                    Subject::Permits { .. } => write!(
+                        f,
+                        "every permit of {subject} is held{left}: try again later, or wait \
+                         for one (LockOptions::wait)"
+                    ),
+                    Subject::Lock { kind: "read", .. } => write!(
+                        f,
+                        "{subject} has a writer, or a writer waiting for it ({} nodes refused \
+                         the reader{left}): try again later, or wait (LockOptions::wait)",
+                        votes.held()
+                    ),
+                    Subject::Lock { kind: "write", .. } => write!(
+                        f,
+                        "{subject} is held by its readers or another writer on {} nodes{left}: \
+                         wait for it (LockOptions::wait); a waiting writer keeps new readers off",
+                        votes.held()
+                    ),
+                    _ => write!(
+                        f,
+                        "{subject} is held by another holder on {} nodes{left}: try again \
+                         later, or wait for its release (LockOptions::wait)",
+                        votes.held()
+                    ),
+                }
+            }
+            LockError::Unavailable { votes } => write!(
+                f,
+                "{}: only {} of {} nodes answered in time, {} needed: check the nodes \
+                 (Redlock::probe, `redquorum nodes`) or raise the node timeout",
+                votes.subject(),
+                votes.len() - votes.failed() - votes.count(|a| matches!(a, Answer::Undecided)),
+                votes.len(),
+                votes.len() / 2 + 1
+            ),
+            LockError::Expired { votes } if votes.is_empty() => write!(
+                f,
+                "{}: the lock's validity had ended before the call; it is no longer held",
+                votes.subject()
+            ),
+            LockError::Expired { votes } => match votes.subject() {
+                Subject::Lock {
+                    step: "acquire", ..
+                } => write!(
+                    f,
+                    "{}: a quorum granted it only after its validity had passed (it was \
+                     released): use a longer TTL, or a shorter node timeout",
+                    votes.subject()
+                ),
+                subject => write!(
+                    f,
+                    "{subject}: no longer held on a quorum ({} nodes no longer hold it): it \
+                     expired, or was released by an operator",
+                    votes.not_held()
+                ),
+            },
+            LockError::Timeout { waited, last } => {
+                write!(f, "gave up after waiting {} ms: {last}", waited.as_millis())
+            }
+            LockError::Lost { resource } => write!(
+                f,
+                "the lease on {resource:?} was lost: it could not be extended before its \
+                 validity ended, and the work was stopped"
+            ),
+            LockError::Config(e) => write!(f, "invalid input: {e}"),
+        }
+    }
+}
+
+/// What happened and what to do, then the nodes' answers (`{:#}`: one node
+/// per line).
 impl fmt::Display for LockError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.summary(f)?;
         match self {
-            LockError::Taken { votes, .. } => write!(f, "resource is taken: {votes}"),
-            LockError::Unavailable { votes, .. } => write!(f, "too few nodes available: {votes}"),
-            LockError::Expired { votes, .. } => {
-                write!(f, "validity window closed before a quorum agreed: {votes}")
+            LockError::Taken { votes }
+            | LockError::Unavailable { votes }
+            | LockError::Expired { votes }
+                if !votes.is_empty() =>
+            {
+                if f.alternate() {
+                    write!(f, "\n{votes:#}")
+                } else {
+                    write!(f, " ({votes})")
+                }
             }
-            LockError::Timeout { last, waited, .. } => {
-                write!(f, "gave up after waiting {waited:?}; last attempt: {last}")
-            }
-            LockError::Lost { resource, .. } => write!(f, "lease on {resource:?} was lost"),
-            LockError::Config(a) => write!(f, "invalid configuration: {0}", a),
+            _ => Ok(()),
         }
     }
 }
@@ -442,14 +607,9 @@ impl fmt::Display for NodeError {
     }
 }
 
-impl std::error::Error for LockError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            LockError::Config(e) => Some(e),
-            _ => None,
-        }
-    }
-}
+/// No source: every message already says its cause (an error reporter that
+/// walks sources would print it twice).
+impl std::error::Error for LockError {}
 
 impl From<ConfigError> for LockError {
     fn from(e: ConfigError) -> Self {
@@ -460,3 +620,122 @@ impl From<ConfigError> for LockError {
 impl std::error::Error for ConfigError {}
 
 impl std::error::Error for NodeError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn votes(answers: &[Answer], subject: Subject) -> Votes {
+        Votes::new(
+            answers
+                .iter()
+                .enumerate()
+                .map(|(i, a)| (format!("redis://n{i}").into(), a.clone()))
+                .collect(),
+        )
+        .about(subject)
+    }
+
+    fn lock(kind: &'static str, step: &'static str) -> Subject {
+        Subject::Lock {
+            resources: "orders:42".into(),
+            kind,
+            step,
+        }
+    }
+
+    const HELD: Answer = Answer::Held {
+        pttl: Some(Duration::from_millis(2_300)),
+    };
+
+    /// Each message says what happened and what to do, in one sentence,
+    /// before the nodes' answers; `{:#}` puts each node on a line.
+    #[test]
+    fn messages_say_what_happened_and_what_to_do() {
+        let taken = |kind| LockError::Taken {
+            votes: votes(
+                &[HELD, HELD, HELD, Answer::Undecided, Answer::Undecided],
+                lock(kind, "acquire"),
+            ),
+        };
+        let text = taken("plain").to_string();
+        assert!(
+            text.starts_with(
+                "\"orders:42\" is held by another holder on 3 nodes, the first for 2300 ms \
+                 more: try again later, or wait for its release (LockOptions::wait) (0 yes, 3 \
+                 held by another holder, 2 not waited for of 5 nodes; redis://n0: held by \
+                 another holder, 2300 ms left;"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("TTL unknown"));
+        assert!(
+            taken("read")
+                .to_string()
+                .contains("has a writer, or a writer waiting")
+        );
+        assert!(
+            taken("write")
+                .to_string()
+                .contains("held by its readers or another writer")
+        );
+        let permits = taken("plain").about(Subject::Permits {
+            name: "api".into(),
+            permits: 2,
+        });
+        assert!(
+            permits
+                .to_string()
+                .starts_with("every permit of the semaphore \"api\" (2 permits) is held")
+        );
+        let lines = format!("{:#}", taken("plain"));
+        assert_eq!(lines.lines().count(), 7, "{lines}");
+        assert!(lines.lines().nth(2).unwrap().starts_with("  redis://n0: "));
+
+        let down = Answer::Failed(NodeError::TimedOut);
+        let unavailable = LockError::Unavailable {
+            votes: votes(
+                &[Answer::Yes, Answer::Yes, down.clone(), down.clone(), down],
+                lock("plain", "acquire"),
+            ),
+        };
+        assert!(
+            unavailable
+                .to_string()
+                .starts_with("\"orders:42\": only 2 of 5 nodes answered in time, 3 needed"),
+            "{unavailable}"
+        );
+        let late = LockError::Expired {
+            votes: votes(
+                &[Answer::Yes, Answer::Yes, Answer::Yes],
+                lock("plain", "acquire"),
+            ),
+        };
+        assert!(
+            late.to_string()
+                .contains("only after its validity had passed")
+        );
+        let gone = LockError::Expired {
+            votes: votes(
+                &[Answer::NotHeld, Answer::NotHeld, Answer::NotHeld],
+                lock("plain", "extend"),
+            ),
+        };
+        assert!(
+            gone.to_string()
+                .contains("no longer held on a quorum (3 nodes")
+        );
+        let before = LockError::Expired {
+            votes: votes(&[], lock("plain", "extend")),
+        };
+        assert!(
+            before
+                .to_string()
+                .contains("validity had ended before the call")
+        );
+        let config = LockError::Config(ConfigError::EmptyResource);
+        assert_eq!(config.to_string(), "invalid input: resource name is empty");
+        // Said once: no source to print it again.
+        assert!(std::error::Error::source(&config).is_none());
+    }
+}
