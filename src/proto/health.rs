@@ -3,8 +3,9 @@
 //! failing and the one note when it recovers.
 //!
 //! A node is degraded after [`FAILURES_TO_DEGRADE`] failed calls in a row
-//! (no answer within the node timeout, no connection, over the in-flight
-//! bound, or an error reply) and recovers at its next answered call. Each
+//! (no answer within the node timeout, over the in-flight bound, or an error
+//! reply) — or at once when it is unreachable (no connection: that is no
+//! passing hiccup) — and recovers at its next call answered in time. Each
 //! change is reported once, never per call; a degradation is announced at
 //! most once per [`QUIET`] per node (a flapping node does not flood the
 //! log), and a recovery only when its degradation was announced.
@@ -103,7 +104,7 @@ impl Tracker {
             degraded.failed += 1;
             return None;
         }
-        if self.in_a_row < FAILURES_TO_DEGRADE {
+        if self.in_a_row < FAILURES_TO_DEGRADE && why != Failure::Unreachable {
             return None;
         }
         let announce = self
@@ -153,10 +154,23 @@ mod tests {
         let t = Instant::now();
         let mut node = Tracker::default();
         for _ in 0..100 {
-            assert_eq!(node.on(Some(Failure::Unreachable), t), None);
+            assert_eq!(node.on(Some(Failure::TimedOut), t), None);
             assert_eq!(node.on(None, t), None);
         }
         assert!(!node.is_degraded());
+    }
+
+    #[test]
+    fn an_unreachable_node_is_degraded_at_once() {
+        let t = Instant::now();
+        let mut node = Tracker::default();
+        assert!(matches!(
+            node.on(Some(Failure::Unreachable), t),
+            Some(Change::Degraded {
+                why: Failure::Unreachable,
+                announce: true
+            })
+        ));
     }
 
     #[test]
