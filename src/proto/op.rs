@@ -187,6 +187,35 @@ pub enum Op<'a> {
 }
 
 impl Op<'_> {
+    /// The operation's name, as its script is named (`acquire`,
+    /// `release-write`…), for logs.
+    ///
+    /// ```
+    /// use redquorum::node::Op;
+    /// assert_eq!(Op::Release { key: "k", token: "t" }.name(), "release");
+    /// ```
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Acquire { .. } => "acquire",
+            Op::Extend { .. } => "extend",
+            Op::Release { .. } => "release",
+            Op::AcquireFenced { .. } => "acquire-fenced",
+            Op::FenceWriteBack { .. } => "fence-write-back",
+            Op::AcquireReentrant { .. } => "acquire-reentrant",
+            Op::ExtendReentrant { .. } => "extend-reentrant",
+            Op::ReleaseReentrant { .. } => "release-reentrant",
+            Op::AcquireMany { .. } => "acquire-many",
+            Op::ExtendMany { .. } => "extend-many",
+            Op::ReleaseMany { .. } => "release-many",
+            Op::AcquireRead { .. } => "acquire-read",
+            Op::ExtendRead { .. } => "extend-read",
+            Op::ReleaseRead { .. } => "release-read",
+            Op::AcquireWrite { .. } => "acquire-write",
+            Op::ReleaseWrite { .. } => "release-write",
+            Op::Inspect { .. } => "inspect",
+        }
+    }
+
     /// The first key the operation touches (all of an operation's keys share
     /// one Redis Cluster slot).
     pub(crate) fn first_key(&self) -> &str {

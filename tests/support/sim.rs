@@ -9,10 +9,11 @@
 //! The model, as close to a Redis master behind a multiplexed connection as
 //! matters to Redlock:
 //!
-//! - A [`SimNode`] holds keys with an expiry in true time. Its clock runs at
-//!   `rate` (1.0 = true time): a TTL of `t` ms lasts `(t − 1) / rate` ms of
-//!   true time — a fast clock expires keys early, and the `− 1` is Redis'
-//!   1 ms expiry precision, taken adversarially.
+//! - A [`SimNode`] keeps its keys in a `redquorum::testing::Store`, the one
+//!   model of what a node does with each operation (checked against Redis
+//!   by `tests/model.rs`). Its clock runs at `rate` (1.0 = true time), in
+//!   whole milliseconds: a TTL of `t` ms lasts `t / rate` ms of true time,
+//!   to within a millisecond — a fast clock expires keys early.
 //! - A [`SimLink`] is one client's connection to one node, and implements the
 //!   public [`Node`] trait. Every message (request and reply) gets a random
 //!   delay, but a link never reorders: a message is delivered at
@@ -27,11 +28,6 @@
 //!   (`NotConnected`), and comes back with its keys (AOF with `appendfsync
 //!   always`) or, for a negative control, without them.
 //!
-//! - Read/write locks keep, per resource, a writer key (a plain lock key),
-//!   a readers set (each reader's token with its own expiry, on the node's
-//!   clock; the set's key lives until its last reader) and a writer-intent
-//!   key, with the semantics of the read/write scripts
-//!   (`src/scripts/acquire_read.lua` and the others).
 //! - A node reports every release that deletes a key (as Redis' release
 //!   scripts publish it), and every reader it removes (on the writer key's
 //!   channel), to the listeners ([`Node::listen`]) subscribed to
@@ -56,6 +52,7 @@ use rand::RngExt;
 use rand::rngs::StdRng;
 use redquorum::NodeError;
 use redquorum::node::{Listener, Node, Notice, Op, Reply};
+use redquorum::testing::{OwnedOp, Store};
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -205,40 +202,17 @@ struct Ledger {
 }
 
 #[derive(Debug)]
-struct Entry {
-    /// The token, or the owner of a reentrant lock.
-    token: String,
-    expires: Instant,
-    /// A reentrant lock's hold tokens (its count is their number).
-    holds: Option<BTreeSet<String>>,
-}
-
-/// A read/write lock's readers key (a sorted set in Redis).
-#[derive(Debug)]
-struct Readers {
-    /// Each reader's token and when it expires, in true time.
-    members: BTreeMap<String, Instant>,
-    /// When the key itself expires (never before its last reader).
-    expires: Instant,
-}
-
-#[derive(Debug)]
 struct State {
     up: bool,
     frozen: bool,
     /// Bumped by every crash: requests sent before it are never applied.
     epoch: u64,
-    keys: BTreeMap<String, Entry>,
-    /// Read/write locks' readers keys, by key.
-    readers: BTreeMap<String, Readers>,
-    /// Fencing counters (no TTL).
-    counters: BTreeMap<String, u64>,
+    /// The keys, and what each operation does to them.
+    store: Store,
     ledger: BTreeMap<String, Ledger>,
     /// Open listeners, by id.
     listeners: BTreeMap<u64, Listening>,
     next_listener: u64,
-    /// Releases applied and not yet sent to listeners: (key, nonce).
-    published: Vec<(String, String)>,
 }
 
 /// One listener's end on its node.
@@ -256,6 +230,8 @@ pub struct SimNode {
     pub index: usize,
     /// The node clock's rate relative to true time.
     pub rate: f64,
+    /// When its clock read 0, in true time.
+    epoch: Instant,
     state: Mutex<State>,
     /// A negative control: a reentrant release gives back two holds.
     pub double_release: std::sync::atomic::AtomicBool,
@@ -273,255 +249,26 @@ pub struct SimNode {
     thawed: Notify,
 }
 
-/// An operation as it travels on a link.
-#[derive(Debug, Clone)]
-enum Owned {
-    Acquire {
-        key: String,
-        token: String,
-        ttl: u64,
-    },
-    Extend {
-        key: String,
-        token: String,
-        ttl: u64,
-    },
-    Release {
-        key: String,
-        token: String,
-    },
-    AcquireFenced {
-        key: String,
-        fence_key: String,
-        token: String,
-        ttl: u64,
-    },
-    FenceWriteBack {
-        key: String,
-        fence_key: String,
-        token: String,
-        fence: u64,
-    },
-    AcquireReentrant {
-        key: String,
-        owner: String,
-        hold: String,
-        ttl: u64,
-    },
-    ExtendReentrant {
-        key: String,
-        owner: String,
-        ttl: u64,
-    },
-    ReleaseReentrant {
-        key: String,
-        owner: String,
-        hold: String,
-    },
-    AcquireMany {
-        keys: Vec<String>,
-        token: String,
-        ttl: u64,
-    },
-    ExtendMany {
-        keys: Vec<String>,
-        token: String,
-        ttl: u64,
-    },
-    ReleaseMany {
-        keys: Vec<String>,
-        token: String,
-    },
-    /// A read/write lock's ops: `keys` are `[writer, readers, intent]`.
-    AcquireRead {
-        keys: Vec<String>,
-        token: String,
-        ttl: u64,
-    },
-    ExtendRead {
-        keys: Vec<String>,
-        token: String,
-        ttl: u64,
-    },
-    ReleaseRead {
-        keys: Vec<String>,
-        token: String,
-    },
-    AcquireWrite {
-        keys: Vec<String>,
-        token: String,
-        ttl: u64,
-    },
-    ReleaseWrite {
-        keys: Vec<String>,
-        token: String,
-    },
-}
-
-impl Owned {
-    fn from_op(op: Op<'_>) -> Option<Owned> {
-        Some(match op {
-            Op::Acquire {
-                key, token, ttl_ms, ..
-            } => Owned::Acquire {
-                key: key.into(),
-                token: token.into(),
-                ttl: ttl_ms,
-            },
-            Op::Extend { key, token, ttl_ms } => Owned::Extend {
-                key: key.into(),
-                token: token.into(),
-                ttl: ttl_ms,
-            },
-            Op::Release { key, token } => Owned::Release {
-                key: key.into(),
-                token: token.into(),
-            },
-            Op::AcquireFenced {
-                key,
-                fence_key,
-                token,
-                ttl_ms,
-            } => Owned::AcquireFenced {
-                key: key.into(),
-                fence_key: fence_key.into(),
-                token: token.into(),
-                ttl: ttl_ms,
-            },
-            Op::FenceWriteBack {
-                key,
-                fence_key,
-                token,
-                fence,
-            } => Owned::FenceWriteBack {
-                key: key.into(),
-                fence_key: fence_key.into(),
-                token: token.into(),
-                fence,
-            },
-            Op::AcquireReentrant {
-                key,
-                owner,
-                hold,
-                ttl_ms,
-            } => Owned::AcquireReentrant {
-                key: key.into(),
-                owner: owner.into(),
-                hold: hold.into(),
-                ttl: ttl_ms,
-            },
-            Op::ExtendReentrant { key, owner, ttl_ms } => Owned::ExtendReentrant {
-                key: key.into(),
-                owner: owner.into(),
-                ttl: ttl_ms,
-            },
-            Op::ReleaseReentrant { key, owner, hold } => Owned::ReleaseReentrant {
-                key: key.into(),
-                owner: owner.into(),
-                hold: hold.into(),
-            },
-            Op::AcquireMany {
-                keys,
-                token,
-                ttl_ms,
-            } => Owned::AcquireMany {
-                keys: keys.to_vec(),
-                token: token.into(),
-                ttl: ttl_ms,
-            },
-            Op::ExtendMany {
-                keys,
-                token,
-                ttl_ms,
-            } => Owned::ExtendMany {
-                keys: keys.to_vec(),
-                token: token.into(),
-                ttl: ttl_ms,
-            },
-            Op::ReleaseMany { keys, token } => Owned::ReleaseMany {
-                keys: keys.to_vec(),
-                token: token.into(),
-            },
-            Op::AcquireRead {
-                keys,
-                token,
-                ttl_ms,
-            } if keys.len() == 3 => Owned::AcquireRead {
-                keys: keys.to_vec(),
-                token: token.into(),
-                ttl: ttl_ms,
-            },
-            Op::ExtendRead {
-                keys,
-                token,
-                ttl_ms,
-            } if keys.len() == 3 => Owned::ExtendRead {
-                keys: keys.to_vec(),
-                token: token.into(),
-                ttl: ttl_ms,
-            },
-            Op::ReleaseRead { keys, token } if keys.len() == 3 => Owned::ReleaseRead {
-                keys: keys.to_vec(),
-                token: token.into(),
-            },
-            Op::AcquireWrite {
-                keys,
-                token,
-                ttl_ms,
-            } if keys.len() == 3 => Owned::AcquireWrite {
-                keys: keys.to_vec(),
-                token: token.into(),
-                ttl: ttl_ms,
-            },
-            Op::ReleaseWrite { keys, token } if keys.len() == 3 => Owned::ReleaseWrite {
-                keys: keys.to_vec(),
-                token: token.into(),
-            },
-            _ => return None,
-        })
-    }
-
-    fn token(&self) -> &str {
-        match self {
-            Owned::Acquire { token, .. }
-            | Owned::Extend { token, .. }
-            | Owned::Release { token, .. }
-            | Owned::AcquireFenced { token, .. }
-            | Owned::FenceWriteBack { token, .. } => token,
-            // A reentrant hold is acquired and released once: the hold is
-            // what the ledger follows.
-            Owned::AcquireReentrant { hold, .. } | Owned::ReleaseReentrant { hold, .. } => hold,
-            Owned::ExtendReentrant { owner, .. } => owner,
-            Owned::AcquireMany { token, .. }
-            | Owned::ExtendMany { token, .. }
-            | Owned::ReleaseMany { token, .. }
-            | Owned::AcquireRead { token, .. }
-            | Owned::ExtendRead { token, .. }
-            | Owned::ReleaseRead { token, .. }
-            | Owned::AcquireWrite { token, .. }
-            | Owned::ReleaseWrite { token, .. } => token,
-        }
-    }
-
-    fn name(&self) -> &'static str {
-        match self {
-            Owned::Acquire { .. } => "acquire",
-            Owned::Extend { .. } => "extend",
-            Owned::Release { .. } => "release",
-            Owned::AcquireFenced { .. } => "acquire-fenced",
-            Owned::FenceWriteBack { .. } => "fence-write-back",
-            Owned::AcquireReentrant { .. } => "acquire-reentrant",
-            Owned::ExtendReentrant { .. } => "extend-reentrant",
-            Owned::ReleaseReentrant { .. } => "release-reentrant",
-            Owned::AcquireMany { .. } => "acquire-many",
-            Owned::ExtendMany { .. } => "extend-many",
-            Owned::ReleaseMany { .. } => "release-many",
-            Owned::AcquireRead { .. } => "acquire-read",
-            Owned::ExtendRead { .. } => "extend-read",
-            Owned::ReleaseRead { .. } => "release-read",
-            Owned::AcquireWrite { .. } => "acquire-write",
-            Owned::ReleaseWrite { .. } => "release-write",
-        }
+/// The token an operation's ledger entry follows: a reentrant hold is
+/// acquired and released once, so its hold is what the ledger follows.
+fn ledger_token<'a>(op: &Op<'a>) -> &'a str {
+    match *op {
+        Op::AcquireReentrant { hold, .. } | Op::ReleaseReentrant { hold, .. } => hold,
+        Op::ExtendReentrant { owner, .. } => owner,
+        Op::Acquire { token, .. }
+        | Op::Extend { token, .. }
+        | Op::Release { token, .. }
+        | Op::AcquireFenced { token, .. }
+        | Op::FenceWriteBack { token, .. }
+        | Op::AcquireMany { token, .. }
+        | Op::ExtendMany { token, .. }
+        | Op::ReleaseMany { token, .. }
+        | Op::AcquireRead { token, .. }
+        | Op::ExtendRead { token, .. }
+        | Op::ReleaseRead { token, .. }
+        | Op::AcquireWrite { token, .. }
+        | Op::ReleaseWrite { token, .. } => token,
+        _ => "",
     }
 }
 
@@ -530,17 +277,15 @@ impl SimNode {
         Arc::new(SimNode {
             index,
             rate,
+            epoch: Instant::now(),
             state: Mutex::new(State {
                 up: true,
                 frozen: false,
                 epoch: 0,
-                keys: BTreeMap::new(),
-                readers: BTreeMap::new(),
-                counters: BTreeMap::new(),
+                store: Store::new(),
                 ledger: BTreeMap::new(),
                 listeners: BTreeMap::new(),
                 next_listener: 0,
-                published: Vec::new(),
             }),
             double_release: std::sync::atomic::AtomicBool::new(false),
             partial_many: std::sync::atomic::AtomicBool::new(false),
@@ -550,16 +295,11 @@ impl SimNode {
         })
     }
 
-    /// When a key set now with `ttl_ms` expires, in true time.
-    fn expiry(&self, now: Instant, ttl_ms: u64) -> Instant {
-        let node_ms = ttl_ms.saturating_sub(1) as f64;
-        let true_ns = (node_ms * 1e6 / self.rate).floor();
-        now + Duration::from_nanos(true_ns.min(1e18) as u64)
-    }
-
-    /// `d` of true time in this node's milliseconds (what `PTTL` answers).
-    fn node_ms(&self, d: Duration) -> u64 {
-        (d.as_nanos() as f64 * self.rate / 1e6) as u64
+    /// The node's clock at `now` (true time), in its milliseconds: it runs
+    /// at `rate` from the simulation's start.
+    fn clock(&self, now: Instant) -> u64 {
+        let true_ns = now.saturating_duration_since(self.epoch).as_nanos() as f64;
+        (true_ns * self.rate / 1e6) as u64
     }
 
     /// Holds every request until [`thaw`](Self::thaw) (SIGSTOP).
@@ -597,15 +337,13 @@ impl SimNode {
         st.up = false;
         st.epoch += 1;
         if wipe {
-            st.keys.clear();
-            st.readers.clear();
-            st.counters.clear();
+            st.store.clear();
         }
         // A killed process is no longer stopped, and its connections are
         // gone.
         st.frozen = false;
         st.listeners.clear();
-        st.published.clear();
+        st.store.take_published();
         drop(st);
         self.thawed.notify_waiters();
     }
@@ -613,7 +351,7 @@ impl SimNode {
     /// Loses the fencing counters and nothing else (a negative control:
     /// counters that are not durable).
     pub fn forget_counters(&self) {
-        lock(&self.state).counters.clear();
+        lock(&self.state).store.forget_persistent();
     }
 
     pub fn start(&self) {
@@ -629,447 +367,109 @@ impl SimNode {
     }
 
     /// Applies `op` if the connection it came on (`epoch`) is still alive.
-    fn apply(&self, epoch: u64, op: &Owned) -> Result<Reply, NodeError> {
-        let now = Instant::now();
+    fn apply(&self, epoch: u64, op: Op<'_>) -> Result<Reply, NodeError> {
+        let now = self.clock(Instant::now());
         let mut st = lock(&self.state);
+        let token = ledger_token(&op);
         if !st.up || st.epoch != epoch {
-            st.ledger.entry(op.token().to_owned()).or_default().excused = true;
+            st.ledger.entry(token.to_owned()).or_default().excused = true;
             return Err(NodeError::Connection("connection reset by restart".into()));
         }
-        st.keys.retain(|_, e| e.expires > now);
-        st.readers.retain(|_, r| r.expires > now);
-        if matches!(
-            op,
-            Owned::Extend { .. } | Owned::ExtendMany { .. } | Owned::ExtendRead { .. }
-        ) {
-            st.ledger
-                .entry(op.token().to_owned())
-                .or_default()
-                .extensions += 1;
+        let ledger = st.ledger.entry(token.to_owned()).or_default();
+        match op {
+            Op::Extend { .. } | Op::ExtendMany { .. } | Op::ExtendRead { .. } => {
+                ledger.extensions += 1
+            }
+            Op::Acquire { .. }
+            | Op::AcquireFenced { .. }
+            | Op::AcquireReentrant { .. }
+            | Op::AcquireMany { .. }
+            | Op::AcquireRead { .. }
+            | Op::AcquireWrite { .. } => ledger.arrived = true,
+            Op::Release { .. }
+            | Op::ReleaseReentrant { .. }
+            | Op::ReleaseMany { .. }
+            | Op::ReleaseRead { .. }
+            | Op::ReleaseWrite { .. } => ledger.released = true,
+            _ => {}
         }
-        if matches!(
-            op,
-            Owned::Acquire { .. }
-                | Owned::AcquireFenced { .. }
-                | Owned::AcquireReentrant { .. }
-                | Owned::AcquireMany { .. }
-                | Owned::AcquireRead { .. }
-                | Owned::AcquireWrite { .. }
-        ) {
-            st.ledger.entry(op.token().to_owned()).or_default().arrived = true;
-        }
+        let relaxed = std::sync::atomic::Ordering::Relaxed;
         let reply = match op {
-            Owned::Acquire { key, token, ttl } => match st.keys.get(key) {
-                Some(e) => Reply::Held {
-                    pttl_ms: Some(((e.expires - now).as_nanos() as f64 * self.rate / 1e6) as u64),
-                },
-                None => {
-                    let expires = self.expiry(now, *ttl);
-                    st.keys.insert(
-                        key.clone(),
-                        Entry {
-                            token: token.clone(),
-                            expires,
-                            holds: None,
-                        },
-                    );
-                    st.ledger.entry(token.clone()).or_default().set = true;
-                    Reply::Done
-                }
-            },
-            Owned::Extend { key, token, ttl } => {
-                let expires = self.expiry(now, *ttl);
-                match st.keys.get_mut(key) {
-                    Some(e) if e.token == *token && e.holds.is_none() => {
-                        e.expires = e.expires.max(expires);
-                        Reply::Done
-                    }
-                    _ => Reply::NotHeld,
-                }
-            }
-            Owned::AcquireFenced {
-                key,
-                fence_key,
+            // Negative control: the keys that are free are set, and the
+            // acquire answers done.
+            Op::AcquireMany {
+                keys,
                 token,
-                ttl,
-            } => match st.keys.get(key) {
-                Some(e) => Reply::Held {
-                    pttl_ms: Some(((e.expires - now).as_nanos() as f64 * self.rate / 1e6) as u64),
-                },
-                None => {
-                    let counter = st.counters.entry(fence_key.clone()).or_default();
-                    *counter += 1;
-                    let fence = *counter;
-                    let expires = self.expiry(now, *ttl);
-                    st.keys.insert(
-                        key.clone(),
-                        Entry {
-                            token: token.clone(),
-                            expires,
-                            holds: None,
-                        },
-                    );
-                    st.ledger.entry(token.clone()).or_default().set = true;
-                    Reply::Fence(fence)
-                }
-            },
-            Owned::FenceWriteBack {
-                key,
-                fence_key,
-                token,
-                fence,
-            } => match st.keys.get(key) {
-                Some(e) if e.token == *token => {
-                    let counter = st.counters.entry(fence_key.clone()).or_default();
-                    *counter = (*counter).max(*fence);
-                    Reply::Done
-                }
-                _ => Reply::NotHeld,
-            },
-            Owned::AcquireReentrant {
-                key,
-                owner,
-                hold,
-                ttl,
-            } => {
-                let expires = self.expiry(now, *ttl);
-                match st.keys.get_mut(key) {
-                    None => {
-                        st.keys.insert(
-                            key.clone(),
-                            Entry {
-                                token: owner.clone(),
-                                expires,
-                                holds: Some(BTreeSet::from([hold.clone()])),
-                            },
-                        );
-                        st.ledger.entry(hold.clone()).or_default().set = true;
-                        Reply::Done
-                    }
-                    Some(Entry {
-                        token,
-                        expires: current,
-                        holds: Some(holds),
-                    }) if token == owner => {
-                        let new = holds.insert(hold.clone());
-                        *current = (*current).max(expires);
-                        if new {
-                            st.ledger.entry(hold.clone()).or_default().set = true;
-                        }
-                        Reply::Done
-                    }
-                    Some(e) => Reply::Held {
-                        pttl_ms: Some(
-                            ((e.expires - now).as_nanos() as f64 * self.rate / 1e6) as u64,
-                        ),
-                    },
-                }
-            }
-            Owned::ExtendReentrant { key, owner, ttl } => {
-                let expires = self.expiry(now, *ttl);
-                match st.keys.get_mut(key) {
-                    Some(e) if e.holds.is_some() && e.token == *owner => {
-                        e.expires = e.expires.max(expires);
-                        Reply::Done
-                    }
-                    _ => Reply::NotHeld,
-                }
-            }
-            Owned::ReleaseReentrant { key, owner, hold } => {
-                st.ledger.entry(hold.clone()).or_default().released = true;
-                let twice = self
-                    .double_release
-                    .load(std::sync::atomic::Ordering::Relaxed);
-                let given_back = match st.keys.get_mut(key) {
-                    Some(Entry {
-                        token,
-                        holds: Some(holds),
-                        ..
-                    }) if token == owner => holds.remove(hold).then(|| {
-                        if twice && let Some(other) = holds.iter().next().cloned() {
-                            holds.remove(&other);
-                        }
-                        holds.is_empty()
-                    }),
-                    _ => None,
-                };
-                match given_back {
-                    Some(last) => {
-                        if last {
-                            st.keys.remove(key);
-                            st.published.push((key.clone(), hold.clone()));
-                        }
-                        Reply::Done
-                    }
-                    None => Reply::NotHeld,
-                }
-            }
-            Owned::AcquireMany { keys, token, ttl } => {
-                let pttl = keys
-                    .iter()
-                    .filter_map(|k| st.keys.get(k))
-                    .map(|e| ((e.expires - now).as_nanos() as f64 * self.rate / 1e6) as u64)
-                    .min();
-                let partial = self.partial_many.load(std::sync::atomic::Ordering::Relaxed);
-                let some_free = keys.iter().any(|k| !st.keys.contains_key(k));
-                let pttl = if partial && some_free { None } else { pttl };
-                match pttl {
-                    Some(pttl_ms) => Reply::Held {
-                        pttl_ms: Some(pttl_ms),
-                    },
-                    None => {
-                        let expires = self.expiry(now, *ttl);
-                        for key in keys {
-                            if st.keys.contains_key(key) {
-                                continue; // only under the negative control
-                            }
-                            st.keys.insert(
-                                key.clone(),
-                                Entry {
-                                    token: token.clone(),
-                                    expires,
-                                    holds: None,
-                                },
-                            );
-                        }
-                        st.ledger.entry(token.clone()).or_default().set = true;
-                        Reply::Done
-                    }
-                }
-            }
-            Owned::ExtendMany { keys, token, ttl } => {
-                let ours = keys.iter().all(|k| {
-                    st.keys
-                        .get(k)
-                        .is_some_and(|e| e.token == *token && e.holds.is_none())
-                });
-                if ours {
-                    let expires = self.expiry(now, *ttl);
-                    for key in keys {
-                        if let Some(e) = st.keys.get_mut(key) {
-                            e.expires = e.expires.max(expires);
-                        }
-                    }
-                    Reply::Done
-                } else {
-                    Reply::NotHeld
-                }
-            }
-            Owned::ReleaseMany { keys, token } => {
-                st.ledger.entry(token.clone()).or_default().released = true;
-                let mut deleted = false;
+                ttl_ms,
+            } if self.partial_many.load(relaxed)
+                && keys.iter().any(|k| st.store.holder(k, now).is_none()) =>
+            {
                 for key in keys {
-                    if st
-                        .keys
-                        .get(key)
-                        .is_some_and(|e| e.token == *token && e.holds.is_none())
-                    {
-                        st.keys.remove(key);
-                        deleted = true;
-                    }
+                    let one = Op::Acquire {
+                        key,
+                        token,
+                        ttl_ms,
+                        holder_ttl: false,
+                    };
+                    st.store.apply(one, now)?;
                 }
-                if deleted { Reply::Done } else { Reply::NotHeld }
-            }
-            Owned::AcquireRead { keys, token, ttl } => {
-                self.acquire_read(&mut st, now, keys, token, *ttl)
-            }
-            Owned::ExtendRead { keys, token, ttl } => {
-                let expires = self.expiry(now, *ttl);
-                let set = st.readers.get_mut(&keys[1]);
-                match set.and_then(|set| Some((set.members.get_mut(token)?, &mut set.expires))) {
-                    // A live reader (never re-created).
-                    Some((mine, key_expires)) if *mine > now => {
-                        *mine = (*mine).max(expires);
-                        *key_expires = (*key_expires).max(expires);
-                        Reply::Done
-                    }
-                    _ => Reply::NotHeld,
-                }
-            }
-            Owned::ReleaseRead { keys, token } => {
-                st.ledger.entry(token.clone()).or_default().released = true;
-                // ZREM: an expired reader not yet pruned is removed too.
-                let removed = st
-                    .readers
-                    .get_mut(&keys[1])
-                    .is_some_and(|set| set.members.remove(token).is_some());
-                if removed {
-                    if st.readers[&keys[1]].members.is_empty() {
-                        st.readers.remove(&keys[1]);
-                    }
-                    st.published.push((keys[0].clone(), token.clone()));
-                    Reply::Done
-                } else {
-                    Reply::NotHeld
-                }
-            }
-            Owned::AcquireWrite { keys, token, ttl } => {
-                self.acquire_write(&mut st, now, keys, token, *ttl)
-            }
-            Owned::ReleaseWrite { keys, token } => {
-                st.ledger.entry(token.clone()).or_default().released = true;
-                // `release_write.lua`: the writer key and the intent, each
-                // only if it holds the token.
-                let mut deleted = false;
-                for key in [&keys[0], &keys[2]] {
-                    if st
-                        .keys
-                        .get(key)
-                        .is_some_and(|e| e.token == *token && e.holds.is_none())
-                    {
-                        st.keys.remove(key);
-                        deleted = true;
-                    }
-                }
-                if deleted {
-                    st.published.push((keys[0].clone(), token.clone()));
-                    Reply::Done
-                } else {
-                    Reply::NotHeld
-                }
-            }
-            Owned::Release { key, token } => {
-                st.ledger.entry(token.clone()).or_default().released = true;
-                match st.keys.get(key) {
-                    Some(e) if e.token == *token && e.holds.is_none() => {
-                        st.keys.remove(key);
-                        st.published.push((key.clone(), token.clone()));
-                        Reply::Done
-                    }
-                    _ => Reply::NotHeld,
-                }
-            }
-        };
-        Ok(reply)
-    }
-
-    /// `acquire_read.lua`: refused with the writer's (or else the intent's)
-    /// TTL while either stands; else expired readers are pruned and `token`
-    /// is added until `ttl` from now, the set's key living at least as long.
-    fn acquire_read(
-        &self,
-        st: &mut State,
-        now: Instant,
-        keys: &[String],
-        token: &str,
-        ttl: u64,
-    ) -> Reply {
-        let (writer, readers, intent) = (&keys[0], &keys[1], &keys[2]);
-        if let Some(e) = st.keys.get(writer).or_else(|| st.keys.get(intent)) {
-            return Reply::Held {
-                pttl_ms: Some(self.node_ms(e.expires - now)),
-            };
-        }
-        let expires = self.expiry(now, ttl);
-        let set = st
-            .readers
-            .entry(readers.clone())
-            .or_insert_with(|| Readers {
-                members: BTreeMap::new(),
-                expires,
-            });
-        set.members.retain(|_, e| *e > now);
-        if set.members.is_empty() {
-            // Pruned to nothing: Redis deleted the key, ZADD made a new one.
-            set.expires = expires;
-        }
-        set.members.insert(token.to_owned(), expires);
-        set.expires = set.expires.max(expires);
-        st.ledger.entry(token.to_owned()).or_default().set = true;
-        Reply::Done
-    }
-
-    /// `acquire_write.lua`: refused with the writer's TTL while one stands;
-    /// else expired readers are pruned, and while live ones remain the
-    /// writer's intent is marked with `token` (for their longest time left
-    /// plus `ttl`, never shortened) and the write refused with that time left;
-    /// otherwise the writer key is set for `ttl` and the intent cleared.
-    /// Under the negative control, live readers are ignored.
-    fn acquire_write(
-        &self,
-        st: &mut State,
-        now: Instant,
-        keys: &[String],
-        token: &str,
-        ttl: u64,
-    ) -> Reply {
-        let (writer, readers, intent) = (&keys[0], &keys[1], &keys[2]);
-        if let Some(e) = st.keys.get(writer) {
-            return Reply::Held {
-                pttl_ms: Some(self.node_ms(e.expires - now)),
-            };
-        }
-        let mut last = None;
-        if let Some(set) = st.readers.get_mut(readers) {
-            set.members.retain(|_, e| *e > now);
-            last = set.members.values().max().copied();
-            if set.members.is_empty() {
-                st.readers.remove(readers);
-            }
-        }
-        let ignore = self
-            .writer_ignores_readers
-            .load(std::sync::atomic::Ordering::Relaxed);
-        match last {
-            Some(last) if !ignore => {
-                let left = self.node_ms(last - now);
-                let until = self.expiry(now, left + ttl);
-                match st.keys.get_mut(intent) {
-                    Some(e) => {
-                        e.token = token.to_owned();
-                        e.expires = e.expires.max(until);
-                    }
-                    None => {
-                        st.keys.insert(
-                            intent.clone(),
-                            Entry {
-                                token: token.to_owned(),
-                                expires: until,
-                                holds: None,
-                            },
-                        );
-                    }
-                }
-                Reply::Held {
-                    pttl_ms: Some(left),
-                }
-            }
-            _ => {
-                st.keys.insert(
-                    writer.clone(),
-                    Entry {
-                        token: token.to_owned(),
-                        expires: self.expiry(now, ttl),
-                        holds: None,
-                    },
-                );
-                st.keys.remove(intent);
-                st.ledger.entry(token.to_owned()).or_default().set = true;
                 Reply::Done
             }
+            // Negative control: live readers are not seen.
+            Op::AcquireWrite { keys, .. } if self.writer_ignores_readers.load(relaxed) => {
+                let readers = st.store.take(&keys[1]);
+                let reply = st.store.apply(op, now);
+                if let Some(readers) = readers {
+                    st.store.put_back(readers);
+                }
+                reply?
+            }
+            Op::ReleaseReentrant { key, owner, .. } => {
+                let reply = st.store.apply(op, now)?;
+                // Negative control: a second hold goes with this one.
+                let other = st.store.holds(key, now).first().cloned();
+                if reply == Reply::Done
+                    && self.double_release.load(relaxed)
+                    && let Some(hold) = other.as_deref()
+                {
+                    st.store
+                        .apply(Op::ReleaseReentrant { key, owner, hold }, now)?;
+                }
+                reply
+            }
+            _ => st.store.apply(op, now)?,
+        };
+        let acquire = matches!(
+            op,
+            Op::Acquire { .. }
+                | Op::AcquireFenced { .. }
+                | Op::AcquireReentrant { .. }
+                | Op::AcquireMany { .. }
+                | Op::AcquireRead { .. }
+                | Op::AcquireWrite { .. }
+        );
+        if acquire && matches!(reply, Reply::Done | Reply::Fence(_)) {
+            st.ledger.entry(token.to_owned()).or_default().set = true;
         }
+        Ok(reply)
     }
 
     /// Sends the releases just applied to the listeners subscribed to their
     /// channels, each after a message delay (or lost, like a reply).
     fn publish(&self, world: &World) {
         let mut st = lock(&self.state);
-        let published = std::mem::take(&mut st.published);
+        let published = st.store.take_published();
         if self.deaf.load(std::sync::atomic::Ordering::Relaxed) {
             return;
         }
-        for (key, nonce) in published {
+        for notice in published {
             for listening in st.listeners.values_mut() {
-                if !listening.channels.contains(&key) || world.chance(world.net.loss_p) {
+                if !listening.channels.contains(&notice.channel) || world.chance(world.net.loss_p) {
                     continue;
                 }
                 let due = listening.last_due.max(Instant::now() + world.delay());
                 listening.last_due = due;
-                let notice = Notice {
-                    channel: key.clone(),
-                    nonce: nonce.clone().into_bytes(),
-                };
-                let _ = listening.notices.send((due, notice));
+                let _ = listening.notices.send((due, notice.clone()));
             }
         }
     }
@@ -1139,32 +539,24 @@ impl SimNode {
 
     /// How many holds `owner` has on the reentrant lock `key` here now.
     pub fn holds(&self, key: &str, owner: &str) -> usize {
-        let now = Instant::now();
-        lock(&self.state)
-            .keys
-            .get(key)
-            .map_or(0, |e| match &e.holds {
-                Some(holds) if e.token == owner && e.expires > now => holds.len(),
-                _ => 0,
-            })
+        let now = self.clock(Instant::now());
+        let st = lock(&self.state);
+        if st.store.holder(key, now) == Some(owner) {
+            st.store.holds(key, now).len()
+        } else {
+            0
+        }
     }
 
     /// Keys still live now (whoever's; a readers key while a reader lives).
     pub fn live_keys(&self) -> usize {
-        let now = Instant::now();
-        let st = lock(&self.state);
-        let keys = st.keys.values().filter(|e| e.expires > now).count();
-        let readers = st
-            .readers
-            .values()
-            .filter(|r| r.members.values().any(|e| *e > now))
-            .count();
-        keys + readers
+        let now = self.clock(Instant::now());
+        lock(&self.state).store.live_keys(now)
     }
 }
 
 struct Request {
-    op: Owned,
+    op: OwnedOp,
     due: Instant,
     epoch: u64,
     reply: oneshot::Sender<Result<Reply, NodeError>>,
@@ -1266,7 +658,7 @@ async fn deliver_requests(
                     format!(
                         "client {client} node {}: {} never arrives",
                         node.index + 1,
-                        req.op.name()
+                        req.op.op().name()
                     )
                 },
             );
@@ -1275,11 +667,11 @@ async fn deliver_requests(
         tokio::time::sleep_until(req.due).await;
         // A frozen node holds this request and everything behind it.
         node.not_frozen().await;
-        let result = node.apply(req.epoch, &req.op);
+        let result = node.apply(req.epoch, req.op.op());
         node.publish(&world);
         let lost = result.is_ok() && world.chance(world.net.loss_p);
         world.note(
-            req.op.name(),
+            req.op.op().name(),
             (client as u64) << 8 | node.index as u64,
             u64::from(lost),
             || {
@@ -1397,16 +789,13 @@ impl Node for SimLink {
     }
 
     fn call<'a>(&'a self, op: Op<'a>) -> BoxFuture<'a, Result<Reply, NodeError>> {
-        let Some(op) = Owned::from_op(op) else {
-            return Box::pin(async { Err(NodeError::Protocol("operation not simulated".into())) });
-        };
         let epoch = {
             let st = lock(&self.node.state);
             if st.up { Some(st.epoch) } else { None }
         };
         let Some(epoch) = epoch else {
             // Like RedisNode: no connection, answered at once.
-            self.node.excuse(op.token());
+            self.node.excuse(ledger_token(&op));
             lock(&self.world.counts).refused_while_down += 1;
             return Box::pin(async { Err(NodeError::NotConnected("node is down".into())) });
         };
@@ -1421,7 +810,7 @@ impl Node for SimLink {
             };
             let (reply, rx) = oneshot::channel();
             let _ = self.requests.send(Request {
-                op,
+                op: OwnedOp::new(op),
                 due,
                 epoch,
                 reply,

@@ -1,0 +1,216 @@
+//! In-memory lock nodes (feature `testing`), for your tests and examples: a
+//! [`Redlock`] over them behaves as over Redis masters, without Redis.
+//!
+//! A [`MemoryNode`] has the semantics of redquorum's Redis scripts for every
+//! operation. Like a Redis connection, it applies operations strictly in
+//! the order they were sent, even when the caller has stopped waiting for
+//! the reply; a [frozen](MemoryNode::freeze) node holds every operation back
+//! until [thawed](MemoryNode::thaw), then applies the queue in order (a
+//! SIGSTOPped Redis). Keys expire by tokio's clock, so a test on a paused
+//! runtime controls time. It reports no releases
+//! (`Node::listen`): waiters poll.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), redquorum::LockError> {
+//! use std::time::Duration;
+//! use redquorum::testing::{self, MemoryNode};
+//!
+//! let nodes: Vec<_> = (0..5).map(MemoryNode::new).collect();
+//! let redlock = testing::redlock_over(&nodes).await;
+//! nodes[0].freeze(); // a minority frozen: locks go on
+//! let lock = redlock.try_lock("orders:42", Duration::from_secs(10)).await?;
+//! assert_eq!(nodes[1].holder("{orders:42}:lock").as_deref(), Some(lock.token()));
+//! lock.release().await?;
+//! nodes[0].thaw();
+//! # Ok(()) }
+//! ```
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use futures::future::BoxFuture;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+
+use crate::error::NodeError;
+use crate::node::{Node, Op, Reply};
+use crate::redlock::Redlock;
+
+mod owned;
+mod redis;
+mod store;
+
+pub use owned::OwnedOp;
+pub use redis::redis_node;
+pub use store::{Store, Taken};
+
+/// A client over `n` new in-memory nodes (`memory://0` …), with default
+/// settings. Needs a tokio runtime.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let redlock = redquorum::testing::redlock(5).await;
+/// assert_eq!(redlock.quorum(), 3);
+/// # }
+/// ```
+pub async fn redlock(n: usize) -> Redlock {
+    let nodes: Vec<Arc<MemoryNode>> = (0..n).map(MemoryNode::new).collect();
+    redlock_over(&nodes).await
+}
+
+/// A client over `nodes`, with default settings (see the
+/// [module example](self)).
+pub async fn redlock_over(nodes: &[Arc<MemoryNode>]) -> Redlock {
+    Redlock::builder()
+        .custom_nodes(nodes.iter().map(|n| Arc::clone(n) as Arc<dyn Node>))
+        .build()
+        .await
+        .expect("in-memory nodes always build")
+}
+
+/// One in-memory lock node; see the [module docs](self).
+#[derive(Debug)]
+pub struct MemoryNode {
+    name: Arc<str>,
+    queue: mpsc::UnboundedSender<(OwnedOp, oneshot::Sender<Result<Reply, NodeError>>)>,
+    gate: watch::Sender<bool>,
+    store: Arc<Mutex<Store>>,
+    /// Bumped after every applied operation, so tests can wait for state.
+    applied: watch::Sender<u64>,
+}
+
+/// The in-memory nodes' clock: milliseconds since the first node was made,
+/// by tokio's clock.
+fn clock_ms(at: Instant) -> u64 {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    let epoch = *EPOCH.get_or_init(Instant::now);
+    at.saturating_duration_since(epoch).as_millis() as u64
+}
+
+fn now_ms() -> u64 {
+    clock_ms(Instant::now())
+}
+
+impl MemoryNode {
+    /// Node `i` of a set, named `memory://i`. Needs a tokio runtime (it
+    /// spawns its queue).
+    pub fn new(i: usize) -> Arc<Self> {
+        Self::named(&format!("memory://{i}"))
+    }
+
+    /// A node named `name` (in logs, votes and metric labels). Needs a
+    /// tokio runtime.
+    pub fn named(name: &str) -> Arc<Self> {
+        now_ms(); // the epoch is at or before every key
+        let (queue, mut rx) =
+            mpsc::unbounded_channel::<(OwnedOp, oneshot::Sender<Result<Reply, NodeError>>)>();
+        let (gate, _) = watch::channel(true);
+        let (applied, _) = watch::channel(0u64);
+        let store: Arc<Mutex<Store>> = Arc::default();
+        let node = Arc::new(MemoryNode {
+            name: name.into(),
+            queue,
+            gate: gate.clone(),
+            store: store.clone(),
+            applied: applied.clone(),
+        });
+        let mut gate_rx = gate.subscribe();
+        tokio::spawn(async move {
+            while let Some((op, reply)) = rx.recv().await {
+                if gate_rx.wait_for(|open| *open).await.is_err() {
+                    return;
+                }
+                let answer = {
+                    let mut store = store.lock().unwrap_or_else(PoisonError::into_inner);
+                    let answer = store.apply(op.op(), now_ms());
+                    // It reports no releases (no listener).
+                    store.take_published();
+                    answer
+                };
+                applied.send_modify(|n| *n += 1);
+                let _ = reply.send(answer);
+            }
+        });
+        node
+    }
+
+    fn store(&self) -> std::sync::MutexGuard<'_, Store> {
+        self.store.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Holds every operation back until [`thaw`](Self::thaw), as a
+    /// SIGSTOPped server would; keys keep expiring meanwhile.
+    pub fn freeze(&self) {
+        self.gate.send_replace(false);
+    }
+
+    /// Applies the operations held back, in order, and every later one.
+    pub fn thaw(&self) {
+        self.gate.send_replace(true);
+    }
+
+    /// The token (or reentrant owner) under `key`, if it is set and not
+    /// expired.
+    pub fn holder(&self, key: &str) -> Option<String> {
+        self.store().holder(key, now_ms()).map(str::to_owned)
+    }
+
+    /// How many live readers the readers key `key` of a read/write lock
+    /// counts ([`KeyLayout::rw_keys`](crate::KeyLayout::rw_keys)).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// use std::time::Duration;
+    /// use redquorum::testing::{self, MemoryNode};
+    /// let nodes: Vec<_> = (0..3).map(MemoryNode::new).collect();
+    /// let redlock = testing::redlock_over(&nodes).await;
+    /// let reader = redlock.read_lock("doc", Duration::from_secs(5)).await?;
+    /// assert_eq!(nodes[0].readers("{doc}:readers"), 1);
+    /// reader.release().await?;
+    /// assert_eq!(nodes[0].readers("{doc}:readers"), 0);
+    /// # Ok(()) }
+    /// ```
+    pub fn readers(&self, key: &str) -> usize {
+        self.store().readers(key, now_ms())
+    }
+
+    /// How many holds the reentrant owner of `key` has counted (0: none).
+    pub fn holds(&self, key: &str) -> usize {
+        self.store().holds(key, now_ms()).len()
+    }
+
+    /// Sets a fencing counter, as `SET {R}:fence n` would.
+    pub fn set_counter(&self, fence_key: &str, n: u64) {
+        self.store().set_text(fence_key, &n.to_string());
+    }
+
+    /// Resolves once `f` holds of this node, checked now and after every
+    /// operation it applies. Bound it with `tokio::time::timeout`.
+    pub async fn wait_until(&self, f: impl Fn(&Self) -> bool) {
+        let mut applied = self.applied.subscribe();
+        while !f(self) {
+            if applied.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
+    }
+}
+
+impl Node for MemoryNode {
+    fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    fn call<'a>(&'a self, op: Op<'a>) -> BoxFuture<'a, Result<Reply, NodeError>> {
+        // Queued at call time, as a multiplexed connection writes at once.
+        let (tx, rx) = oneshot::channel();
+        let sent = self.queue.send((OwnedOp::new(op), tx));
+        Box::pin(async move {
+            sent.map_err(|_| NodeError::Connection("node stopped".into()))?;
+            rx.await
+                .map_err(|_| NodeError::Connection("node stopped".into()))?
+        })
+    }
+}
