@@ -124,7 +124,7 @@ async fn handoffs(
     let name = format!("bench:permits:{tag}:{}", std::process::id());
     let theirs = waiter.semaphore(&name, 1).expect("semaphore");
     let ours = holder.semaphore(&name, 1).expect("semaphore");
-    let slot_key = KeyLayout::default().plain_key(&ours.slot_resource(0));
+    let slot_key = ours.slot_key(0);
     let mut samples = Vec::with_capacity(HANDOFFS);
     for _ in 0..HANDOFFS {
         let held = ours.acquire(Duration::from_secs(10)).await.expect("permit");

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 
 use crate::error::ConfigError;
-use crate::node::Op;
+use crate::node::{Op, Waiter};
 use crate::proto::keys::KeyLayout;
 use crate::proto::round::Step;
 use crate::proto::slot::slot;
@@ -21,10 +21,13 @@ pub(crate) enum Flavor {
     Reentrant,
     /// Several keys, set all-or-nothing on each node.
     Many,
-    /// A reader of a read/write lock: keys `[writer, readers, intent]`.
+    /// A reader of a read/write lock: keys `[writer, readers, intent, line,
+    /// alive]`.
     Read,
-    /// The writer of a read/write lock: keys `[writer, readers, intent]`.
+    /// The writer of a read/write lock: keys as a reader's.
     Write,
+    /// One slot of a semaphore: keys `[slot, holders, count, line, alive]`.
+    Permit,
     /// Keys read by an inspection, which holds nothing.
     Inspect,
 }
@@ -37,6 +40,11 @@ pub(crate) struct Keys {
     lock: LockKeys,
     /// The fencing counter, for [`Flavor::Fenced`].
     fence: Option<String>,
+    /// A plain or fenced lock's line of waiters, `[line, alive]` (empty:
+    /// none).
+    line: Box<[String]>,
+    /// A semaphore's permit count, for [`Flavor::Permit`].
+    permits: u32,
     /// How many bytes come before and after the resource in a lock key.
     around: (usize, usize),
 }
@@ -57,6 +65,11 @@ impl LockKeys {
     }
 }
 
+/// How many decimal digits `n` has.
+fn digits(n: u32) -> usize {
+    n.checked_ilog10().map_or(1, |d| d as usize + 1)
+}
+
 /// Refuses an empty resource name.
 fn named(resource: &str) -> Result<&str, ConfigError> {
     if resource.is_empty() {
@@ -73,11 +86,16 @@ impl Keys {
         fenced: bool,
     ) -> Result<Self, ConfigError> {
         let resource = named(resource)?;
+        let line = layout
+            .line_keys(resource, !fenced)
+            .map_or_else(|| Box::new([]) as Box<[String]>, |keys| Box::new(keys));
         Ok(if fenced {
             Keys {
                 flavor: Flavor::Fenced,
                 lock: LockKeys::One(layout.lock_key(resource)),
                 fence: Some(layout.fence_key(resource)),
+                line,
+                permits: 0,
                 around: layout.around(false),
             }
         } else {
@@ -85,8 +103,28 @@ impl Keys {
                 flavor: Flavor::Plain,
                 lock: LockKeys::One(layout.plain_key(resource)),
                 fence: None,
+                line,
+                permits: 0,
                 around: layout.around(true),
             }
+        })
+    }
+
+    /// Slot `slot` of the semaphore `name` of `permits` permits.
+    pub(crate) fn permit(
+        layout: &KeyLayout,
+        name: &str,
+        slot: u32,
+        permits: u32,
+    ) -> Result<Self, ConfigError> {
+        let name = named(name)?;
+        Ok(Keys {
+            flavor: Flavor::Permit,
+            lock: LockKeys::Many(Box::new(layout.permit_keys(name, slot))),
+            fence: None,
+            line: Box::new([]),
+            permits,
+            around: (layout.prefix().len() + 1, "}:permit:".len() + digits(slot)),
         })
     }
 
@@ -96,6 +134,8 @@ impl Keys {
             flavor: Flavor::Reentrant,
             lock: LockKeys::One(layout.lock_key(named(resource)?)),
             fence: None,
+            line: Box::new([]),
+            permits: 0,
             around: layout.around(false),
         })
     }
@@ -117,6 +157,8 @@ impl Keys {
             flavor: Flavor::Many,
             lock: LockKeys::Many(lock),
             fence: None,
+            line: Box::new([]),
+            permits: 0,
             around: layout.around(false),
         })
     }
@@ -129,6 +171,8 @@ impl Keys {
             flavor: if write { Flavor::Write } else { Flavor::Read },
             lock: LockKeys::Many(Box::new(layout.rw_keys(resource))),
             fence: None,
+            line: Box::new([]),
+            permits: 0,
             around: (layout.prefix().len() + 1, "}:writer".len()),
         })
     }
@@ -140,6 +184,8 @@ impl Keys {
             flavor: Flavor::Inspect,
             lock: LockKeys::Many(keys.into()),
             fence: None,
+            line: Box::new([]),
+            permits: 0,
             around: (0, 0),
         }
     }
@@ -153,6 +199,7 @@ impl Keys {
             .iter()
             .map(String::as_str)
             .chain(self.fence.as_deref())
+            .chain(self.line.iter().map(String::as_str))
             .map(|key| slot(key.as_bytes()));
         let first = keys.next();
         keys.all(|slot| Some(slot) == first)
@@ -167,6 +214,7 @@ impl Keys {
             Flavor::Many => "many",
             Flavor::Read => "read",
             Flavor::Write => "write",
+            Flavor::Permit => "permit",
             Flavor::Inspect => "inspect",
         }
     }
@@ -186,8 +234,8 @@ impl Keys {
     pub(crate) fn resources(&self) -> impl ExactSizeIterator<Item = &str> {
         let (before, after) = self.around;
         let keys = match self.flavor {
-            // Three keys, one resource (named in the first).
-            Flavor::Read | Flavor::Write => &self.lock.as_slice()[..1],
+            // Several keys, one resource (named in the first).
+            Flavor::Read | Flavor::Write | Flavor::Permit => &self.lock.as_slice()[..1],
             _ => self.lock.as_slice(),
         };
         keys.iter().map(move |k| &k[before..k.len() - after])
@@ -201,6 +249,40 @@ impl Keys {
 pub(crate) struct Claim {
     keys: Keys,
     mark: Mark,
+    /// The wait this claim's acquire is an attempt of, if it waits in line.
+    waiter: Option<InLine>,
+}
+
+/// A wait's place in line (fair waiting; see [`Waiter`]): drawn once per
+/// wait, the same for each of its attempts.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct InLine {
+    id: Token,
+    ticket: u64,
+    patience_ms: u64,
+}
+
+impl InLine {
+    /// A wait whose place is `ticket` (at least 1: see [`Waiter::ticket`]),
+    /// named by two random draws, whose waiter comes back within
+    /// `patience`.
+    pub(crate) fn new(ticket: u64, draws: (u64, u64), patience: std::time::Duration) -> Self {
+        InLine {
+            id: Token::from_draws(draws.0, draws.1),
+            ticket: ticket.max(1),
+            patience_ms: u64::try_from(patience.as_millis())
+                .unwrap_or(u64::MAX)
+                .max(1),
+        }
+    }
+
+    fn waiter(&self) -> Waiter<'_> {
+        Waiter {
+            id: self.id.as_str(),
+            ticket: self.ticket,
+            patience_ms: self.patience_ms,
+        }
+    }
 }
 
 /// What the keys hold for a claim.
@@ -222,7 +304,15 @@ impl Claim {
         Claim {
             keys,
             mark: Mark::Random(Token::random()),
+            waiter: None,
         }
+    }
+
+    /// The same claim, its acquire an attempt of `wait` in line (where its
+    /// lock has a line).
+    pub(crate) fn in_line(mut self, wait: Option<InLine>) -> Self {
+        self.waiter = wait;
+        self
     }
 
     /// A reentrant claim: the owner name is the token, and each claim is a
@@ -237,6 +327,7 @@ impl Claim {
                 owner: owner.into(),
                 hold: Token::random(),
             },
+            waiter: None,
         })
     }
 
@@ -254,6 +345,7 @@ impl Claim {
         Ok(Claim {
             keys,
             mark: Mark::Given(mark.into()),
+            waiter: None,
         })
     }
 
@@ -267,6 +359,16 @@ impl Claim {
 
     pub(crate) fn keys(&self) -> &Keys {
         &self.keys
+    }
+
+    /// Whether its acquire is an attempt of a wait in its lock's line.
+    pub(crate) fn waits_in_line(&self) -> bool {
+        self.waiter.is_some()
+            && match self.keys.flavor {
+                Flavor::Plain | Flavor::Fenced => !self.keys.line.is_empty(),
+                Flavor::Read | Flavor::Write | Flavor::Permit => true,
+                Flavor::Reentrant | Flavor::Many | Flavor::Inspect => false,
+            }
     }
 
     /// What the keys hold: the given string, else the random token.
@@ -285,24 +387,43 @@ impl Claim {
         let token = self.token();
         let hold = self.hold();
         let fence_key = self.keys.fence.as_deref().unwrap_or_default();
+        let line = &self.keys.line[..];
+        // A lock with no line waits without one.
+        let waiter = self.waiter.as_ref().map(InLine::waiter);
+        let in_line = if line.is_empty() { None } else { waiter };
         match (self.keys.flavor, step) {
             (Flavor::Inspect, _) | (_, Step::Inspect) => Op::Inspect { keys },
             (Flavor::Plain, Step::Acquire { holder_ttl }) => Op::Acquire {
                 key,
                 token,
                 ttl_ms,
-                holder_ttl,
+                holder_ttl: holder_ttl || in_line.is_some(),
+                line,
+                waiter: in_line,
             },
             (Flavor::Fenced, Step::Acquire { .. }) => Op::AcquireFenced {
                 key,
                 fence_key,
                 token,
                 ttl_ms,
+                line,
+                waiter: in_line,
             },
             (Flavor::Plain | Flavor::Fenced, Step::Extend) => Op::Extend { key, token, ttl_ms },
-            (Flavor::Plain | Flavor::Fenced, Step::Release | Step::Undo) => {
-                Op::Release { key, token }
-            }
+            // A holder that waited leaves the line where it still stands;
+            // a refused round's undo keeps its place for the retries.
+            (Flavor::Plain | Flavor::Fenced, Step::Release) => Op::Release {
+                key,
+                token,
+                line,
+                waiter: in_line,
+            },
+            (Flavor::Plain | Flavor::Fenced, Step::Undo) => Op::Release {
+                key,
+                token,
+                line,
+                waiter: None,
+            },
             (_, Step::WriteBack(fence)) => Op::FenceWriteBack {
                 key,
                 fence_key,
@@ -340,23 +461,66 @@ impl Claim {
                 keys,
                 token,
                 ttl_ms,
+                waiter,
             },
             (Flavor::Read, Step::Extend) => Op::ExtendRead {
                 keys,
                 token,
                 ttl_ms,
             },
-            (Flavor::Read, Step::Release | Step::Undo) => Op::ReleaseRead { keys, token },
+            (Flavor::Read, Step::Release) => Op::ReleaseRead {
+                keys,
+                token,
+                waiter,
+            },
+            (Flavor::Read, Step::Undo) => Op::ReleaseRead {
+                keys,
+                token,
+                waiter: None,
+            },
             (Flavor::Write, Step::Acquire { .. }) => Op::AcquireWrite {
                 keys,
                 token,
                 ttl_ms,
+                waiter,
             },
             // The writer key is a plain lock's.
             (Flavor::Write, Step::Extend) => Op::Extend { key, token, ttl_ms },
-            (Flavor::Write, Step::Release) => Op::ReleaseWrite { keys, token },
-            // A refused round keeps the intent it marked, for its retries.
-            (Flavor::Write, Step::Undo) => Op::Release { key, token },
+            (Flavor::Write, Step::Release) => Op::ReleaseWrite {
+                keys,
+                token,
+                waiter,
+            },
+            // A refused round keeps the intent it marked, for its retries;
+            // what it won goes to the first in line.
+            (Flavor::Write, Step::Undo) => Op::Release {
+                key,
+                token,
+                line: &keys[3..],
+                waiter: None,
+            },
+            (Flavor::Permit, Step::Acquire { .. }) => Op::AcquirePermit {
+                keys,
+                token,
+                ttl_ms,
+                permits: self.keys.permits,
+                waiter,
+            },
+            (Flavor::Permit, Step::Extend) => Op::ExtendPermit {
+                keys,
+                token,
+                ttl_ms,
+            },
+            (Flavor::Permit, Step::Release) => Op::ReleasePermit {
+                keys,
+                token,
+                waiter,
+            },
+            (Flavor::Permit, Step::Undo) => Op::ReleasePermit {
+                keys,
+                token,
+                waiter: None,
+            },
         }
     }
 }
@@ -455,11 +619,14 @@ mod tests {
     fn an_explicit_token_is_released_as_given() {
         let keys = Keys::single(&KeyLayout::default(), "r", false).unwrap();
         let claim = Claim::with_token(keys.clone(), "owner-7").unwrap();
+        let line = ["{r}:lock:line", "{r}:lock:alive"].map(String::from);
         assert_eq!(
             claim.op(Step::Release, 0),
             Op::Release {
                 key: "{r}:lock",
-                token: "owner-7"
+                token: "owner-7",
+                line: &line,
+                waiter: None,
             }
         );
         assert_eq!(
@@ -474,24 +641,82 @@ mod tests {
     fn a_writer_undoes_a_round_without_its_intent_and_releases_with_it() {
         let keys = Keys::rw(&KeyLayout::default(), "r", true).unwrap();
         let claim = Claim::with_token(keys, "w").unwrap();
-        let rw = ["{r}:writer", "{r}:readers", "{r}:intent"].map(String::from);
+        let rw = [
+            "{r}:writer",
+            "{r}:readers",
+            "{r}:intent",
+            "{r}:rw:line",
+            "{r}:rw:alive",
+        ]
+        .map(String::from);
         assert_eq!(
             claim.op(Step::Release, 0),
             Op::ReleaseWrite {
                 keys: &rw,
-                token: "w"
+                token: "w",
+                waiter: None,
             }
         );
         assert_eq!(
             claim.op(Step::Undo, 0),
             Op::Release {
                 key: "{r}:writer",
-                token: "w"
+                token: "w",
+                line: &rw[3..],
+                waiter: None,
             }
         );
         assert!(claim.keys().marks_refusals());
         let reader = Keys::rw(&KeyLayout::default(), "r", false).unwrap();
         assert!(!reader.marks_refusals());
+    }
+
+    /// A wait's attempts carry its place in line where the lock has a line;
+    /// a permit's its semaphore's count.
+    #[test]
+    fn a_waiters_attempts_carry_its_place_in_line() {
+        let wait = InLine::new(
+            1_700_000_000_000,
+            (1, 2),
+            std::time::Duration::from_millis(300),
+        );
+        let plain = Keys::single(&KeyLayout::default(), "r", false).unwrap();
+        let claim = Claim::new(plain).in_line(Some(wait));
+        let Op::Acquire {
+            waiter: Some(waiter),
+            holder_ttl: true,
+            line,
+            ..
+        } = claim.op(Step::Acquire { holder_ttl: false }, 1000)
+        else {
+            panic!("a waiter's acquire")
+        };
+        assert_eq!((waiter.patience_ms, line.len()), (300, 2));
+        assert!(waiter.ticket > 1_600_000_000_000, "ms since the epoch");
+        // Interop keys with braces have no line: such a lock waits without.
+        let layout = KeyLayout::new("", true).unwrap();
+        let odd = Keys::single(&layout, "a{b}", false).unwrap();
+        let claim = Claim::new(odd).in_line(Some(wait));
+        assert!(matches!(
+            claim.op(Step::Acquire { holder_ttl: true }, 1000),
+            Op::Acquire {
+                waiter: None,
+                line: [],
+                ..
+            }
+        ));
+        let permit = Keys::permit(&KeyLayout::default(), "api", 3, 4).unwrap();
+        assert_eq!(permit.resources().collect::<Vec<_>>(), ["api"]);
+        assert!(permit.one_slot());
+        let claim = Claim::new(permit);
+        assert!(matches!(
+            claim.op(Step::Acquire { holder_ttl: false }, 1000),
+            Op::AcquirePermit {
+                permits: 4,
+                waiter: None,
+                ..
+            }
+        ));
     }
 
     #[test]

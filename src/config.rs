@@ -152,6 +152,8 @@ pub struct Builder {
     key_prefix: String,
     interop_keys: bool,
     connect_timeout: Option<Duration>,
+    /// Waiters wait without a line (`fair_waiting(false)`).
+    unfair: bool,
 }
 
 impl fmt::Debug for Builder {
@@ -171,6 +173,7 @@ impl fmt::Debug for Builder {
             .field("key_prefix", &self.key_prefix)
             .field("interop_keys", &self.interop_keys)
             .field("connect_timeout", &self.connect_timeout)
+            .field("fair_waiting", &!self.unfair)
             .finish()
     }
 }
@@ -317,6 +320,25 @@ impl Builder {
         self
     }
 
+    /// Whether waiters are served in turn (default: yes). A waiter
+    /// ([`LockOptions::wait`]) that was refused waits in its lock's line on
+    /// each node, and a lock released while others wait is kept for the
+    /// first of them for a moment, so that neither the releaser coming
+    /// straight back nor a newcomer takes it: waiters are served before
+    /// newcomers and in the order they came, for locks, read/write locks and
+    /// semaphores (not reentrant or multi-resource locks, which wait
+    /// without a line). Off, whoever asks first after a release gets the
+    /// lock — a little more throughput under contention, and no bound on a
+    /// waiter's wait. See docs/design.md, "Fair waiting".
+    ///
+    /// ```
+    /// let builder = redquorum::Redlock::builder().fair_waiting(false);
+    /// ```
+    pub fn fair_waiting(mut self, on: bool) -> Self {
+        self.unfair = !on;
+        self
+    }
+
     /// The most calls one node may have queued or awaiting an answer
     /// (default 1024). Past it a call to that node fails at once with
     /// [`NodeError::Overloaded`](crate::NodeError::Overloaded) — a vote
@@ -371,7 +393,9 @@ impl Builder {
     /// of woken waiters) from a generator seeded with `seed` instead of the
     /// operating system's: the same calls then pause the same way, for
     /// simulations and tests that must replay. Tokens stay random either
-    /// way. Not for production: clients with one seed retry in lockstep.
+    /// way. A seeded client's waiters draw their place in line too (not the
+    /// wall clock), so they are served in a random order. Not for
+    /// production: clients with one seed retry in lockstep.
     ///
     /// ```
     /// let builder = redquorum::Redlock::builder().jitter_seed(42);
@@ -585,6 +609,7 @@ impl Builder {
                 drift_factor,
                 retry: self.retry,
                 connect_timeout,
+                fair: !self.unfair,
             },
             layout,
             hub,

@@ -27,10 +27,11 @@ use crate::proto::error::Subject;
 use crate::proto::keys::KeyLayout;
 use crate::proto::per_node::PerNode;
 use crate::proto::quorum::{self, Decision, DriftFactor, MAX_TTL_MS};
-use crate::proto::retry::{Backoff, Budget, Last, Next as Pause, Retry, WAKE_SPREAD};
+use crate::proto::retry::Retry;
 use crate::proto::round::{Step, Tally, refusal};
 use crate::telemetry::ClientTelemetry;
-use crate::wakeup::{Hub, Interest};
+use crate::wait::{GiveUp, Waiting};
+use crate::wakeup::Hub;
 
 /// The validated settings every operation reads.
 #[derive(Debug, Clone, Copy)]
@@ -41,6 +42,8 @@ pub(crate) struct Settings {
     /// One connection attempt's bound, and the first round's connect
     /// budget.
     pub(crate) connect_timeout: Duration,
+    /// Waiters wait in line (`Builder::fair_waiting`).
+    pub(crate) fair: bool,
 }
 
 /// A checked TTL and the validity it leaves.
@@ -144,6 +147,21 @@ impl Driver {
             ),
             None => rand::random(),
         }
+    }
+
+    /// A waiter's place in line: the wall clock in ms since the Unix epoch,
+    /// the same scale for every client of the nodes. A seeded client
+    /// (`Builder::jitter_seed`, for replayable simulations, whose clients
+    /// share no wall clock) draws it instead: its waiters are served in a
+    /// random order.
+    pub(crate) fn ticket(&self) -> u64 {
+        if self.jitter.is_some() {
+            return 1 + self.draw() % (1 << 41);
+        }
+        let since = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
     }
 
     /// The quorum of the nodes.
@@ -281,100 +299,44 @@ impl Driver {
         }
     }
 
-    /// Rounds until one grants or `attempts` runs out.
+    /// Rounds until one grants or `attempts` runs out ([`Waiting`]).
     pub(crate) async fn acquire_repeatedly(
         &self,
-        mut keys: Keys,
+        keys: Keys,
         owner: Option<&str>,
         ttl: Ttl,
         attempts: Attempts,
     ) -> Result<Held, LockError> {
-        let retry = self.settings.retry;
-        let start = Instant::now();
-        // A waiter listens for releases from its first refusal on, for as
-        // long as it waits (registered only then: a lock had at once costs
-        // the subscribers nothing).
-        let mut interest: Option<Interest> = None;
-        // A waiter sleeps until the holder's keys expire, so it asks how
-        // long they live.
-        let holder_ttl = matches!(attempts, Attempts::Until(_));
-        let mut backoff = Backoff::default();
-        // A refused writer's intent, taken back if this future is dropped
-        // while it waits (a caller that stops waiting gives up).
-        let mut intent = GiveUpOnDrop {
-            driver: self,
-            claim: None,
-            ttl_ms: ttl.ms,
-        };
+        let channels = [keys.first().to_owned()];
+        let mut waiting = Waiting::new(self, attempts, &channels);
+        // Taken back if this future is dropped while it waits (a caller
+        // that stops waiting gives up).
+        let mut give_up = GiveUp::new(self, ttl.ms);
+        let mut keys = Some(keys);
         loop {
-            let claim = Arc::new(match owner {
-                Some(owner) => Claim::owned(keys, owner)?,
-                None => Claim::new(keys), // a fresh token every round
-            });
-            if let Some(interest) = &mut interest {
-                interest.mark_seen();
-            }
-            let error = match self.acquire(&claim, ttl, holder_ttl).await {
+            let claim = match owner {
+                Some(owner) => Claim::owned(keys.take().expect("keys"), owner)?,
+                None => Claim::new(keys.take().expect("keys")), // a fresh token every round
+            };
+            let claim = Arc::new(claim.in_line(waiting.in_line()));
+            waiting.before_attempt();
+            let error = match self.acquire(&claim, ttl, waiting.holder_ttl()).await {
                 Ok(held) => {
-                    // The lock's release clears its intent; earlier rounds'
-                    // marks were replaced by later ones.
-                    intent.claim = None;
+                    // The lock's release takes back the rest (its place in
+                    // line, its intent); earlier rounds' marks were
+                    // replaced by later ones.
+                    give_up.got_it();
                     return Ok(held);
                 }
                 Err(e) => e,
             };
-            if claim.keys().marks_refusals() {
-                intent.claim = Some(Arc::clone(&claim));
+            give_up.refused(&claim);
+            if let Err(e) = waiting.after(error).await {
+                give_up.give_up();
+                return Err(e);
             }
             // Only a retry pays for a copy of the keys.
-            keys = claim.keys().clone();
-            if let (Attempts::Until(_), Some(hub), None) = (attempts, self.hub(), &interest) {
-                interest = Some(hub.register(keys.first()));
-            }
-            let now = Instant::now();
-            let budget = match attempts {
-                Attempts::Policy => Budget::Attempts,
-                Attempts::Until(give_up) => {
-                    Budget::Until(give_up.map(|g| g.saturating_duration_since(now)))
-                }
-            };
-            let last = Last {
-                collided: error.votes().is_some_and(|v| v.yes() > 0),
-                holder_left: error.votes().and_then(Votes::min_pttl),
-                woken: interest.as_ref().is_some_and(Interest::listening),
-            };
-            let pause = match backoff.next(&retry, budget, last, self.draw()) {
-                Pause::After(pause) => pause,
-                Pause::Stop => {
-                    intent.give_up();
-                    return Err(error);
-                }
-                Pause::TimedOut => {
-                    intent.give_up();
-                    return Err(LockError::Timeout {
-                        waited: now - start,
-                        last: Box::new(error),
-                    });
-                }
-            };
-            match &mut interest {
-                Some(interest) => {
-                    // Biased, as every select here: tokio picks unbiased
-                    // branches at random, which a seeded simulation
-                    // could not replay.
-                    tokio::select! {
-                        biased;
-                        () = tokio::time::sleep(pause) => {}
-                        () = interest.released() => {
-                            // Every waiter hears the same release: stagger
-                            // them so that one wins the nodes instead of all
-                            // splitting the vote.
-                            tokio::time::sleep(retry.jitter(WAKE_SPREAD, self.draw())).await;
-                        }
-                    }
-                }
-                None => tokio::time::sleep(pause).await,
-            }
+            keys = Some(claim.keys().clone());
         }
     }
 
@@ -610,34 +572,6 @@ fn subject(claim: &Claim, step: Step) -> Subject {
 struct Round {
     ballot: Arc<Ballot>,
     made: Mask,
-}
-
-/// What the last refused round of a caller that gives up left on the nodes
-/// that refused it: a writer's intent, which would turn readers away for a
-/// writer no longer coming. Taken back when the caller gives up (its
-/// retries spent, its wait over) or is dropped while it waits: released on
-/// every node, without waiting (a node where the intent holds another
-/// writer's token keeps it); [`Driver::shutdown`] waits for those calls.
-/// Other claims leave nothing on a refusing node.
-struct GiveUpOnDrop<'a> {
-    driver: &'a Driver,
-    /// The last refused round's claim, if it marks refusals.
-    claim: Option<Arc<Claim>>,
-    ttl_ms: u64,
-}
-
-impl GiveUpOnDrop<'_> {
-    fn give_up(&mut self) {
-        if let Some(claim) = self.claim.take() {
-            self.driver.release_detached(&claim, self.ttl_ms, None);
-        }
-    }
-}
-
-impl Drop for GiveUpOnDrop<'_> {
-    fn drop(&mut self) {
-        self.give_up();
-    }
 }
 
 /// Releases an acquisition's keys if the acquiring future is dropped

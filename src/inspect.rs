@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use crate::claim::{Claim, Keys};
 use crate::error::{ConfigError, LockError, NodeError};
-use crate::node::{Snapshot, Stored};
+use crate::node::{KEPT, READERS_TURN, Snapshot, Stored};
 use crate::proto::verdict::{self, Read};
 use crate::redlock::Redlock;
 use crate::semaphore::Semaphore;
@@ -59,6 +59,10 @@ pub enum Holder {
     Owner(String),
     /// A key of another type, not written by redquorum (`list`, `set`…).
     Foreign(String),
+    /// Kept for the first waiter in the lock's line (its name in line), or
+    /// for the readers in line (`readers`): a release found them waiting
+    /// (docs/design.md, "Fair waiting").
+    Kept(String),
 }
 
 impl std::fmt::Display for Holder {
@@ -67,6 +71,7 @@ impl std::fmt::Display for Holder {
             Holder::Token(token) => f.write_str(token),
             Holder::Owner(owner) => write!(f, "owner {owner}"),
             Holder::Foreign(kind) => write!(f, "<{kind} key>"),
+            Holder::Kept(waiter) => write!(f, "<kept for {waiter}>"),
         }
     }
 }
@@ -279,8 +284,8 @@ pub struct SemaphoreInspection {
 }
 
 impl SemaphoreInspection {
-    /// Each slot's inspection, slot 0 first; a slot's resource is
-    /// [`Semaphore::slot_resource`].
+    /// Each slot's inspection, slot 0 first; a slot's resource reads
+    /// `name:permit:slot` (its key is [`Semaphore::slot_key`]).
     pub fn slots(&self) -> &[Inspection] {
         &self.slots
     }
@@ -411,14 +416,14 @@ impl Redlock {
     }
 
     /// Reads `keys` on every node.
-    async fn gather(&self, keys: Vec<String>) -> Vec<Result<Snapshot, NodeError>> {
+    pub(crate) async fn gather(&self, keys: Vec<String>) -> Vec<Result<Snapshot, NodeError>> {
         let claim = Arc::new(Claim::new(Keys::inspect(keys)));
         self.driver().gather(&claim).await
     }
 
     /// The inspection of `resource` whose lock key was read first, its
     /// fencing counter where `fence` finds it.
-    fn inspection(
+    pub(crate) fn inspection(
         &self,
         resource: &str,
         outcomes: Vec<Result<Snapshot, NodeError>>,
@@ -462,13 +467,26 @@ impl Semaphore {
     /// # }
     /// ```
     pub async fn inspect(&self) -> Result<SemaphoreInspection, LockError> {
-        let resources: Vec<String> = (0..self.permits())
-            .map(|slot| self.slot_resource(slot))
-            .collect();
-        let mut slots = Vec::with_capacity(resources.len());
-        for chunk in resources.chunks(SLOTS_AT_ONCE) {
-            let read = chunk.iter().map(|r| self.redlock().inspect(r));
-            slots.extend(futures::future::try_join_all(read).await?);
+        let redlock = self.redlock();
+        let mut slots = Vec::with_capacity(self.permits() as usize);
+        let all: Vec<u32> = (0..self.permits()).collect();
+        // The slots share one hash slot: a chunk is one read per node.
+        for chunk in all.chunks(SLOTS_AT_ONCE) {
+            let keys = chunk.iter().map(|slot| self.slot_key(*slot)).collect();
+            let outcomes = redlock.gather(keys).await;
+            for (i, slot) in chunk.iter().enumerate() {
+                let one = outcomes
+                    .iter()
+                    .map(|outcome| {
+                        outcome.clone().map(|s| Snapshot {
+                            keys: s.keys.get(i).cloned().into_iter().collect(),
+                            ..s
+                        })
+                    })
+                    .collect();
+                let label = format!("{}:permit:{slot}", self.name());
+                slots.push(redlock.inspection(&label, one, |_| None));
+            }
         }
         Ok(SemaphoreInspection { slots })
     }
@@ -495,7 +513,17 @@ fn holding(key: Option<&Stored>) -> Result<Holding, NodeError> {
                 fence: None,
             });
         }
-        Some(Stored::Text { value, pttl_ms }) => (Holder::Token(text(value)), *pttl_ms, None),
+        Some(Stored::Text { value, pttl_ms }) => {
+            let value = text(value);
+            let holder = if value == READERS_TURN {
+                Holder::Kept("readers".into())
+            } else if let Some(waiter) = value.strip_prefix(KEPT) {
+                Holder::Kept(waiter.to_owned())
+            } else {
+                Holder::Token(value)
+            };
+            (holder, *pttl_ms, None)
+        }
         // A reentrant lock: its owner's count, beside one field per hold
         // (named byte 255 and the hold's token).
         Some(Stored::Hash { fields, pttl_ms }) => {

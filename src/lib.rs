@@ -155,6 +155,7 @@ pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod token;
+mod wait;
 mod wakeup;
 
 pub use config::{Builder, LockOptions, Retry};

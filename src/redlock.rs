@@ -409,7 +409,7 @@ impl Redlock {
     }
 
     /// One acquisition (see [`Driver::acquire`]), as a [`Lock`].
-    async fn acquire(
+    pub(crate) async fn acquire(
         &self,
         claim: &Arc<Claim>,
         ttl: Ttl,

@@ -29,7 +29,7 @@
 use std::sync::LazyLock;
 
 use crate::error::NodeError;
-use crate::node::{Op, Reply, Snapshot, Stored};
+use crate::node::{Op, Reply, Snapshot, Stored, Waiter};
 use crate::resp::{self, Frame};
 
 /// A script's source without its comment lines, computed on first use, its
@@ -57,6 +57,19 @@ macro_rules! lua {
             flags: $flags,
         };
     };
+    // A script that uses the line's functions (`line.lua`, prepended).
+    ($name:ident, $file:literal, $fname:literal, $flags:expr, in_line) => {
+        static $name: Lua = Lua {
+            source: LazyLock::new(|| {
+                strip_comments(concat!(
+                    include_str!("scripts/line.lua"),
+                    include_str!($file)
+                ))
+            }),
+            function: LazyLock::new(|| format!("redquorum_{}_{}", $fname, &*VERSION)),
+            flags: $flags,
+        };
+    };
 }
 
 /// `source` without whole-line `--` comments and blank lines: what the
@@ -70,9 +83,15 @@ fn strip_comments(source: &str) -> String {
         .join("\n")
 }
 
-lua!(ACQUIRE, "scripts/acquire.lua", "acquire", WRITES);
+lua!(ACQUIRE, "scripts/acquire.lua", "acquire", WRITES, in_line);
 lua!(EXTEND, "scripts/extend.lua", "extend", ALLOW_OOM);
-lua!(RELEASE, "scripts/release.lua", "release", ALLOW_OOM);
+lua!(
+    RELEASE,
+    "scripts/release.lua",
+    "release",
+    ALLOW_OOM,
+    in_line
+);
 lua!(
     ACQUIRE_REENTRANT,
     "scripts/acquire_reentrant.lua",
@@ -113,7 +132,8 @@ lua!(
     ACQUIRE_FENCED,
     "scripts/acquire_fenced.lua",
     "acquire_fenced",
-    WRITES
+    WRITES,
+    in_line
 );
 lua!(
     FENCE_WRITEBACK,
@@ -125,7 +145,8 @@ lua!(
     ACQUIRE_READ,
     "scripts/acquire_read.lua",
     "acquire_read",
-    WRITES
+    WRITES,
+    in_line
 );
 lua!(
     EXTEND_READ,
@@ -143,18 +164,40 @@ lua!(
     ACQUIRE_WRITE,
     "scripts/acquire_write.lua",
     "acquire_write",
-    WRITES
+    WRITES,
+    in_line
 );
 lua!(
     RELEASE_WRITE,
     "scripts/release_write.lua",
     "release_write",
+    ALLOW_OOM,
+    in_line
+);
+lua!(
+    ACQUIRE_PERMIT,
+    "scripts/acquire_permit.lua",
+    "acquire_permit",
+    WRITES,
+    in_line
+);
+lua!(
+    EXTEND_PERMIT,
+    "scripts/extend_permit.lua",
+    "extend_permit",
     ALLOW_OOM
+);
+lua!(
+    RELEASE_PERMIT,
+    "scripts/release_permit.lua",
+    "release_permit",
+    ALLOW_OOM,
+    in_line
 );
 lua!(INSPECT, "scripts/inspect.lua", "inspect", READ_ONLY);
 
 /// Every script.
-const ALL: [&Lua; 17] = [
+const ALL: [&Lua; 20] = [
     &ACQUIRE,
     &EXTEND,
     &RELEASE,
@@ -171,6 +214,9 @@ const ALL: [&Lua; 17] = [
     &RELEASE_READ,
     &ACQUIRE_WRITE,
     &RELEASE_WRITE,
+    &ACQUIRE_PERMIT,
+    &EXTEND_PERMIT,
+    &RELEASE_PERMIT,
     &INSPECT,
 ];
 
@@ -190,7 +236,7 @@ fn body() -> String {
 }
 
 /// The functions' names, in the order of [`ALL`].
-const NAMES: [&str; 17] = [
+const NAMES: [&str; 20] = [
     "acquire",
     "extend",
     "release",
@@ -207,6 +253,9 @@ const NAMES: [&str; 17] = [
     "release_read",
     "acquire_write",
     "release_write",
+    "acquire_permit",
+    "extend_permit",
+    "release_permit",
     "inspect",
 ];
 
@@ -239,6 +288,8 @@ pub(crate) fn encode(op: &Op<'_>, loaded: bool, out: &mut Vec<u8>) {
         token,
         ttl_ms,
         holder_ttl: false,
+        waiter: None,
+        ..
     } = *op
     {
         resp::command(out, 6);
@@ -265,29 +316,41 @@ pub(crate) fn encode(op: &Op<'_>, loaded: bool, out: &mut Vec<u8>) {
         Op::ReleaseRead { .. } => &RELEASE_READ,
         Op::AcquireWrite { .. } => &ACQUIRE_WRITE,
         Op::ReleaseWrite { .. } => &RELEASE_WRITE,
+        Op::AcquirePermit { .. } => &ACQUIRE_PERMIT,
+        Op::ExtendPermit { .. } => &EXTEND_PERMIT,
+        Op::ReleasePermit { .. } => &RELEASE_PERMIT,
         Op::Inspect { .. } => &INSPECT,
     };
-    // Keys, then arguments: as the scripts read KEYS and ARGV.
-    let mut keys: [&str; 2] = [""; 2];
-    let (keys, many, args): (&[&str], &[String], [Arg<'_>; 4]) = match *op {
+    // Keys, then arguments: as the scripts read KEYS and ARGV. `first` are
+    // single keys, `rest` a slice of them (a line, or an op's key list).
+    let mut args = Args::default();
+    let (first, rest): (&[&str], &[String]) = match *op {
         Op::Acquire {
-            key, token, ttl_ms, ..
+            key,
+            token,
+            ttl_ms,
+            line,
+            waiter,
+            ..
+        } => {
+            args.push(Arg::Str(token)).push(Arg::Num(ttl_ms));
+            (&[key][..], in_line(&mut args, line, waiter))
         }
-        | Op::Extend { key, token, ttl_ms } => {
-            keys[0] = key;
-            (
-                &keys[..1],
-                &[],
-                [Arg::Str(token), Arg::Num(ttl_ms), Arg::No, Arg::No],
-            )
+        Op::Extend { key, token, ttl_ms } => {
+            args.push(Arg::Str(token)).push(Arg::Num(ttl_ms));
+            (&[key][..], &[])
         }
-        Op::Release { key, token } => {
-            keys[0] = key;
-            (
-                &keys[..1],
-                &[],
-                [Arg::Str(token), Arg::No, Arg::No, Arg::No],
-            )
+        Op::Release {
+            key,
+            token,
+            line,
+            waiter,
+        } => {
+            args.push(Arg::Str(token));
+            if line.len() == 2 {
+                push_leaving(&mut args, waiter);
+            }
+            (&[key][..], line)
         }
         Op::AcquireReentrant {
             key,
@@ -295,72 +358,104 @@ pub(crate) fn encode(op: &Op<'_>, loaded: bool, out: &mut Vec<u8>) {
             hold,
             ttl_ms,
         } => {
-            keys[0] = key;
-            let args = [Arg::Str(owner), Arg::Num(ttl_ms), Arg::Str(hold), Arg::No];
-            (&keys[..1], &[], args)
+            args.push(Arg::Str(owner))
+                .push(Arg::Num(ttl_ms))
+                .push(Arg::Str(hold));
+            (&[key][..], &[])
         }
         Op::ExtendReentrant { key, owner, ttl_ms } => {
-            keys[0] = key;
-            (
-                &keys[..1],
-                &[],
-                [Arg::Str(owner), Arg::Num(ttl_ms), Arg::No, Arg::No],
-            )
+            args.push(Arg::Str(owner)).push(Arg::Num(ttl_ms));
+            (&[key][..], &[])
         }
         Op::ReleaseReentrant { key, owner, hold } => {
-            keys[0] = key;
-            (
-                &keys[..1],
-                &[],
-                [Arg::Str(owner), Arg::Str(hold), Arg::No, Arg::No],
-            )
+            args.push(Arg::Str(owner)).push(Arg::Str(hold));
+            (&[key][..], &[])
         }
         Op::AcquireMany {
-            keys: many,
+            keys,
             token,
             ttl_ms,
         }
         | Op::ExtendMany {
-            keys: many,
-            token,
-            ttl_ms,
-        }
-        | Op::AcquireRead {
-            keys: many,
+            keys,
             token,
             ttl_ms,
         }
         | Op::ExtendRead {
-            keys: many,
+            keys,
             token,
             ttl_ms,
         }
-        | Op::AcquireWrite {
-            keys: many,
+        | Op::ExtendPermit {
+            keys,
             token,
             ttl_ms,
-        } => (
-            &[],
-            many,
-            [Arg::Str(token), Arg::Num(ttl_ms), Arg::No, Arg::No],
-        ),
-        Op::ReleaseMany { keys: many, token }
-        | Op::ReleaseRead { keys: many, token }
-        | Op::ReleaseWrite { keys: many, token } => {
-            (&[], many, [Arg::Str(token), Arg::No, Arg::No, Arg::No])
+        } => {
+            args.push(Arg::Str(token)).push(Arg::Num(ttl_ms));
+            (&[][..], keys)
+        }
+        Op::AcquireRead {
+            keys,
+            token,
+            ttl_ms,
+            waiter,
+        }
+        | Op::AcquireWrite {
+            keys,
+            token,
+            ttl_ms,
+            waiter,
+        } => {
+            args.push(Arg::Str(token)).push(Arg::Num(ttl_ms));
+            push_waiter(&mut args, waiter);
+            (&[][..], keys)
+        }
+        Op::AcquirePermit {
+            keys,
+            token,
+            ttl_ms,
+            permits,
+            waiter,
+        } => {
+            args.push(Arg::Str(token))
+                .push(Arg::Num(ttl_ms))
+                .push(Arg::Num(u64::from(permits)));
+            push_waiter(&mut args, waiter);
+            (&[][..], keys)
+        }
+        Op::ReleaseMany { keys, token } => {
+            args.push(Arg::Str(token));
+            (&[][..], keys)
+        }
+        Op::ReleaseRead {
+            keys,
+            token,
+            waiter,
+        }
+        | Op::ReleaseWrite {
+            keys,
+            token,
+            waiter,
+        }
+        | Op::ReleasePermit {
+            keys,
+            token,
+            waiter,
+        } => {
+            args.push(Arg::Str(token));
+            push_leaving(&mut args, waiter);
+            (&[][..], keys)
         }
         Op::AcquireFenced {
             key,
             fence_key,
             token,
             ttl_ms,
+            line,
+            waiter,
         } => {
-            keys = [key, fence_key];
-            (
-                &keys[..],
-                &[],
-                [Arg::Str(token), Arg::Num(ttl_ms), Arg::No, Arg::No],
-            )
+            args.push(Arg::Str(token)).push(Arg::Num(ttl_ms));
+            (&[key, fence_key][..], in_line(&mut args, line, waiter))
         }
         Op::FenceWriteBack {
             key,
@@ -368,18 +463,13 @@ pub(crate) fn encode(op: &Op<'_>, loaded: bool, out: &mut Vec<u8>) {
             token,
             fence,
         } => {
-            keys = [key, fence_key];
-            (
-                &keys[..],
-                &[],
-                [Arg::Str(token), Arg::Num(fence), Arg::No, Arg::No],
-            )
+            args.push(Arg::Str(token)).push(Arg::Num(fence));
+            (&[key, fence_key][..], &[])
         }
-        Op::Inspect { keys: many } => (&[], many, [Arg::No, Arg::No, Arg::No, Arg::No]),
+        Op::Inspect { keys } => (&[][..], keys),
     };
-    let key_count = keys.len() + many.len();
-    let arg_count = args.iter().filter(|a| !matches!(a, Arg::No)).count();
-    resp::command(out, 3 + key_count + arg_count);
+    let key_count = first.len() + rest.len();
+    resp::command(out, 3 + key_count + args.len);
     if loaded {
         resp::arg(out, b"FCALL");
         resp::arg(out, lua.function.as_bytes());
@@ -388,15 +478,60 @@ pub(crate) fn encode(op: &Op<'_>, loaded: bool, out: &mut Vec<u8>) {
         resp::arg(out, lua.source.as_bytes());
     }
     resp::arg_u64(out, key_count as u64);
-    for key in keys.iter().copied().chain(many.iter().map(String::as_str)) {
+    for key in first.iter().copied().chain(rest.iter().map(String::as_str)) {
         resp::arg(out, key.as_bytes());
     }
-    for arg in args {
-        match arg {
+    for arg in &args.items[..args.len] {
+        match *arg {
             Arg::Str(text) => resp::arg(out, text.as_bytes()),
             Arg::Num(n) => resp::arg_u64(out, n),
-            Arg::No => {}
         }
+    }
+}
+
+/// A waiter's line keys (`line`, when it has one), its arguments pushed.
+fn in_line<'a>(
+    args: &mut Args<'a>,
+    line: &'a [String],
+    waiter: Option<Waiter<'a>>,
+) -> &'a [String] {
+    if line.len() == 2 && waiter.is_some() {
+        push_waiter(args, waiter);
+        line
+    } else {
+        &[]
+    }
+}
+
+/// A waiter's id, ticket and patience, as the scripts read them.
+fn push_waiter<'a>(args: &mut Args<'a>, waiter: Option<Waiter<'a>>) {
+    if let Some(w) = waiter {
+        args.push(Arg::Str(w.id))
+            .push(Arg::Num(w.ticket))
+            .push(Arg::Num(w.patience_ms));
+    }
+}
+
+/// A waiter leaving its line: its id and patience, as the release scripts
+/// read them (its name in line is made of them).
+fn push_leaving<'a>(args: &mut Args<'a>, waiter: Option<Waiter<'a>>) {
+    if let Some(w) = waiter {
+        args.push(Arg::Str(w.id)).push(Arg::Num(w.patience_ms));
+    }
+}
+
+/// A script's arguments, inline (at most six).
+#[derive(Default)]
+struct Args<'a> {
+    items: [Arg<'a>; 6],
+    len: usize,
+}
+
+impl<'a> Args<'a> {
+    fn push(&mut self, arg: Arg<'a>) -> &mut Self {
+        self.items[self.len] = arg;
+        self.len += 1;
+        self
     }
 }
 
@@ -405,7 +540,12 @@ pub(crate) fn encode(op: &Op<'_>, loaded: bool, out: &mut Vec<u8>) {
 enum Arg<'a> {
     Str(&'a str),
     Num(u64),
-    No,
+}
+
+impl Default for Arg<'_> {
+    fn default() -> Self {
+        Arg::Num(0)
+    }
 }
 
 /// The reply to `op`, from the node's reply `frame` (never an error reply:
@@ -423,8 +563,15 @@ pub(crate) fn parse_reply(op: &Op<'_>, frame: Frame) -> Result<Reply, NodeError>
             | Op::AcquireMany { .. }
             | Op::AcquireRead { .. }
             | Op::AcquireWrite { .. }
+            | Op::AcquirePermit { .. }
     );
     let reply = match (&frame, op) {
+        (Frame::Array(pair), Op::AcquirePermit { .. }) => match pair.as_slice() {
+            [kind, count] if kind.bytes() == Some(b"permits") => count
+                .number()
+                .map(|permits| Reply::PermitsDiffer { permits }),
+            _ => None,
+        },
         (Frame::Ok, _) if acquire => Some(Reply::Done),
         // A script's PTTL (-1: no expiry), or a native `SET NX` refused.
         (Frame::Int(pttl_ms), _) if acquire => Some(held(*pttl_ms)),
@@ -506,6 +653,8 @@ mod tests {
         let op = Op::Release {
             key: "{r}:lock",
             token: "t",
+            line: &[],
+            waiter: None,
         };
         let mut by_name = Vec::new();
         encode(&op, true, &mut by_name);
@@ -530,19 +679,62 @@ mod tests {
     /// Every operation is one command whose argument count is its header's.
     #[test]
     fn every_operation_encodes_as_one_whole_command() {
-        let keys = ["{r}:writer", "{r}:readers", "{r}:intent"].map(String::from);
+        let keys = [
+            "{r}:writer",
+            "{r}:readers",
+            "{r}:intent",
+            "{r}:rw:line",
+            "{r}:rw:alive",
+        ]
+        .map(String::from);
+        let line = ["{k}:lock:line", "{k}:lock:alive"].map(String::from);
+        let waiter = Some(Waiter {
+            id: "w",
+            ticket: 7,
+            patience_ms: 300,
+        });
         let ops = [
             Op::Acquire {
                 key: "k",
                 token: "t",
                 ttl_ms: 5,
                 holder_ttl: false,
+                line: &[],
+                waiter: None,
             },
             Op::Acquire {
                 key: "k",
                 token: "t",
                 ttl_ms: 5,
                 holder_ttl: true,
+                line: &[],
+                waiter: None,
+            },
+            Op::Acquire {
+                key: "k",
+                token: "t",
+                ttl_ms: 5,
+                holder_ttl: true,
+                line: &line,
+                waiter,
+            },
+            Op::Release {
+                key: "k",
+                token: "t",
+                line: &line,
+                waiter,
+            },
+            Op::AcquirePermit {
+                keys: &keys,
+                token: "t",
+                ttl_ms: 5,
+                permits: 3,
+                waiter,
+            },
+            Op::ReleasePermit {
+                keys: &keys,
+                token: "t",
+                waiter,
             },
             Op::Extend {
                 key: "k",
@@ -554,6 +746,8 @@ mod tests {
                 fence_key: "f",
                 token: "t",
                 ttl_ms: 5,
+                line: &line,
+                waiter,
             },
             Op::FenceWriteBack {
                 key: "k",
@@ -576,10 +770,12 @@ mod tests {
                 keys: &keys,
                 token: "t",
                 ttl_ms: 5,
+                waiter,
             },
             Op::ReleaseRead {
                 keys: &keys,
                 token: "t",
+                waiter: None,
             },
             Op::Inspect { keys: &keys },
         ];

@@ -2,7 +2,7 @@
 //! name at any time.
 //!
 //! A semaphore of `N` permits is `N` independent Redlock mutexes, the
-//! *slots* `name:permit:0` … `name:permit:N-1`; a permit is a valid lock on
+//! *slots* `{name}:permit:0` … `{name}:permit:N-1`; a permit is a valid lock on
 //! one slot. Safety follows from the mutex's: no two valid locks on one slot
 //! ever coexist, so at most `N` valid permits do. (A naive quorum semaphore
 //! — every node admits up to `N` holders, a holder needs a majority of
@@ -12,25 +12,33 @@
 //! a failed round leaves nothing behind, as for any lock. Extending,
 //! releasing, dropping and cancelling a permit are those of its [`Lock`].
 //!
-//! Waiting ([`LockOptions::wait`]) retries the slots with jittered pauses of
-//! up to the retry policy's delay, and is woken early when a slot is
-//! released (release notifications, [`Builder::notify_waiters`], for up to
+//! Each node also counts the semaphore's live holders and the permit count
+//! they were granted under: a caller that names another count while they
+//! hold is refused ([`LockError::PermitCount`]), so that `N` means `N` for
+//! everyone.
+//!
+//! Waiting ([`LockOptions::wait`]) retries the slots as a lock waits, in
+//! line: a permit given back while others wait is kept for the one that
+//! waited longest; it is woken early when a slot is released (release
+//! notifications, [`Builder::notify_waiters`], for up to
 //! [`MAX_WATCHED_SLOTS`] slots; past that it polls).
 //!
 //! [`Builder::notify_waiters`]: crate::Builder::notify_waiters
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::claim::{Claim, InLine, Keys};
 use crate::config::LockOptions;
+use crate::driver::Attempts;
 use crate::error::{ConfigError, LockError};
 use crate::lease::{Keeping, Lease, run_kept};
 use crate::lock::Lock;
 use crate::proto::error::Subject;
-use crate::proto::retry::WAKE_SPREAD;
 use crate::redlock::Redlock;
-use crate::wakeup::Interest;
+use crate::wait::{GiveUp, Waiting};
 
 /// The most slots a waiter listens to for releases.
 pub const MAX_WATCHED_SLOTS: u32 = 64;
@@ -111,23 +119,64 @@ impl Semaphore {
         &self.redlock
     }
 
-    /// The resource of slot `slot`: `name:permit:slot`.
-    pub fn slot_resource(&self, slot: u32) -> String {
-        format!("{}:permit:{slot}", self.name)
+    /// The keys of slot `slot`.
+    pub(crate) fn slot_keys(&self, slot: u32) -> Result<Keys, ConfigError> {
+        Keys::permit(
+            self.redlock.driver().layout(),
+            &self.name,
+            slot,
+            self.permits,
+        )
+    }
+
+    /// The key of slot `slot` (`{name}:permit:slot`, with the client's key
+    /// prefix in front; see [`KeyLayout::permit_keys`]).
+    ///
+    /// [`KeyLayout::permit_keys`]: crate::KeyLayout::permit_keys
+    pub fn slot_key(&self, slot: u32) -> String {
+        let [slot, ..] = self.redlock.driver().layout().permit_keys(&self.name, slot);
+        slot
     }
 
     /// One pass over the slots, from a random one: the first granted, else
-    /// the last refusal ([`LockError::Taken`] when every slot is held).
+    /// the last refusal ([`LockError::Taken`] when every slot is held;
+    /// [`LockError::PermitCount`] at once when the semaphore's holders were
+    /// granted under another permit count).
     pub async fn try_acquire(&self, ttl: Duration) -> Result<Permit, LockError> {
+        let driver = self.redlock.driver();
+        let mut give_up = GiveUp::new(driver, 0);
+        self.pass(ttl, None, false, &mut give_up).await
+    }
+
+    /// One pass, as a waiter of `in_line` if it waits in line; each refused
+    /// slot's claim goes to `give_up`.
+    async fn pass(
+        &self,
+        ttl: Duration,
+        in_line: Option<InLine>,
+        holder_ttl: bool,
+        give_up: &mut GiveUp<'_>,
+    ) -> Result<Permit, LockError> {
+        let driver = self.redlock.driver();
+        let ttl = driver.check_ttl(ttl)?;
         // Seeded where the client's jitter is (`Builder::jitter_seed`).
-        let start = (self.redlock.driver().draw() % u64::from(self.permits)) as u32;
+        let start = (driver.draw() % u64::from(self.permits)) as u32;
         let (mut last, mut taken) = (None, 0);
         for i in 0..self.permits {
             let slot = (start + i) % self.permits;
-            match self.redlock.try_lock(&self.slot_resource(slot), ttl).await {
-                Ok(lock) => return Ok(Permit { lock, slot }),
-                Err(e @ LockError::Config(_)) => return Err(e),
+            let keys = self.slot_keys(slot)?;
+            driver.check_slots(&keys)?;
+            let claim = Arc::new(Claim::new(keys).in_line(in_line));
+            match self.redlock.acquire(&claim, ttl, holder_ttl).await {
+                Ok(lock) => {
+                    give_up.got_it();
+                    return Ok(Permit { lock, slot });
+                }
+                Err(e @ (LockError::Config(_) | LockError::PermitCount { .. })) => {
+                    return Err(e.about(self.subject()));
+                }
                 Err(e) => {
+                    give_up.refused(&claim);
                     taken += u32::from(matches!(e, LockError::Taken { .. }));
                     last = Some(e);
                 }
@@ -136,12 +185,17 @@ impl Semaphore {
         let last = last.unwrap_or(LockError::Config(ConfigError::InvalidPermits(0)));
         // Every slot taken: the semaphore is (the last slot's votes say how).
         Err(match last {
-            LockError::Taken { .. } if taken == self.permits => last.about(Subject::Permits {
-                name: self.name.as_str().into(),
-                permits: self.permits,
-            }),
+            LockError::Taken { .. } if taken == self.permits => last.about(self.subject()),
             other => other,
         })
+    }
+
+    /// What its errors are about.
+    fn subject(&self) -> Subject {
+        Subject::Permits {
+            name: self.name.as_str().into(),
+            permits: self.permits,
+        }
     }
 
     /// Passes over the slots per the client's retry policy
@@ -152,8 +206,10 @@ impl Semaphore {
 
     /// [`acquire`](Self::acquire), or with [`LockOptions::wait`] passes until
     /// a permit is had or the wait is over ([`LockError::Timeout`] with the
-    /// last pass's error). Extension settings do not apply; fenced options
-    /// are refused ([`ConfigError::FencedPermit`]): a permit has no fencing
+    /// last pass's error), in line: a permit given back while others wait
+    /// goes to the one that waited longest (docs/design.md, "Fair
+    /// waiting"). Extension settings do not apply; fenced options are
+    /// refused ([`ConfigError::FencedPermit`]): a permit has no fencing
     /// token.
     ///
     /// ```
@@ -179,64 +235,30 @@ impl Semaphore {
             return Err(ConfigError::FencedPermit.into());
         }
         let driver = self.redlock.driver();
-        let retry = driver.settings.retry;
-        let started = Instant::now();
-        let give_up = options.max_wait().and_then(|w| started.checked_add(w));
-        // A waiter listens to every slot's releases from its first refusal on.
-        let mut interests: Vec<Interest> = Vec::new();
-        let mut pass = 0u32;
+        let attempts = match options.max_wait() {
+            None => Attempts::Policy,
+            Some(max_wait) => Attempts::Until(Instant::now().checked_add(max_wait)),
+        };
+        // A waiter listens to every slot's releases (up to a bound).
+        let channels: Vec<String> = if self.permits <= MAX_WATCHED_SLOTS {
+            (0..self.permits).map(|slot| self.slot_key(slot)).collect()
+        } else {
+            Vec::new()
+        };
+        let mut waiting = Waiting::new(driver, attempts, &channels);
+        // Its place in line, taken back if it gives up or is dropped.
+        let ttl_ms = driver.check_ttl(ttl)?.ms;
+        let mut give_up = GiveUp::new(driver, ttl_ms);
         loop {
-            for interest in &mut interests {
-                interest.mark_seen();
-            }
-            let error = match self.try_acquire(ttl).await {
+            waiting.before_attempt();
+            let (in_line, holder_ttl) = (waiting.in_line(), waiting.holder_ttl());
+            let error = match self.pass(ttl, in_line, holder_ttl, &mut give_up).await {
                 Ok(permit) => return Ok(permit),
-                Err(e @ LockError::Config(_)) => return Err(e),
                 Err(e) => e,
             };
-            pass += 1;
-            let now = Instant::now();
-            let pause = retry.jitter(retry.max_delay(), self.redlock.driver().draw());
-            match options.max_wait() {
-                None if pass >= retry.attempts() => return Err(error),
-                None => tokio::time::sleep(pause).await,
-                Some(_) => {
-                    let left = give_up.map_or(Duration::MAX, |g| g.saturating_duration_since(now));
-                    if left.is_zero() {
-                        return Err(LockError::Timeout {
-                            waited: now - started,
-                            last: Box::new(error),
-                        });
-                    }
-                    if interests.is_empty()
-                        && self.permits <= MAX_WATCHED_SLOTS
-                        && let Some(hub) = driver.hub()
-                    {
-                        let layout = driver.layout();
-                        interests = (0..self.permits)
-                            .map(|slot| hub.register(&layout.plain_key(&self.slot_resource(slot))))
-                            .collect();
-                    }
-                    let sleep = tokio::time::sleep(pause.min(left));
-                    if interests.is_empty() {
-                        sleep.await;
-                        continue;
-                    }
-                    let released = futures::future::select_all(
-                        interests.iter_mut().map(|i| Box::pin(i.released())),
-                    );
-                    let woken = tokio::select! {
-                        // Biased, as every select here (a seeded simulation
-                        // must replay).
-                        biased;
-                        () = sleep => false,
-                        _ = released => true,
-                    };
-                    if woken {
-                        // Every waiter hears the same release: stagger.
-                        tokio::time::sleep(retry.jitter(WAKE_SPREAD, driver.draw())).await;
-                    }
-                }
+            if let Err(e) = waiting.after(error).await {
+                give_up.give_up();
+                return Err(e);
             }
         }
     }
@@ -254,8 +276,8 @@ impl Semaphore {
     /// let api = redlock.semaphore("partner-api", 3)?; // at most 3 callers at once
     /// let status = api
     ///     .run(std::time::Duration::from_secs(30), |lease| async move {
-    ///         // call the rate-limited API; lease.resource() names the slot
-    ///         assert!(lease.resource().starts_with("partner-api:permit:"));
+    ///         // call the rate-limited API; lease.resource() names the semaphore
+    ///         assert_eq!(lease.resource(), "partner-api");
     ///         200
     ///     })
     ///     .await?;

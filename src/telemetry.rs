@@ -85,7 +85,7 @@ pub const OUTCOMES: [&str; 7] = [
 fn classify(outcome: Result<&Reply, &NodeError>) -> (usize, Option<Failure>) {
     match outcome {
         Ok(Reply::Done | Reply::Fence(_) | Reply::Snapshot(_)) => (0, None),
-        Ok(Reply::Held { .. }) => (1, None),
+        Ok(Reply::Held { .. } | Reply::PermitsDiffer { .. }) => (1, None),
         Ok(Reply::NotHeld) => (2, None),
         Err(NodeError::TimedOut) => (3, Some(Failure::TimedOut)),
         Err(NodeError::NotConnected(_) | NodeError::Connection(_)) => {

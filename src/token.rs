@@ -19,6 +19,14 @@ impl Token {
         Self::from_raw(raw)
     }
 
+    /// A token from two random draws (a seeded client's are replayable).
+    pub(crate) fn from_draws(a: u64, b: u64) -> Self {
+        let mut raw = [0u8; 16];
+        raw[..8].copy_from_slice(&a.to_le_bytes());
+        raw[8..].copy_from_slice(&b.to_le_bytes());
+        Self::from_raw(raw)
+    }
+
     fn from_raw(raw: [u8; 16]) -> Self {
         const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut out = [0u8; 32];

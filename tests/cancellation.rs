@@ -238,7 +238,7 @@ async fn cancelled_acquisitions_leave_nothing_behind() {
     let applied = |op: Op, n: &MemoryNode| match op {
         Op::Read => n.readers("{job}:readers") > 0,
         Op::Write => n.holder("{job}:writer").is_some(),
-        Op::Permit => n.holder("{job:permit:0}:lock").is_some(),
+        Op::Permit => n.holder("{job}:permit:0").is_some(),
         _ => n.holder(KEY).is_some(),
     };
     let ops = [

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redquorum::NodeError;
-use redquorum::node::{Node, Op, Reply, Snapshot, Stored};
+use redquorum::node::{Node, Op, Reply, Snapshot, Stored, Waiter};
 use redquorum::testing::{Store, redis_node};
 
 /// How far apart two times may be (the model's clock is the node's, read
@@ -129,9 +129,14 @@ fn same_snapshot(a: &Snapshot, b: &Snapshot) -> bool {
                     pttl_ms: u,
                 },
             ) => {
+                // Members scored within the tolerance may come in either
+                // order: compare them by name.
+                let (mut m, mut n) = (m.clone(), n.clone());
+                m.sort();
+                n.sort();
                 m.len() == n.len()
                     && m.iter()
-                        .zip(n)
+                        .zip(&n)
                         .all(|((x, s), (y, r))| x == y && close(*s, *r))
                     && close_ttl(*t, *u)
             }
@@ -143,17 +148,65 @@ fn keys(base: &str, names: &[&str]) -> Vec<String> {
     names.iter().map(|n| format!("{{{base}}}:{n}")).collect()
 }
 
+/// The keys of one run, under a fresh hash tag.
+struct K {
+    all: Vec<String>,
+}
+
+impl K {
+    const NAMES: [&'static str; 19] = [
+        "lock",
+        "fence",
+        "a",
+        "b",
+        "c",
+        "writer",
+        "readers",
+        "intent",
+        "rw:line",
+        "rw:alive",
+        "hash",
+        "lock:line",
+        "lock:alive",
+        "permit:0",
+        "permits:holders",
+        "permits",
+        "permits:line",
+        "permits:alive",
+        "permit:1",
+    ];
+
+    fn new() -> K {
+        K {
+            all: keys(&support::unique("model"), &Self::NAMES),
+        }
+    }
+
+    fn get(&self, name: &str) -> &str {
+        &self.all[Self::NAMES.iter().position(|n| *n == name).expect(name)]
+    }
+
+    /// The keys `from..=to` by name, in order.
+    fn range(&self, from: &str, to: &str) -> &[String] {
+        let at = |name: &str| Self::NAMES.iter().position(|n| *n == name).expect(name);
+        &self.all[at(from)..=at(to)]
+    }
+}
+
+fn waiter(id: &str, ticket: u64) -> Option<Waiter<'_>> {
+    Some(Waiter {
+        id,
+        ticket,
+        patience_ms: 5_000,
+    })
+}
+
 #[tokio::test]
 async fn the_model_answers_every_operation_as_redis_does() {
     let mut pair = Pair::new().await;
-    let base = support::unique("model");
-    let k = keys(
-        &base,
-        &[
-            "lock", "fence", "a", "b", "c", "writer", "readers", "intent", "hash",
-        ],
-    );
-    let (lock, fence) = (k[0].as_str(), k[1].as_str());
+    let k = K::new();
+    let (lock, fence, hash) = (k.get("lock"), k.get("fence"), k.get("hash"));
+    let no_line: &[String] = &[];
     let ttl_ms = 10_000;
 
     // Plain: set, refused (with and without the holder's TTL), extended,
@@ -163,50 +216,30 @@ async fn the_model_answers_every_operation_as_redis_does() {
         token,
         ttl_ms,
         holder_ttl,
+        line: no_line,
+        waiter: None,
+    };
+    let release = |token| Op::Release {
+        key: lock,
+        token,
+        line: no_line,
+        waiter: None,
     };
     assert_eq!(pair.both(acquire("a", false)).await, Ok(Reply::Done));
     pair.both(acquire("b", false)).await.unwrap();
     pair.both(acquire("b", true)).await.unwrap();
-    pair.both(Op::Extend {
+    let extend = |token, ttl_ms| Op::Extend {
         key: lock,
-        token: "a",
-        ttl_ms: 20_000,
-    })
-    .await
-    .unwrap();
-    pair.both(Op::Extend {
-        key: lock,
-        token: "a",
-        ttl_ms: 1_000,
-    })
-    .await
-    .unwrap(); // never shorter
-    pair.both(Op::Extend {
-        key: lock,
-        token: "b",
+        token,
         ttl_ms,
-    })
-    .await
-    .unwrap();
-    pair.same_keys(&k[..1]).await;
-    pair.both(Op::Release {
-        key: lock,
-        token: "b",
-    })
-    .await
-    .unwrap();
-    pair.both(Op::Release {
-        key: lock,
-        token: "a",
-    })
-    .await
-    .unwrap();
-    pair.both(Op::Release {
-        key: lock,
-        token: "a",
-    })
-    .await
-    .unwrap();
+    };
+    pair.both(extend("a", 20_000)).await.unwrap();
+    pair.both(extend("a", 1_000)).await.unwrap(); // never shorter
+    pair.both(extend("b", ttl_ms)).await.unwrap();
+    pair.same_keys(k.range("lock", "lock")).await;
+    pair.both(release("b")).await.unwrap();
+    pair.both(release("a")).await.unwrap();
+    pair.both(release("a")).await.unwrap();
 
     // Fenced: a counter drawn, refused while held, written back only by
     // the holder, never lowered.
@@ -215,110 +248,65 @@ async fn the_model_answers_every_operation_as_redis_does() {
         fence_key: fence,
         token,
         ttl_ms,
+        line: no_line,
+        waiter: None,
+    };
+    let write_back = |token, fence_value| Op::FenceWriteBack {
+        key: lock,
+        fence_key: fence,
+        token,
+        fence: fence_value,
     };
     pair.both(fenced("f1")).await.unwrap();
     pair.both(fenced("f2")).await.unwrap();
-    pair.both(Op::FenceWriteBack {
-        key: lock,
-        fence_key: fence,
-        token: "f1",
-        fence: 7,
-    })
-    .await
-    .unwrap();
-    pair.both(Op::FenceWriteBack {
-        key: lock,
-        fence_key: fence,
-        token: "f2",
-        fence: 9,
-    })
-    .await
-    .unwrap();
-    pair.both(Op::FenceWriteBack {
-        key: lock,
-        fence_key: fence,
-        token: "f1",
-        fence: 3,
-    })
-    .await
-    .unwrap();
-    pair.same_keys(&k[..2]).await;
-    pair.both(Op::Release {
-        key: lock,
-        token: "f1",
-    })
-    .await
-    .unwrap();
+    pair.both(write_back("f1", 7)).await.unwrap();
+    pair.both(write_back("f2", 9)).await.unwrap();
+    pair.both(write_back("f1", 3)).await.unwrap();
+    pair.same_keys(k.range("lock", "fence")).await;
+    pair.both(release("f1")).await.unwrap();
     assert_eq!(pair.both(fenced("f3")).await, Ok(Reply::Fence(8)));
-    pair.both(Op::Release {
-        key: lock,
-        token: "f3",
-    })
-    .await
-    .unwrap();
+    pair.both(release("f3")).await.unwrap();
 
     // Reentrant: one count per hold however often applied, another owner
     // refused, released hold by hold.
-    let hash = k[8].as_str();
     let enter = |owner, hold| Op::AcquireReentrant {
         key: hash,
         owner,
         hold,
         ttl_ms,
     };
+    let leave = |owner, hold| Op::ReleaseReentrant {
+        key: hash,
+        owner,
+        hold,
+    };
     pair.both(enter("o", "h1")).await.unwrap();
     pair.both(enter("o", "h1")).await.unwrap();
     pair.both(enter("o", "h2")).await.unwrap();
     pair.both(enter("p", "h3")).await.unwrap();
-    pair.both(Op::ExtendReentrant {
+    let stay = |owner, ttl_ms| Op::ExtendReentrant {
         key: hash,
-        owner: "o",
-        ttl_ms: 30_000,
-    })
-    .await
-    .unwrap();
-    pair.both(Op::ExtendReentrant {
-        key: hash,
-        owner: "p",
+        owner,
         ttl_ms,
-    })
-    .await
-    .unwrap();
-    pair.same_keys(&k[8..9]).await;
-    pair.both(Op::ReleaseReentrant {
-        key: hash,
-        owner: "o",
-        hold: "h1",
-    })
-    .await
-    .unwrap();
-    pair.both(Op::ReleaseReentrant {
-        key: hash,
-        owner: "o",
-        hold: "h1",
-    })
-    .await
-    .unwrap();
-    pair.same_keys(&k[8..9]).await;
-    pair.both(Op::ReleaseReentrant {
-        key: hash,
-        owner: "o",
-        hold: "h2",
-    })
-    .await
-    .unwrap();
-    pair.same_keys(&k[8..9]).await;
+    };
+    pair.both(stay("o", 30_000)).await.unwrap();
+    pair.both(stay("p", ttl_ms)).await.unwrap();
+    pair.same_keys(k.range("hash", "hash")).await;
+    pair.both(leave("o", "h1")).await.unwrap();
+    pair.both(leave("o", "h1")).await.unwrap();
+    pair.same_keys(k.range("hash", "hash")).await;
+    pair.both(leave("o", "h2")).await.unwrap();
+    pair.same_keys(k.range("hash", "hash")).await;
     // A string is another holder to a reentrant owner, and a hash is not
     // a plain lock's token.
     pair.both(acquire("s", false)).await.unwrap();
-    pair.both(Op::AcquireReentrant {
+    let enter_lock = Op::AcquireReentrant {
         key: lock,
         owner: "o",
         hold: "h4",
         ttl_ms,
-    })
-    .await
-    .unwrap();
+    };
+    pair.both(enter_lock).await.unwrap();
     pair.both(Op::ReleaseReentrant {
         key: lock,
         owner: "o",
@@ -337,167 +325,111 @@ async fn the_model_answers_every_operation_as_redis_does() {
     pair.both(Op::Release {
         key: hash,
         token: "o",
+        line: no_line,
+        waiter: None,
     })
     .await
     .unwrap();
-    pair.both(Op::Release {
-        key: lock,
-        token: "s",
-    })
-    .await
-    .unwrap();
+    pair.both(release("s")).await.unwrap();
 
     // Many: all or nothing.
-    let (ab, bc) = (&k[2..4], &k[3..5]);
-    pair.both(Op::AcquireMany {
-        keys: ab,
-        token: "m1",
+    let (ab, bc) = (k.range("a", "b"), k.range("b", "c"));
+    let many = |keys, token| Op::AcquireMany {
+        keys,
+        token,
         ttl_ms,
-    })
-    .await
-    .unwrap();
-    pair.both(Op::AcquireMany {
-        keys: bc,
-        token: "m2",
+    };
+    pair.both(many(ab, "m1")).await.unwrap();
+    pair.both(many(bc, "m2")).await.unwrap();
+    pair.same_keys(k.range("a", "c")).await;
+    let stay_many = |keys, token, ttl_ms| Op::ExtendMany {
+        keys,
+        token,
         ttl_ms,
-    })
-    .await
-    .unwrap();
-    pair.same_keys(&k[2..5]).await;
-    pair.both(Op::ExtendMany {
-        keys: ab,
-        token: "m1",
-        ttl_ms: 20_000,
-    })
-    .await
-    .unwrap();
-    pair.both(Op::ExtendMany {
-        keys: bc,
-        token: "m1",
-        ttl_ms,
-    })
-    .await
-    .unwrap();
-    pair.both(Op::ReleaseMany {
-        keys: bc,
-        token: "m2",
-    })
-    .await
-    .unwrap();
-    pair.both(Op::ReleaseMany {
-        keys: bc,
-        token: "m1",
-    })
-    .await
-    .unwrap();
-    pair.both(Op::ReleaseMany {
-        keys: ab,
-        token: "m1",
-    })
-    .await
-    .unwrap();
-    pair.same_keys(&k[2..5]).await;
+    };
+    pair.both(stay_many(ab, "m1", 20_000)).await.unwrap();
+    pair.both(stay_many(bc, "m1", ttl_ms)).await.unwrap();
+    for (keys, token) in [(bc, "m2"), (bc, "m1"), (ab, "m1")] {
+        pair.both(Op::ReleaseMany { keys, token }).await.unwrap();
+    }
+    pair.same_keys(k.range("a", "c")).await;
 
     // Read/write: readers together, a writer refused by them marks its
     // intent, which turns new readers away; the writer once they are gone.
-    let rw = &k[5..8];
+    let rw = k.range("writer", "rw:alive");
     let read = |token| Op::AcquireRead {
         keys: rw,
         token,
         ttl_ms,
+        waiter: None,
     };
     let write = |token| Op::AcquireWrite {
         keys: rw,
         token,
         ttl_ms,
+        waiter: None,
+    };
+    let unread = |token| Op::ReleaseRead {
+        keys: rw,
+        token,
+        waiter: None,
+    };
+    let unwrite = |token| Op::ReleaseWrite {
+        keys: rw,
+        token,
+        waiter: None,
     };
     pair.both(read("r1")).await.unwrap();
     pair.both(read("r2")).await.unwrap();
     pair.both(write("w1")).await.unwrap();
     pair.both(read("r3")).await.unwrap();
     pair.same_keys(rw).await;
-    pair.both(Op::ExtendRead {
+    let stay_read = |token, ttl_ms| Op::ExtendRead {
         keys: rw,
-        token: "r1",
-        ttl_ms: 20_000,
-    })
-    .await
-    .unwrap();
-    pair.both(Op::ExtendRead {
-        keys: rw,
-        token: "r9",
+        token,
         ttl_ms,
-    })
-    .await
-    .unwrap();
+    };
+    pair.both(stay_read("r1", 20_000)).await.unwrap();
+    pair.both(stay_read("r9", ttl_ms)).await.unwrap();
     pair.same_keys(rw).await;
-    pair.both(Op::ReleaseRead {
-        keys: rw,
-        token: "r1",
-    })
-    .await
-    .unwrap();
-    pair.both(Op::ReleaseRead {
-        keys: rw,
-        token: "r1",
-    })
-    .await
-    .unwrap();
-    pair.both(Op::ReleaseRead {
-        keys: rw,
-        token: "r2",
-    })
-    .await
-    .unwrap();
+    for token in ["r1", "r1", "r2"] {
+        pair.both(unread(token)).await.unwrap();
+    }
     pair.both(write("w2")).await.unwrap();
     pair.both(read("r4")).await.unwrap();
     pair.both(write("w3")).await.unwrap();
     pair.same_keys(rw).await;
-    pair.both(Op::ReleaseWrite {
-        keys: rw,
-        token: "w1",
-    })
-    .await
-    .unwrap();
-    pair.both(Op::ReleaseWrite {
-        keys: rw,
-        token: "w2",
-    })
-    .await
-    .unwrap();
-    pair.both(Op::ReleaseWrite {
-        keys: rw,
-        token: "w2",
-    })
-    .await
-    .unwrap();
+    for token in ["w1", "w2", "w2"] {
+        pair.both(unwrite(token)).await.unwrap();
+    }
     pair.same_keys(rw).await;
 
     // Keys of the wrong type: the readers key holding a string fails the
     // read/write scripts; a reader is no plain lock's token.
-    let odd = [k[5].clone(), k[0].clone(), k[7].clone()];
+    let odd: Vec<String> = [k.get("writer"), lock, k.get("intent")]
+        .into_iter()
+        .map(String::from)
+        .chain(rw[3..].iter().cloned())
+        .collect();
     pair.both(acquire("x", false)).await.unwrap();
-    assert!(
-        pair.both(Op::AcquireRead {
-            keys: &odd,
-            token: "r",
-            ttl_ms
-        })
-        .await
-        .is_err()
-    );
-    assert!(
-        pair.both(Op::AcquireWrite {
-            keys: &odd,
-            token: "w",
-            ttl_ms
-        })
-        .await
-        .is_err()
-    );
+    let odd_read = Op::AcquireRead {
+        keys: &odd,
+        token: "r",
+        ttl_ms,
+        waiter: None,
+    };
+    assert!(pair.both(odd_read).await.is_err());
+    let odd_write = Op::AcquireWrite {
+        keys: &odd,
+        token: "w",
+        ttl_ms,
+        waiter: None,
+    };
+    assert!(pair.both(odd_write).await.is_err());
     pair.both(Op::ReleaseRead {
         keys: &odd,
         token: "x",
+        waiter: None,
     })
     .await
     .unwrap();
@@ -508,12 +440,7 @@ async fn the_model_answers_every_operation_as_redis_does() {
     })
     .await
     .unwrap();
-    pair.both(Op::Release {
-        key: lock,
-        token: "x",
-    })
-    .await
-    .unwrap();
+    pair.both(release("x")).await.unwrap();
 
     // Expiry: a short key gone on both after its TTL.
     pair.both(Op::Acquire {
@@ -521,20 +448,250 @@ async fn the_model_answers_every_operation_as_redis_does() {
         token: "t",
         ttl_ms: 100,
         holder_ttl: false,
+        line: no_line,
+        waiter: None,
     })
     .await
     .unwrap();
     pair.both(read("short")).await.unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
-    pair.same_keys(&k).await;
-    pair.both(Op::Release {
+    pair.same_keys(&k.all).await;
+    pair.both(release("t")).await.unwrap();
+    pair.same_keys(&k.all).await;
+    // Clean up what the fenced lock left (a counter has no TTL).
+    let mut raw = support::raw(0).await;
+    let _: () = redis::AsyncCommands::del(&mut raw, &k.all)
+        .await
+        .expect("del");
+}
+
+/// Fair waiting: a refused waiter stays in line, a release keeps the lock
+/// for the first in line (and no one else takes it), the waiter takes it;
+/// a writer's release gives the readers in line their turn; a permit is
+/// kept likewise, and a semaphore refuses another permit count while its
+/// holders live.
+#[tokio::test]
+async fn the_model_keeps_a_line_as_redis_does() {
+    let mut pair = Pair::new().await;
+    let k = K::new();
+    let lock = k.get("lock");
+    let line = k.range("lock:line", "lock:alive");
+    let ttl_ms = 10_000;
+    let acquire = |token, waiter| Op::Acquire {
         key: lock,
-        token: "t",
+        token,
+        ttl_ms,
+        holder_ttl: true,
+        line,
+        waiter,
+    };
+    let release = |token| Op::Release {
+        key: lock,
+        token,
+        line,
+        waiter: None,
+    };
+    pair.both(acquire("a", None)).await.unwrap();
+    // Two waiters refused: in line, the earlier ticket first.
+    pair.both(acquire("b", waiter("wb", 20))).await.unwrap();
+    pair.both(acquire("c", waiter("wc", 10))).await.unwrap();
+    pair.same_keys(line).await;
+    // The release keeps the lock for `wc`; a newcomer and `wb` are refused.
+    assert_eq!(pair.both(release("a")).await, Ok(Reply::Done));
+    pair.same_keys(k.range("lock", "lock")).await;
+    pair.same_keys(line).await;
+    assert!(matches!(
+        pair.both(acquire("n", None)).await,
+        Ok(Reply::Held { .. })
+    ));
+    assert!(matches!(
+        pair.both(acquire("b", waiter("wb", 20))).await,
+        Ok(Reply::Held { .. })
+    ));
+    assert_eq!(
+        pair.both(acquire("c", waiter("wc", 10))).await,
+        Ok(Reply::Done)
+    );
+    pair.same_keys(line).await;
+    // A fenced acquire in line, and the release without a line deletes.
+    let fenced = |token, waiter| Op::AcquireFenced {
+        key: lock,
+        fence_key: k.get("fence"),
+        token,
+        ttl_ms,
+        line,
+        waiter,
+    };
+    pair.both(fenced("d", waiter("wd", 5))).await.unwrap();
+    pair.both(release("c")).await.unwrap();
+    pair.both(fenced("d", waiter("wd", 5))).await.unwrap();
+    pair.same_keys(k.range("lock", "fence")).await;
+    pair.both(release("d")).await.unwrap();
+    pair.both(release("d")).await.unwrap();
+    // A waiter giving up leaves the line, and a key kept for it goes on to
+    // the next in line (here, to no one: it is deleted); a holder that
+    // waited leaves where it still stands.
+    let give_up = |token, waiter| Op::Release {
+        key: lock,
+        token,
+        line,
+        waiter,
+    };
+    pair.same_keys(k.range("lock", "lock")).await; // kept for `wb`
+    assert_eq!(
+        pair.both(give_up("b", waiter("wb", 20))).await,
+        Ok(Reply::NotHeld)
+    );
+    pair.same_keys(k.range("lock", "lock")).await;
+    pair.same_keys(line).await;
+    assert_eq!(pair.both(acquire("e", None)).await, Ok(Reply::Done));
+    pair.both(acquire("f", waiter("wf", 1))).await.unwrap();
+    pair.both(acquire("g", waiter("wg", 2))).await.unwrap();
+    pair.both(release("e")).await.unwrap();
+    pair.same_keys(k.range("lock", "lock")).await;
+    assert_eq!(
+        pair.both(give_up("f", waiter("wf", 1))).await,
+        Ok(Reply::NotHeld)
+    );
+    pair.same_keys(k.range("lock", "lock")).await;
+    pair.same_keys(line).await;
+    assert_eq!(
+        pair.both(acquire("g", waiter("wg", 2))).await,
+        Ok(Reply::Done)
+    );
+    pair.both(acquire("h", waiter("wh", 3))).await.unwrap();
+    assert_eq!(
+        pair.both(give_up("g", waiter("wg", 2))).await,
+        Ok(Reply::Done)
+    );
+    pair.same_keys(k.range("lock", "lock")).await;
+    pair.both(give_up("h", waiter("wh", 3))).await.unwrap();
+    pair.same_keys(k.range("lock", "lock")).await;
+    pair.same_keys(line).await;
+
+    // Read/write: readers refused by a writer wait in line; its release
+    // gives them their turn, which a writer may not take; the last reader
+    // in line ends it.
+    let rw = k.range("writer", "rw:alive");
+    let read = |token, waiter| Op::AcquireRead {
+        keys: rw,
+        token,
+        ttl_ms,
+        waiter,
+    };
+    let write = |token, waiter| Op::AcquireWrite {
+        keys: rw,
+        token,
+        ttl_ms,
+        waiter,
+    };
+    pair.both(write("w1", None)).await.unwrap();
+    pair.both(read("r1", waiter("r1", 1))).await.unwrap();
+    pair.both(read("r2", waiter("r2", 2))).await.unwrap();
+    pair.both(write("w2", waiter("w2", 3))).await.unwrap();
+    pair.same_keys(rw).await;
+    pair.both(Op::ReleaseWrite {
+        keys: rw,
+        token: "w1",
+        waiter: None,
     })
     .await
     .unwrap();
-    pair.same_keys(&k).await;
-    // Clean up what the fenced lock left (a counter has no TTL).
+    pair.same_keys(rw).await;
+    assert!(matches!(
+        pair.both(write("w2", waiter("w2", 3))).await,
+        Ok(Reply::Held { .. })
+    ));
+    pair.both(read("r1", waiter("r1", 1))).await.unwrap();
+    pair.same_keys(rw).await;
+    pair.both(read("r2", waiter("r2", 2))).await.unwrap();
+    pair.same_keys(rw).await;
+    // The readers' turn over, the writer marks its intent.
+    pair.both(write("w2", waiter("w2", 3))).await.unwrap();
+    pair.same_keys(rw).await;
+    for token in ["r1", "r2"] {
+        let op = Op::ReleaseRead {
+            keys: rw,
+            token,
+            waiter: waiter(token, 1),
+        };
+        pair.both(op).await.unwrap();
+    }
+    pair.both(write("w2", waiter("w2", 3))).await.unwrap();
+    pair.both(Op::ReleaseWrite {
+        keys: rw,
+        token: "w2",
+        waiter: None,
+    })
+    .await
+    .unwrap();
+    pair.same_keys(rw).await;
+
+    // Permits: holders counted with the permit count; another count
+    // refused while they live; a released slot kept for the first in line.
+    let slot0: Vec<String> = k.range("permit:0", "permits:alive").to_vec();
+    let mut slot1 = slot0.clone();
+    slot1[0] = k.get("permit:1").to_owned();
+    let take = |keys, token, permits, waiter| Op::AcquirePermit {
+        keys,
+        token,
+        ttl_ms,
+        permits,
+        waiter,
+    };
+    pair.both(take(&slot0, "p1", 2, None)).await.unwrap();
+    assert_eq!(
+        pair.both(take(&slot1, "p2", 3, None)).await,
+        Ok(Reply::PermitsDiffer { permits: 2 })
+    );
+    pair.both(take(&slot1, "p2", 2, None)).await.unwrap();
+    pair.both(take(&slot0, "p3", 2, waiter("p3", 1)))
+        .await
+        .unwrap();
+    pair.same_keys(&slot0[..]).await;
+    pair.both(Op::ExtendPermit {
+        keys: &slot0,
+        token: "p1",
+        ttl_ms: 20_000,
+    })
+    .await
+    .unwrap();
+    pair.both(Op::ReleasePermit {
+        keys: &slot0,
+        token: "p1",
+        waiter: None,
+    })
+    .await
+    .unwrap();
+    pair.same_keys(&slot0[..]).await;
+    assert!(matches!(
+        pair.both(take(&slot0, "p4", 2, None)).await,
+        Ok(Reply::Held { .. })
+    ));
+    pair.both(take(&slot0, "p3", 2, waiter("p3", 1)))
+        .await
+        .unwrap();
+    for (keys, token) in [(&slot0, "p3"), (&slot1, "p2"), (&slot1, "p2")] {
+        let op = Op::ReleasePermit {
+            keys,
+            token,
+            waiter: waiter(token, 1),
+        };
+        pair.both(op).await.unwrap();
+    }
+    pair.same_keys(&slot0[..]).await;
+    // No holders left: another count is welcome.
+    pair.both(take(&slot1, "p5", 3, None)).await.unwrap();
+    pair.both(Op::ReleasePermit {
+        keys: &slot1,
+        token: "p5",
+        waiter: None,
+    })
+    .await
+    .unwrap();
+    pair.same_keys(&k.all).await;
     let mut raw = support::raw(0).await;
-    let _: () = redis::AsyncCommands::del(&mut raw, &k).await.expect("del");
+    let _: () = redis::AsyncCommands::del(&mut raw, &k.all)
+        .await
+        .expect("del");
 }

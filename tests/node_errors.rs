@@ -407,6 +407,27 @@ async fn negative_zero_drift_factor_is_accepted() {
     assert!(built.is_ok(), "{built:?}");
 }
 
+/// Returns once node 1 has a waiter in the line `key`.
+async fn in_line(key: &str) {
+    let mut admin = raw(0).await;
+    let start = std::time::Instant::now();
+    loop {
+        let waiting: u64 = redis::cmd("ZCARD")
+            .arg(key)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        if waiting > 0 {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "no waiter in {key}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// The least-privilege ACL user that `docs/operations.md` recommends can use
 /// every kind of lock, and nothing else: only redquorum's keys and channels,
 /// only the commands its scripts and connections need.
@@ -419,14 +440,17 @@ async fn least_privilege_acl_user_can_lock() {
             "on",
             ">s3cret",
             "resetkeys",
-            "~{*}:lock",
+            "~{*}:lock*",
             "~{*}:fence",
             "~{*}:writer",
             "~{*}:readers",
             "~{*}:intent",
+            "~{*}:rw:*",
+            "~{*}:permit*",
             "resetchannels",
             "&{*}:lock",
             "&{*}:writer",
+            "&{*}:permit:*",
             "-@all",
             "+ping",
             "+info",
@@ -457,6 +481,9 @@ async fn least_privilege_acl_user_can_lock() {
             "+zremrangebyscore",
             "+zrange",
             "+zscore",
+            "+zcard",
+            "+zincrby",
+            "+zrangebyscore",
         ],
     )
     .await;
@@ -551,6 +578,45 @@ async fn least_privilege_acl_user_can_lock() {
         .release()
         .await
         .unwrap();
+    // Semaphores: a permit, its extension, a waiter in line woken by its
+    // release (the permit kept for it), the count checked.
+    let semaphore = redlock.semaphore(&r, 1).expect("semaphore");
+    let mut permit = semaphore.try_acquire(ttl).await.expect("permit");
+    permit.extend(ttl).await.expect("extend permit");
+    let waiting = {
+        let semaphore = semaphore.clone();
+        tokio::spawn(async move {
+            let wait = redquorum::LockOptions::new().wait(Duration::from_secs(10));
+            semaphore.acquire_with(ttl, &wait).await
+        })
+    };
+    in_line(&format!("{{{r}}}:permits:line")).await;
+    let t = std::time::Instant::now();
+    permit.release().await.expect("release permit");
+    let permit = waiting.await.unwrap().expect("permit in line");
+    assert!(t.elapsed() < ttl, "the waiter did not wait for an expiry");
+    assert!(matches!(
+        redlock.semaphore(&r, 2).unwrap().try_acquire(ttl).await,
+        Err(redquorum::LockError::PermitCount { held_under: 1, .. })
+    ));
+    permit.release().await.expect("release permit");
+    // A writer in line behind a writer, and a reader behind it.
+    let held = redlock.try_write_lock(&r, ttl).await.expect("writer");
+    let wait = redquorum::LockOptions::new().wait(Duration::from_secs(10));
+    let (w, rd) = (redlock.clone(), redlock.clone());
+    let (r1, r2, wait1, wait2) = (r.clone(), r.clone(), wait.clone(), wait.clone());
+    let writer = tokio::spawn(async move { w.write_lock_with(&r1, ttl, &wait1).await });
+    let reader = tokio::spawn(async move { rd.read_lock_with(&r2, ttl, &wait2).await });
+    in_line(&format!("{{{r}}}:rw:line")).await;
+    let t = std::time::Instant::now();
+    held.release().await.expect("release writer");
+    // Whichever is first in line goes first; the writer waits for the
+    // reader to leave.
+    let reader = reader.await.unwrap().expect("reader in line");
+    reader.release().await.unwrap();
+    let writer = writer.await.unwrap().expect("writer in line");
+    writer.release().await.unwrap();
+    assert!(t.elapsed() < ttl, "no one waited for a lock to expire");
     // Nothing was denied along the way…
     for i in 0..5 {
         let mut conn = raw(i).await;

@@ -48,6 +48,15 @@ pub enum LockError {
     },
     /// Invalid input: nothing was sent to any node.
     Config(ConfigError),
+    /// A semaphore asked with a permit count other than the one its live
+    /// holders were granted under ([`Answer::PermitsDiffer`]): every holder
+    /// of a semaphore must name the same count. Nothing was taken.
+    PermitCount {
+        /// The count the nodes' holders were granted under.
+        held_under: u32,
+        /// Every node's answer.
+        votes: Votes,
+    },
 }
 
 impl LockError {
@@ -63,6 +72,10 @@ impl LockError {
             LockError::Expired { votes } => LockError::Expired {
                 votes: votes.about(subject),
             },
+            LockError::PermitCount { held_under, votes } => LockError::PermitCount {
+                held_under,
+                votes: votes.about(subject),
+            },
             other => other,
         }
     }
@@ -72,7 +85,8 @@ impl LockError {
         match self {
             LockError::Taken { votes }
             | LockError::Unavailable { votes }
-            | LockError::Expired { votes } => Some(votes),
+            | LockError::Expired { votes }
+            | LockError::PermitCount { votes, .. } => Some(votes),
             LockError::Timeout { last, .. } => last.votes(),
             LockError::Lost { .. } | LockError::Config(_) => None,
         }
@@ -250,6 +264,12 @@ pub enum Answer {
     Failed(NodeError),
     /// The round was decided before this node answered.
     Undecided,
+    /// A semaphore's live holders on the node were granted under this
+    /// permit count, not the one asked with ([`LockError::PermitCount`]).
+    PermitsDiffer {
+        /// The count they were granted under.
+        permits: u32,
+    },
 }
 
 /// Every node's answer in one round, in node order.
@@ -355,6 +375,27 @@ impl Votes {
         self.nodes.is_empty()
     }
 
+    /// Per node, `self`'s answer unless `other`'s is [`Answer::Yes`]: what
+    /// either of two rounds over the same nodes did (releasing a token that
+    /// may be of either of two kinds). The nodes are `self`'s, in its order.
+    pub(crate) fn merge(&self, other: &Votes) -> Votes {
+        let nodes = self
+            .nodes
+            .iter()
+            .map(|(name, mine)| {
+                let theirs = other.nodes.iter().find(|(n, _)| n == name).map(|(_, a)| a);
+                match theirs {
+                    Some(Answer::Yes) => (name.clone(), Answer::Yes),
+                    _ => (name.clone(), mine.clone()),
+                }
+            })
+            .collect();
+        Votes {
+            nodes,
+            subject: self.subject.clone(),
+        }
+    }
+
     pub(crate) fn count(&self, f: impl Fn(&Answer) -> bool) -> usize {
         self.nodes.iter().filter(|(_, a)| f(a)).count()
     }
@@ -372,6 +413,9 @@ impl fmt::Display for Answer {
             Answer::NotHeld => f.write_str("not held by us"),
             Answer::Failed(e) => write!(f, "{e}"),
             Answer::Undecided => f.write_str("not waited for (the round had decided)"),
+            Answer::PermitsDiffer { permits } => {
+                write!(f, "its holders have {permits} permits")
+            }
         }
     }
 }
@@ -386,6 +430,10 @@ impl fmt::Display for Votes {
             (self.held(), "held by another holder"),
             (self.not_held(), "not held by us"),
             (self.failed(), "failed"),
+            (
+                self.count(|a| matches!(a, Answer::PermitsDiffer { .. })),
+                "with another permit count",
+            ),
             (undecided, "not waited for"),
         ] {
             if n > 0 {
@@ -480,6 +528,18 @@ impl LockError {
                  validity ended, and the work was stopped"
             ),
             LockError::Config(e) => write!(f, "invalid input: {e}"),
+            LockError::PermitCount { held_under, votes } => {
+                let asked = match votes.subject() {
+                    Subject::Permits { permits, .. } => format!(" with {permits}"),
+                    _ => String::new(),
+                };
+                write!(
+                    f,
+                    "{} is held by holders granted {held_under} permits, not asked{asked}: \
+                     every holder must name the same count (change it once they are gone)",
+                    votes.subject()
+                )
+            }
         }
     }
 }
@@ -493,6 +553,7 @@ impl fmt::Display for LockError {
             LockError::Taken { votes }
             | LockError::Unavailable { votes }
             | LockError::Expired { votes }
+            | LockError::PermitCount { votes, .. }
                 if !votes.is_empty() =>
             {
                 if f.alternate() {

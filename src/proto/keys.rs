@@ -102,16 +102,73 @@ impl KeyLayout {
         format!("{}{{{resource}}}:fence", self.prefix)
     }
 
+    /// The line of waiters (fair waiting) of the lock on `resource` whose key
+    /// is [`plain_key`](Self::plain_key) (`plain`) or
+    /// [`lock_key`](Self::lock_key): `{R}:lock:line` and `{R}:lock:alive`
+    /// (the prefix in front), or for an interop key `K`, `{K}:lock:line`
+    /// and `{K}:lock:alive`. `None` where they would not share the lock
+    /// key's Redis Cluster slot (a resource whose braces move the hash
+    /// tag): such a lock waits without a line.
+    pub(crate) fn line_keys(&self, resource: &str, plain: bool) -> Option<[String; 2]> {
+        let (key, keys) = if plain && self.interop {
+            let key = self.plain_key(resource);
+            let keys = ["line", "alive"].map(|role| format!("{{{key}}}:lock:{role}"));
+            (key, keys)
+        } else {
+            let p = &self.prefix;
+            let keys = ["line", "alive"].map(|role| format!("{p}{{{resource}}}:lock:{role}"));
+            (self.lock_key(resource), keys)
+        };
+        let at = super::slot::slot(key.as_bytes());
+        keys.iter()
+            .all(|k| super::slot::slot(k.as_bytes()) == at)
+            .then_some(keys)
+    }
+
     /// The keys of a read/write lock on `resource`, in one hash slot: the
-    /// writer key `{R}:writer`, the readers key `{R}:readers` and the
-    /// writer-intent key `{R}:intent` (with the prefix in front).
+    /// writer key `{R}:writer`, the readers key `{R}:readers`, the
+    /// writer-intent key `{R}:intent` and the lock's line, `{R}:rw:line`
+    /// and `{R}:rw:alive` (with the prefix in front).
     ///
     /// ```
     /// let keys = redquorum::KeyLayout::default().rw_keys("doc");
-    /// assert_eq!(keys, ["{doc}:writer", "{doc}:readers", "{doc}:intent"]);
+    /// assert_eq!(
+    ///     keys,
+    ///     ["{doc}:writer", "{doc}:readers", "{doc}:intent", "{doc}:rw:line", "{doc}:rw:alive"]
+    /// );
     /// ```
-    pub fn rw_keys(&self, resource: &str) -> [String; 3] {
-        ["writer", "readers", "intent"].map(|role| format!("{}{{{resource}}}:{role}", self.prefix))
+    pub fn rw_keys(&self, resource: &str) -> [String; 5] {
+        ["writer", "readers", "intent", "rw:line", "rw:alive"]
+            .map(|role| format!("{}{{{resource}}}:{role}", self.prefix))
+    }
+
+    /// The keys of slot `slot` of the semaphore `name`, in one hash slot:
+    /// the slot `{S}:permit:k`, the holders `{S}:permits:holders`, the
+    /// permit count `{S}:permits` and the line, `{S}:permits:line` and
+    /// `{S}:permits:alive` (with the prefix in front).
+    ///
+    /// ```
+    /// let keys = redquorum::KeyLayout::default().permit_keys("api", 2);
+    /// assert_eq!(
+    ///     keys,
+    ///     [
+    ///         "{api}:permit:2",
+    ///         "{api}:permits:holders",
+    ///         "{api}:permits",
+    ///         "{api}:permits:line",
+    ///         "{api}:permits:alive",
+    ///     ]
+    /// );
+    /// ```
+    pub fn permit_keys(&self, name: &str, slot: u32) -> [String; 5] {
+        let p = &self.prefix;
+        [
+            format!("{p}{{{name}}}:permit:{slot}"),
+            format!("{p}{{{name}}}:permits:holders"),
+            format!("{p}{{{name}}}:permits"),
+            format!("{p}{{{name}}}:permits:line"),
+            format!("{p}{{{name}}}:permits:alive"),
+        ]
     }
 
     /// How many bytes come before and after the resource in a key from
@@ -154,6 +211,37 @@ mod tests {
         }
         assert_eq!(KeyLayout::default().lock_key("r"), "{r}:lock");
         assert_eq!(KeyLayout::default().fence_key("r"), "{r}:fence");
+    }
+
+    #[test]
+    fn a_line_shares_its_lock_key_slot_or_there_is_none() {
+        let slot = |k: &str| super::super::slot::slot(k.as_bytes());
+        let default = KeyLayout::default();
+        let line = default.line_keys("orders", true).unwrap();
+        assert_eq!(line, ["{orders}:lock:line", "{orders}:lock:alive"]);
+        let interop = KeyLayout::new("app:", true).unwrap();
+        let line = interop.line_keys("orders", true).unwrap();
+        assert_eq!(line, ["{app:orders}:lock:line", "{app:orders}:lock:alive"]);
+        assert_eq!(slot(&line[0]), slot("app:orders"));
+        // A fenced lock keeps the braced layout in interop mode too.
+        let fenced = interop.line_keys("orders", false).unwrap();
+        assert_eq!(
+            fenced,
+            ["app:{orders}:lock:line", "app:{orders}:lock:alive"]
+        );
+        for (layout, plain) in [(&default, true), (&interop, true), (&interop, false)] {
+            for resource in ["a", "a{b}c", "}x", "{", "é"] {
+                let key = if plain {
+                    layout.plain_key(resource)
+                } else {
+                    layout.lock_key(resource)
+                };
+                if let Some(line) = layout.line_keys(resource, plain) {
+                    assert!(line.iter().all(|k| slot(k) == slot(&key)), "{resource}");
+                }
+            }
+        }
+        assert_eq!(interop.line_keys("a{b}c", true), None);
     }
 
     #[test]

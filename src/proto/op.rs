@@ -8,7 +8,9 @@
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Op<'a> {
-    /// Set `key` to `token` with a TTL of `ttl_ms`, only if `key` is absent.
+    /// Set `key` to `token` with a TTL of `ttl_ms`, only if `key` is absent
+    /// — or, for a `waiter`, kept for it ([`Waiter`]); a refused waiter
+    /// stays in `line`.
     Acquire {
         /// The lock key.
         key: &'a str,
@@ -21,6 +23,11 @@ pub enum Op<'a> {
         /// answers a plain acquire with one native `SET NX PX` and needs a
         /// script for this.
         holder_ttl: bool,
+        /// The resource's line `[line, alive]` (empty: the lock has none).
+        line: &'a [String],
+        /// Who waits in `line`, if this is a waiter's attempt (then
+        /// `holder_ttl` too).
+        waiter: Option<Waiter<'a>>,
     },
     /// If `key` holds `token`, make it live at least `ttl_ms` from now
     /// (never shorter than it already does). Never re-creates `key`.
@@ -32,12 +39,18 @@ pub enum Op<'a> {
         /// Time to live in milliseconds.
         ttl_ms: u64,
     },
-    /// Delete `key` if it holds `token`.
+    /// If `key` holds `token`: keep it for the first waiter in `line`
+    /// ([`Waiter`]), or delete it when no one waits.
     Release {
         /// The lock key.
         key: &'a str,
         /// The holder's random token.
         token: &'a str,
+        /// The resource's line `[line, alive]` (empty: none).
+        line: &'a [String],
+        /// The holder's wait, if it waited in line (or a waiter giving up):
+        /// it leaves the line, and a key kept for it is given on too.
+        waiter: Option<Waiter<'a>>,
     },
     /// Reentrant acquire: `key` is a hash of `{owner: hold count}` plus one
     /// entry per hold. Create it with count 1 if absent; if `owner` holds
@@ -103,6 +116,7 @@ pub enum Op<'a> {
     /// Fenced acquire (phase 1): if `key` is absent, increment the counter
     /// `fence_key` and set `key` to `token` with a TTL of `ttl_ms`, answering
     /// [`Reply::Fence`] with the counter; otherwise refuse with the TTL.
+    /// A `waiter` takes a key kept for it as free, as [`Op::Acquire`].
     AcquireFenced {
         /// The lock key.
         key: &'a str,
@@ -112,6 +126,10 @@ pub enum Op<'a> {
         token: &'a str,
         /// Time to live in milliseconds.
         ttl_ms: u64,
+        /// The resource's line `[line, alive]` (empty: none).
+        line: &'a [String],
+        /// Who waits in `line`, if this is a waiter's attempt.
+        waiter: Option<Waiter<'a>>,
     },
     /// Fenced acquire (phase 2): if `key` still holds `token`, raise the
     /// counter `fence_key` to at least `fence`.
@@ -126,21 +144,24 @@ pub enum Op<'a> {
         fence: u64,
     },
     /// Read lock: `keys` are a resource's writer key, readers key (a sorted
-    /// set of reader tokens scored by expiry, in the node's milliseconds)
-    /// and writer-intent key. If neither a writer nor a writer's intent
-    /// stands, add `token` as a reader for `ttl_ms`; otherwise refuse with
-    /// the writer's (or the intent's) TTL.
+    /// set of reader tokens scored by expiry, in the node's milliseconds),
+    /// writer-intent key and line. If neither a writer nor a writer's intent
+    /// stands (the readers' turn, [`READERS_TURN`], is no writer), add
+    /// `token` as a reader for `ttl_ms`; otherwise refuse with the writer's
+    /// (or the intent's) TTL, a `waiter` staying in line.
     AcquireRead {
-        /// `[writer, readers, intent]`.
+        /// `[writer, readers, intent, line, alive]`.
         keys: &'a [String],
         /// The reader's random token.
         token: &'a str,
         /// Time to live in milliseconds.
         ttl_ms: u64,
+        /// Who waits in line, if this is a waiter's attempt.
+        waiter: Option<Waiter<'a>>,
     },
     /// If `token` is a live reader, make it live at least `ttl_ms` from now.
     ExtendRead {
-        /// `[writer, readers, intent]`.
+        /// `[writer, readers, intent, line, alive]`.
         keys: &'a [String],
         /// The reader's random token.
         token: &'a str,
@@ -149,10 +170,12 @@ pub enum Op<'a> {
     },
     /// Remove reader `token`.
     ReleaseRead {
-        /// `[writer, readers, intent]`.
+        /// `[writer, readers, intent, line, alive]`.
         keys: &'a [String],
         /// The reader's random token.
         token: &'a str,
+        /// The reader's wait, if it waited in line: it leaves the line.
+        waiter: Option<Waiter<'a>>,
     },
     /// Write lock: if no writer and no live reader stands, set the writer
     /// key to `token` for `ttl_ms` (and clear any intent). If readers
@@ -160,23 +183,67 @@ pub enum Op<'a> {
     /// long as they live plus `ttl_ms` (never shorter than it stands),
     /// holding `token`, and refuse with the readers' longest TTL; if a
     /// writer stands, refuse with its TTL. A write lock is extended as a
-    /// plain one on the writer key.
+    /// plain one on the writer key. A `waiter` takes a writer key kept for
+    /// it as free, and a refused one stays in line.
     AcquireWrite {
-        /// `[writer, readers, intent]`.
+        /// `[writer, readers, intent, line, alive]`.
         keys: &'a [String],
         /// The writer's random token.
         token: &'a str,
         /// Time to live in milliseconds.
         ttl_ms: u64,
+        /// Who waits in line, if this is a waiter's attempt.
+        waiter: Option<Waiter<'a>>,
     },
-    /// Release a writer: delete the writer key and the writer-intent key,
-    /// each only if it holds `token` (the intent is left on the nodes where
-    /// readers refused the writer). [`Reply::Done`] when either was deleted.
+    /// Release a writer: the writer key if it holds `token` (kept for the
+    /// first waiter in line, or deleted) and the writer-intent key if it
+    /// holds `token` (the intent is left on the nodes where readers refused
+    /// the writer). [`Reply::Done`] when either was the writer's.
     ReleaseWrite {
-        /// `[writer, readers, intent]`.
+        /// `[writer, readers, intent, line, alive]`.
         keys: &'a [String],
         /// The writer's random token.
         token: &'a str,
+        /// The writer's wait, if it waited in line: as [`Op::Release`]'s.
+        waiter: Option<Waiter<'a>>,
+    },
+    /// A semaphore's permit: set the slot `keys[0]` to `token` for `ttl_ms`
+    /// if it is free (or kept for `waiter`), and count `token` among the
+    /// holders; [`Reply::PermitsDiffer`] when live holders on the node were
+    /// granted under another permit count (nothing changes).
+    AcquirePermit {
+        /// `[slot, holders, count, line, alive]`: the slot, the holders (a
+        /// sorted set of tokens scored by expiry), the permit count they
+        /// were granted under, the semaphore's line.
+        keys: &'a [String],
+        /// The holder's random token.
+        token: &'a str,
+        /// Time to live in milliseconds.
+        ttl_ms: u64,
+        /// The semaphore's permit count, as the caller knows it.
+        permits: u32,
+        /// Who waits in line, if this is a waiter's attempt.
+        waiter: Option<Waiter<'a>>,
+    },
+    /// If the slot holds `token`, make it (and its place among the holders)
+    /// live at least `ttl_ms` from now.
+    ExtendPermit {
+        /// As [`Op::AcquirePermit`]'s.
+        keys: &'a [String],
+        /// The holder's random token.
+        token: &'a str,
+        /// Time to live in milliseconds.
+        ttl_ms: u64,
+    },
+    /// Leave the holders and, if the slot holds `token`, keep it for the
+    /// first waiter in line or delete it.
+    ReleasePermit {
+        /// As [`Op::AcquirePermit`]'s.
+        keys: &'a [String],
+        /// The holder's random token.
+        token: &'a str,
+        /// The holder's wait, if it waited in line: as [`Op::Release`]'s.
+        waiter: Option<Waiter<'a>>,
     },
     /// Read what the node holds under `keys`, all at once, changing
     /// nothing: [`Reply::Snapshot`]. The keys share one Redis Cluster slot.
@@ -186,13 +253,58 @@ pub enum Op<'a> {
     },
 }
 
+/// A waiter's attempt, for fair waiting: refused, it stays in the lock's
+/// line; a lock released while it is first in line is kept for it (as
+/// [`KEPT`] followed by its name) for its patience, and no one else takes it
+/// meanwhile (docs/design.md, "Fair waiting").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Waiter<'a> {
+    /// Who waits: random, the same for every attempt of one wait.
+    pub id: &'a str,
+    /// Its place in line, lowest first: the client's wall clock when the
+    /// wait began (ms since the Unix epoch, at least 1).
+    pub ticket: u64,
+    /// How long a lock is kept for it, and how long past the holder's time
+    /// left it stays in line without trying again (ms).
+    pub patience_ms: u64,
+}
+
+impl Waiter<'_> {
+    /// Its name in line: `w` (a lock, permit or writer) or `r` (a reader),
+    /// its patience, `:` and its id; a lock kept for it holds [`KEPT`]
+    /// followed by this.
+    ///
+    /// ```
+    /// use redquorum::node::Waiter;
+    /// let w = Waiter { id: "abc", ticket: 1, patience_ms: 250 };
+    /// assert_eq!(w.name(false), "w250:abc");
+    /// assert_eq!(w.name(true), "r250:abc");
+    /// ```
+    pub fn name(&self, reader: bool) -> String {
+        let kind = if reader { 'r' } else { 'w' };
+        format!("{kind}{}:{}", self.patience_ms, self.id)
+    }
+}
+
+/// What a lock key kept for a waiter holds before the waiter's name.
+pub const KEPT: &str = "\0line:";
+
+/// What a read/write lock's writer key holds while the readers in line are
+/// let in (a writer's release found a reader first in line).
+pub const READERS_TURN: &str = "\0readers";
+
+/// The most waiters a line holds; past it a waiter is refused as before
+/// but not kept in line (it may be served out of turn).
+pub const MAX_LINE: usize = 1024;
+
 impl Op<'_> {
     /// The operation's name, as its script is named (`acquire`,
     /// `release-write`…), for logs.
     ///
     /// ```
     /// use redquorum::node::Op;
-    /// assert_eq!(Op::Release { key: "k", token: "t" }.name(), "release");
+    /// let op = Op::Release { key: "k", token: "t", line: &[], waiter: None };
+    /// assert_eq!(op.name(), "release");
     /// ```
     pub fn name(&self) -> &'static str {
         match self {
@@ -212,6 +324,9 @@ impl Op<'_> {
             Op::ReleaseRead { .. } => "release-read",
             Op::AcquireWrite { .. } => "acquire-write",
             Op::ReleaseWrite { .. } => "release-write",
+            Op::AcquirePermit { .. } => "acquire-permit",
+            Op::ExtendPermit { .. } => "extend-permit",
+            Op::ReleasePermit { .. } => "release-permit",
             Op::Inspect { .. } => "inspect",
         }
     }
@@ -236,6 +351,9 @@ impl Op<'_> {
             | Op::ReleaseRead { keys, .. }
             | Op::AcquireWrite { keys, .. }
             | Op::ReleaseWrite { keys, .. }
+            | Op::AcquirePermit { keys, .. }
+            | Op::ExtendPermit { keys, .. }
+            | Op::ReleasePermit { keys, .. }
             | Op::Inspect { keys } => keys.first().map_or("", String::as_str),
         }
     }
@@ -259,6 +377,12 @@ pub enum Reply {
     NotHeld,
     /// [`Op::AcquireFenced`] took the lease; the node's counter is now this.
     Fence(u64),
+    /// [`Op::AcquirePermit`] found live holders granted under this permit
+    /// count, not the one asked with: nothing changed.
+    PermitsDiffer {
+        /// The count the node's holders were granted under.
+        permits: u32,
+    },
     /// What [`Op::Inspect`] read.
     Snapshot(Snapshot),
 }

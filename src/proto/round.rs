@@ -80,6 +80,7 @@ pub(crate) fn answer(reply: Result<Reply, NodeError>) -> Answer {
             pttl: pttl_ms.map(Duration::from_millis),
         },
         Ok(Reply::NotHeld) => Answer::NotHeld,
+        Ok(Reply::PermitsDiffer { permits }) => Answer::PermitsDiffer { permits },
         Err(e) => Answer::Failed(e),
     }
 }
@@ -233,9 +234,15 @@ pub(crate) fn gone_for_good(votes: &Votes, quorum: usize) -> bool {
 
 /// The error for a round that did not produce a lock.
 pub(crate) fn refusal(decision: Decision, votes: Votes) -> LockError {
+    let differ = votes.iter().find_map(|(_, a)| match a {
+        Answer::PermitsDiffer { permits } => Some(*permits),
+        _ => None,
+    });
     if decision == Decision::Granted {
         // A quorum agreed, but after the validity window closed.
         LockError::Expired { votes }
+    } else if let Some(held_under) = differ {
+        LockError::PermitCount { held_under, votes }
     } else if votes.held() > 0 {
         LockError::Taken { votes }
     } else if votes.iter().any(|(_, a)| *a == Answer::NotHeld) {

@@ -1,12 +1,26 @@
 -- Release: delete the lock key only if it still holds our token.
 -- KEYS[1] lock key; ARGV[1] token. Returns 1 when deleted, 0 when not ours.
 -- pcall: a key of another type is simply not ours.
--- A deletion is published on the channel named after the key, with the token,
+-- With KEYS[2], KEYS[3] the resource's line (line.lua), the key is kept for
+-- the first waiter in it instead of deleted. A holder (or a waiter giving
+-- up) that waited in line adds ARGV[2] its id and ARGV[3] its patience: it
+-- leaves the line first, and a key kept for it is given on too.
+-- A release is published on the channel named after the key, with the token,
 -- to wake waiters (see src/wakeup.rs); pcall: a user not allowed to publish
 -- still releases.
-if redis.pcall('GET', KEYS[1]) == ARGV[1] then
+local me = ARGV[2] and line_name('w', ARGV[2], ARGV[3])
+local value = redis.pcall('GET', KEYS[1])
+if me then
+  line_leave(KEYS[2], KEYS[3], me)
+end
+if value ~= ARGV[1] and not (me and value == KEPT .. me) then
+  return 0
+end
+if #KEYS == 1 or not line_hand_over(KEYS[1], KEYS[2], KEYS[3]) then
   redis.call('DEL', KEYS[1])
-  redis.pcall('PUBLISH', KEYS[1], ARGV[1])
+end
+redis.pcall('PUBLISH', KEYS[1], ARGV[1])
+if value == ARGV[1] then
   return 1
 end
 return 0

@@ -1,7 +1,7 @@
 //! An [`Op`] that owns its strings, to be queued and applied later (by a
 //! frozen node, or after a simulated delay).
 
-use crate::node::Op;
+use crate::node::{Op, Waiter};
 
 /// An [`Op`] with owned strings; [`op`](Self::op) borrows it back.
 ///
@@ -9,15 +9,18 @@ use crate::node::Op;
 /// use redquorum::node::Op;
 /// use redquorum::testing::OwnedOp;
 ///
-/// let op = Op::Release { key: "{r}:lock", token: "t" };
+/// let op = Op::Release { key: "{r}:lock", token: "t", line: &[], waiter: None };
 /// let queued = OwnedOp::new(op);
 /// assert_eq!(queued.op(), op);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OwnedOp {
     kind: Kind,
-    /// The op's keys, in order (one for a single-key op).
+    /// The op's keys, in order (one for a single-key op; a fenced op's
+    /// lock and counter).
     keys: Vec<String>,
+    /// A plain or fenced lock's line.
+    line: Vec<String>,
     /// The op's token, owner or other identifying string.
     token: String,
     /// A reentrant hold's token.
@@ -25,6 +28,9 @@ pub struct OwnedOp {
     /// The TTL in ms, or a fence written back.
     number: u64,
     holder_ttl: bool,
+    permits: u32,
+    /// A waiter's id, ticket and patience.
+    waiter: Option<(String, u64, u64)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,104 +51,179 @@ enum Kind {
     ReleaseRead,
     AcquireWrite,
     ReleaseWrite,
+    AcquirePermit,
+    ExtendPermit,
+    ReleasePermit,
     Inspect,
 }
 
 impl OwnedOp {
     /// A copy of `op`.
     pub fn new(op: Op<'_>) -> Self {
-        let one = |key: &str| vec![key.to_owned()];
-        let (kind, keys, token, hold, number, holder_ttl) = match op {
+        let mut owned = OwnedOp {
+            kind: Kind::Inspect,
+            keys: Vec::new(),
+            line: Vec::new(),
+            token: String::new(),
+            hold: String::new(),
+            number: 0,
+            holder_ttl: false,
+            permits: 0,
+            waiter: None,
+        };
+        let mut one = |kind, key: &str, token: &str, number| {
+            owned.kind = kind;
+            owned.keys = vec![key.to_owned()];
+            owned.token = token.to_owned();
+            owned.number = number;
+        };
+        match op {
             Op::Acquire {
                 key,
                 token,
                 ttl_ms,
                 holder_ttl,
-            } => (Kind::Acquire, one(key), token, "", ttl_ms, holder_ttl),
-            Op::Extend { key, token, ttl_ms } => (Kind::Extend, one(key), token, "", ttl_ms, false),
-            Op::Release { key, token } => (Kind::Release, one(key), token, "", 0, false),
+                line,
+                waiter,
+            } => {
+                one(Kind::Acquire, key, token, ttl_ms);
+                owned.holder_ttl = holder_ttl;
+                owned.line = line.to_vec();
+                owned.waiter = own(waiter);
+            }
+            Op::Extend { key, token, ttl_ms } => one(Kind::Extend, key, token, ttl_ms),
+            Op::Release {
+                key,
+                token,
+                line,
+                waiter,
+            } => {
+                one(Kind::Release, key, token, 0);
+                owned.line = line.to_vec();
+                owned.waiter = own(waiter);
+            }
             Op::AcquireFenced {
                 key,
                 fence_key,
                 token,
                 ttl_ms,
-            } => (
-                Kind::AcquireFenced,
-                vec![key.to_owned(), fence_key.to_owned()],
-                token,
-                "",
-                ttl_ms,
-                false,
-            ),
+                line,
+                waiter,
+            } => {
+                one(Kind::AcquireFenced, key, token, ttl_ms);
+                owned.keys.push(fence_key.to_owned());
+                owned.line = line.to_vec();
+                owned.waiter = own(waiter);
+            }
             Op::FenceWriteBack {
                 key,
                 fence_key,
                 token,
                 fence,
-            } => (
-                Kind::FenceWriteBack,
-                vec![key.to_owned(), fence_key.to_owned()],
-                token,
-                "",
-                fence,
-                false,
-            ),
+            } => {
+                one(Kind::FenceWriteBack, key, token, fence);
+                owned.keys.push(fence_key.to_owned());
+            }
             Op::AcquireReentrant {
                 key,
                 owner,
                 hold,
                 ttl_ms,
-            } => (Kind::AcquireReentrant, one(key), owner, hold, ttl_ms, false),
+            } => {
+                one(Kind::AcquireReentrant, key, owner, ttl_ms);
+                owned.hold = hold.to_owned();
+            }
             Op::ExtendReentrant { key, owner, ttl_ms } => {
-                (Kind::ExtendReentrant, one(key), owner, "", ttl_ms, false)
+                one(Kind::ExtendReentrant, key, owner, ttl_ms)
             }
             Op::ReleaseReentrant { key, owner, hold } => {
-                (Kind::ReleaseReentrant, one(key), owner, hold, 0, false)
+                one(Kind::ReleaseReentrant, key, owner, 0);
+                owned.hold = hold.to_owned();
             }
             Op::AcquireMany {
                 keys,
                 token,
                 ttl_ms,
-            } => (Kind::AcquireMany, keys.to_vec(), token, "", ttl_ms, false),
+            } => owned.many(Kind::AcquireMany, keys, token, ttl_ms),
             Op::ExtendMany {
                 keys,
                 token,
                 ttl_ms,
-            } => (Kind::ExtendMany, keys.to_vec(), token, "", ttl_ms, false),
-            Op::ReleaseMany { keys, token } => {
-                (Kind::ReleaseMany, keys.to_vec(), token, "", 0, false)
-            }
+            } => owned.many(Kind::ExtendMany, keys, token, ttl_ms),
+            Op::ReleaseMany { keys, token } => owned.many(Kind::ReleaseMany, keys, token, 0),
             Op::AcquireRead {
                 keys,
                 token,
                 ttl_ms,
-            } => (Kind::AcquireRead, keys.to_vec(), token, "", ttl_ms, false),
+                waiter,
+            } => {
+                owned.many(Kind::AcquireRead, keys, token, ttl_ms);
+                owned.waiter = own(waiter);
+            }
             Op::ExtendRead {
                 keys,
                 token,
                 ttl_ms,
-            } => (Kind::ExtendRead, keys.to_vec(), token, "", ttl_ms, false),
-            Op::ReleaseRead { keys, token } => {
-                (Kind::ReleaseRead, keys.to_vec(), token, "", 0, false)
+            } => owned.many(Kind::ExtendRead, keys, token, ttl_ms),
+            Op::ReleaseRead {
+                keys,
+                token,
+                waiter,
+            } => {
+                owned.many(Kind::ReleaseRead, keys, token, 0);
+                owned.waiter = own(waiter);
             }
             Op::AcquireWrite {
                 keys,
                 token,
                 ttl_ms,
-            } => (Kind::AcquireWrite, keys.to_vec(), token, "", ttl_ms, false),
-            Op::ReleaseWrite { keys, token } => {
-                (Kind::ReleaseWrite, keys.to_vec(), token, "", 0, false)
+                waiter,
+            } => {
+                owned.many(Kind::AcquireWrite, keys, token, ttl_ms);
+                owned.waiter = own(waiter);
             }
-            Op::Inspect { keys } => (Kind::Inspect, keys.to_vec(), "", "", 0, false),
-        };
-        OwnedOp {
-            kind,
-            keys,
-            token: token.to_owned(),
-            hold: hold.to_owned(),
-            number,
-            holder_ttl,
+            Op::ReleaseWrite {
+                keys,
+                token,
+                waiter,
+            } => {
+                owned.many(Kind::ReleaseWrite, keys, token, 0);
+                owned.waiter = own(waiter);
+            }
+            Op::AcquirePermit {
+                keys,
+                token,
+                ttl_ms,
+                permits,
+                waiter,
+            } => {
+                owned.many(Kind::AcquirePermit, keys, token, ttl_ms);
+                owned.permits = permits;
+                owned.waiter = own(waiter);
+            }
+            Op::ExtendPermit {
+                keys,
+                token,
+                ttl_ms,
+            } => owned.many(Kind::ExtendPermit, keys, token, ttl_ms),
+            Op::ReleasePermit {
+                keys,
+                token,
+                waiter,
+            } => {
+                owned.many(Kind::ReleasePermit, keys, token, 0);
+                owned.waiter = own(waiter);
+            }
+            Op::Inspect { keys } => owned.many(Kind::Inspect, keys, "", 0),
         }
+        owned
+    }
+
+    fn many(&mut self, kind: Kind, keys: &[String], token: &str, number: u64) {
+        self.kind = kind;
+        self.keys = keys.to_vec();
+        self.token = token.to_owned();
+        self.number = number;
     }
 
     /// The operation, borrowed.
@@ -150,20 +231,38 @@ impl OwnedOp {
         let key = self.keys.first().map_or("", String::as_str);
         let second = self.keys.get(1).map_or("", String::as_str);
         let (keys, token, hold, ttl_ms) = (&self.keys[..], &*self.token, &*self.hold, self.number);
+        let line = &self.line[..];
+        let waiter = self
+            .waiter
+            .as_ref()
+            .map(|(id, ticket, patience_ms)| Waiter {
+                id,
+                ticket: *ticket,
+                patience_ms: *patience_ms,
+            });
         match self.kind {
             Kind::Acquire => Op::Acquire {
                 key,
                 token,
                 ttl_ms,
                 holder_ttl: self.holder_ttl,
+                line,
+                waiter,
             },
             Kind::Extend => Op::Extend { key, token, ttl_ms },
-            Kind::Release => Op::Release { key, token },
+            Kind::Release => Op::Release {
+                key,
+                token,
+                line,
+                waiter,
+            },
             Kind::AcquireFenced => Op::AcquireFenced {
                 key,
                 fence_key: second,
                 token,
                 ttl_ms,
+                line,
+                waiter,
             },
             Kind::FenceWriteBack => Op::FenceWriteBack {
                 key,
@@ -202,20 +301,51 @@ impl OwnedOp {
                 keys,
                 token,
                 ttl_ms,
+                waiter,
             },
             Kind::ExtendRead => Op::ExtendRead {
                 keys,
                 token,
                 ttl_ms,
             },
-            Kind::ReleaseRead => Op::ReleaseRead { keys, token },
+            Kind::ReleaseRead => Op::ReleaseRead {
+                keys,
+                token,
+                waiter,
+            },
             Kind::AcquireWrite => Op::AcquireWrite {
                 keys,
                 token,
                 ttl_ms,
+                waiter,
             },
-            Kind::ReleaseWrite => Op::ReleaseWrite { keys, token },
+            Kind::ReleaseWrite => Op::ReleaseWrite {
+                keys,
+                token,
+                waiter,
+            },
+            Kind::AcquirePermit => Op::AcquirePermit {
+                keys,
+                token,
+                ttl_ms,
+                permits: self.permits,
+                waiter,
+            },
+            Kind::ExtendPermit => Op::ExtendPermit {
+                keys,
+                token,
+                ttl_ms,
+            },
+            Kind::ReleasePermit => Op::ReleasePermit {
+                keys,
+                token,
+                waiter,
+            },
             Kind::Inspect => Op::Inspect { keys },
         }
     }
+}
+
+fn own(waiter: Option<Waiter<'_>>) -> Option<(String, u64, u64)> {
+    waiter.map(|w| (w.id.to_owned(), w.ticket, w.patience_ms))
 }

@@ -6,18 +6,25 @@
 //! simulated node in a test can be one behind a simulated network. The
 //! model follows Redis where the scripts could tell the difference: a key
 //! set with a TTL of `t` ms at `now` lives while the clock reads at most
-//! `now + t` (Redis expires a key once its time is past), a reader lives
-//! while its score is at least the clock, `PTTL` answers what is left, and
-//! operations on a key of the wrong type fail or refuse as the scripts do.
-//! Releases are recorded as the scripts publish them
-//! ([`take_published`](Store::take_published)).
+//! `now + t` (Redis expires a key once its time is past), a sorted-set
+//! member scored by its expiry lives while its score is at least the clock,
+//! `PTTL` answers what is left, and operations on a key of the wrong type
+//! fail or refuse as the scripts do. Releases are recorded as the scripts
+//! publish them ([`take_published`](Store::take_published)).
 //!
 //! ```
 //! use redquorum::node::{Op, Reply};
 //! use redquorum::testing::Store;
 //!
 //! let mut store = Store::new();
-//! let acquire = |token| Op::Acquire { key: "{r}:lock", token, ttl_ms: 100, holder_ttl: true };
+//! let acquire = |token| Op::Acquire {
+//!     key: "{r}:lock",
+//!     token,
+//!     ttl_ms: 100,
+//!     holder_ttl: true,
+//!     line: &[],
+//!     waiter: None,
+//! };
 //! assert_eq!(store.apply(acquire("a"), 0)?, Reply::Done);
 //! assert_eq!(store.apply(acquire("b"), 40)?, Reply::Held { pttl_ms: Some(60) });
 //! assert_eq!(store.apply(acquire("b"), 101)?, Reply::Done); // a's key has expired
@@ -27,10 +34,18 @@
 use std::collections::BTreeMap;
 
 use crate::error::NodeError;
-use crate::node::{Notice, Op, Reply, Snapshot, Stored};
+use crate::node::{KEPT, MAX_LINE, Notice, Op, READERS_TURN, Reply, Snapshot, Stored, Waiter};
 
 /// The most members of a sorted set an inspection reads (as `inspect.lua`).
 const INSPECT_MEMBERS: usize = 4096;
+
+/// The most waiters past their deadline one hand-over drops (as
+/// `line.lua`).
+const PRUNE_AT_ONCE: usize = 64;
+
+/// What serving a waiter adds to its ticket (as `line.lua`): 2^52, above
+/// every ticket.
+const SERVED: i64 = 1 << 52;
 
 /// A node's keys and what each [`Op`] does to them; see the
 /// [module docs](self). Time is the node's clock in milliseconds, given to
@@ -49,15 +64,17 @@ struct Entry {
     expires: Option<u64>,
 }
 
+type Members = BTreeMap<String, i64>;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Value {
-    /// A string: a token, a fencing counter.
+    /// A string: a token, a fencing counter, a permit count.
     Text(String),
     /// A reentrant lock's hash: the owner, counting one per hold (its
     /// tokens, in the order they were taken).
     Holds { owner: String, holds: Vec<String> },
     /// A sorted set: members and their scores.
-    Scored(BTreeMap<String, u64>),
+    Scored(Members),
 }
 
 /// A key taken out of a [`Store`] by [`Store::take`], to be put back.
@@ -69,6 +86,11 @@ pub struct Taken {
 
 fn wrong_type() -> NodeError {
     NodeError::Server("WRONGTYPE Operation against a key holding the wrong kind of value".into())
+}
+
+/// A node time as a score.
+fn score(ms: u64) -> i64 {
+    i64::try_from(ms).unwrap_or(i64::MAX)
 }
 
 impl Entry {
@@ -84,8 +106,8 @@ impl Entry {
         self.expires.map(|at| at.saturating_sub(now))
     }
 
-    fn is_text(&self, token: &str) -> bool {
-        matches!(&self.value, Value::Text(t) if t == token)
+    fn is_text(&self, text: &str) -> bool {
+        matches!(&self.value, Value::Text(t) if t == text)
     }
 
     /// Pushes the expiry out to at least `ttl_ms` from `now` (never
@@ -105,6 +127,15 @@ fn held(entry: &Entry, now: u64) -> Reply {
     Reply::Held {
         pttl_ms: entry.pttl(now),
     }
+}
+
+/// The last (greatest) score of a sorted set, plus one: when
+/// `PEXPIREAT last + 1` makes it expire.
+fn after_last(members: &Members) -> Option<u64> {
+    members
+        .values()
+        .max()
+        .map(|last| u64::try_from(*last).unwrap_or(0) + 1)
 }
 
 impl Store {
@@ -142,46 +173,264 @@ impl Store {
         });
     }
 
+    /// Whether `key` is a live string holding `text` (`GET` by `pcall`: a
+    /// key of another type holds no string).
+    fn holds_text(&mut self, key: &str, text: &str, now: u64) -> bool {
+        self.live(key, now).is_some_and(|e| e.is_text(text))
+    }
+
     /// Deletes `key` if it is a string holding `token`.
     fn delete_if(&mut self, key: &str, token: &str, now: u64) -> bool {
-        let ours = self.live(key, now).is_some_and(|e| e.is_text(token));
+        let ours = self.holds_text(key, token, now);
         if ours {
             self.keys.remove(key);
         }
         ours
     }
 
-    /// The sorted set under `key` with members scored below `now` removed
-    /// (`ZREMRANGEBYSCORE key -inf (now`; the key goes with its last
-    /// member): `Ok(None)` when there is no such key, an error for a key of
-    /// another type.
-    fn pruned(&mut self, key: &str, now: u64) -> Result<Option<&mut Entry>, NodeError> {
-        let Some(entry) = self.live(key, now) else {
-            return Ok(None);
-        };
-        let Value::Scored(members) = &mut entry.value else {
-            return Err(wrong_type());
-        };
-        members.retain(|_, score| *score >= now);
-        if members.is_empty() {
-            self.keys.remove(key);
-            return Ok(None);
+    /// The sorted set under `key`: `Ok(None)` when there is no such key, an
+    /// error for a key of another type (as a sorted-set command meets it).
+    fn zset(&mut self, key: &str, now: u64) -> Result<Option<&mut Members>, NodeError> {
+        match self.live(key, now) {
+            None => Ok(None),
+            Some(Entry {
+                value: Value::Scored(members),
+                ..
+            }) => Ok(Some(members)),
+            Some(_) => Err(wrong_type()),
         }
-        Ok(self.keys.get_mut(key))
     }
 
-    /// The greatest score in a sorted set.
-    fn last_score(entry: &Entry) -> Option<u64> {
-        match &entry.value {
-            Value::Scored(members) => members.values().max().copied(),
-            _ => None,
+    /// `ZADD key score member`, creating the key (without expiry).
+    fn zadd(&mut self, key: &str, member: &str, at: i64, now: u64) -> Result<(), NodeError> {
+        match self.zset(key, now)? {
+            Some(members) => {
+                members.insert(member.to_owned(), at);
+            }
+            None => {
+                let value = Value::Scored(BTreeMap::from([(member.to_owned(), at)]));
+                self.set(
+                    key,
+                    Entry {
+                        value,
+                        expires: None,
+                    },
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// `ZREM key member`; the key goes with its last member.
+    fn zrem(&mut self, key: &str, member: &str, now: u64) {
+        if let Ok(Some(members)) = self.zset(key, now) {
+            members.remove(member);
+            if members.is_empty() {
+                self.keys.remove(key);
+            }
+        }
+    }
+
+    /// `ZREMRANGEBYSCORE key -inf (now`: members scored below `now` go
+    /// (and the key with the last of them).
+    fn prune(&mut self, key: &str, now: u64) -> Result<(), NodeError> {
+        if let Some(members) = self.zset(key, now)? {
+            members.retain(|_, at| *at >= score(now));
+            if members.is_empty() {
+                self.keys.remove(key);
+            }
+        }
+        Ok(())
+    }
+
+    /// `PEXPIREAT key at` on a live key.
+    fn expire_at(&mut self, key: &str, at: Option<u64>, now: u64) {
+        if let Some(e) = self.live(key, now) {
+            e.expires = at;
+        }
+    }
+
+    /// A sorted set's `PEXPIREAT` just after its last score.
+    fn expire_after_last(&mut self, key: &str, also: Option<&str>, now: u64) {
+        let at = match self.zset(key, now) {
+            Ok(Some(members)) => after_last(members),
+            _ => return,
+        };
+        self.expire_at(key, at, now);
+        if let Some(other) = also {
+            self.expire_at(other, at, now);
+        }
+    }
+
+    /// `line.lua`'s `line_join`: in line with `ticket` until `deadline`
+    /// (the line full, no one new).
+    fn line_join(
+        &mut self,
+        line: &[String],
+        who: &str,
+        ticket: u64,
+        deadline: u64,
+        now: u64,
+    ) -> Result<(), NodeError> {
+        let (queue, alive) = (&line[0], &line[1]);
+        let (known, count) = match self.zset(alive, now)? {
+            Some(members) => (members.contains_key(who), members.len()),
+            None => (false, 0),
+        };
+        if !known && count >= MAX_LINE {
+            return Ok(());
+        }
+        self.zadd(queue, who, score(ticket), now)?;
+        self.zadd(alive, who, score(deadline), now)?;
+        let at = match self.zset(alive, now)? {
+            Some(members) => after_last(members),
+            None => None,
+        };
+        self.expire_at(alive, at, now);
+        self.expire_at(queue, at, now);
+        Ok(())
+    }
+
+    /// `line_wait`: a refused waiter stays in line for the holder's time
+    /// left (`pttl`, `None` for no expiry), an eighth more and its patience.
+    fn line_wait(
+        &mut self,
+        line: &[String],
+        who: &str,
+        waiter: &Waiter<'_>,
+        pttl: Option<u64>,
+        now: u64,
+    ) -> Result<(), NodeError> {
+        let left = pttl.unwrap_or(0);
+        let deadline = now + left + left / 8 + waiter.patience_ms;
+        self.line_join(line, who, waiter.ticket, deadline, now)
+    }
+
+    fn line_leave(&mut self, line: &[String], who: &str, now: u64) {
+        self.zrem(&line[0], who, now);
+        self.zrem(&line[1], who, now);
+    }
+
+    /// `line_hand_over`: keeps `key` for the first waiter in `line` not yet
+    /// served; false when no one waits.
+    fn hand_over(&mut self, key: &str, line: &[String], now: u64) -> Result<bool, NodeError> {
+        let (queue, alive) = (&line[0], &line[1]);
+        if self.live(queue, now).is_none() {
+            return Ok(false);
+        }
+        let mut gone: Vec<(i64, String)> = match self.zset(alive, now)? {
+            Some(members) => members
+                .iter()
+                .filter(|(_, at)| **at < score(now))
+                .map(|(who, at)| (*at, who.clone()))
+                .collect(),
+            None => Vec::new(),
+        };
+        gone.sort();
+        for (_, who) in gone.into_iter().take(PRUNE_AT_ONCE) {
+            self.line_leave(line, &who, now);
+        }
+        let head = match self.zset(queue, now)? {
+            Some(members) => members
+                .iter()
+                .filter(|(_, ticket)| (0..SERVED).contains(*ticket))
+                .min_by(|a, b| (a.1, a.0).cmp(&(b.1, b.0)))
+                .map(|(who, ticket)| (who.clone(), *ticket)),
+            None => None,
+        };
+        let Some((head, ticket)) = head else {
+            return Ok(false);
+        };
+        let deadline = match self.zset(alive, now)? {
+            Some(members) => members.get(&head).copied().unwrap_or(0),
+            None => 0,
+        };
+        let left = deadline - score(now);
+        let patience: i64 = head[1..]
+            .split(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0);
+        let keep = u64::try_from(patience.min(left).max(1)).unwrap_or(1);
+        if head.starts_with('r') {
+            self.set(key, Entry::text(READERS_TURN, now, keep));
+        } else {
+            self.set(key, Entry::text(&format!("{KEPT}{head}"), now, keep));
+            self.zadd(queue, &head, ticket + SERVED, now)?;
+        }
+        Ok(true)
+    }
+
+    /// `release.lua` on `key` with `line`: if `key` holds `token` (or, for
+    /// `me` leaving its line, is kept for `me`), kept for the first waiter
+    /// or deleted, and published. [`Reply::Done`] only when it held
+    /// `token`.
+    fn give_back(
+        &mut self,
+        key: &str,
+        token: &str,
+        line: &[String],
+        me: Option<&str>,
+        now: u64,
+    ) -> Result<Reply, NodeError> {
+        if let Some(me) = me {
+            self.line_leave(line, me, now);
+        }
+        if self.holds_text(key, token, now) {
+            if line.len() != 2 || !self.hand_over(key, line, now)? {
+                self.keys.remove(key);
+            }
+            self.publish(key, token);
+            return Ok(Reply::Done);
+        }
+        match me {
+            Some(me) => self.give_back_kept(key, token, line, me, now),
+            None => Ok(Reply::NotHeld),
+        }
+    }
+
+    /// A key kept for `me`, which no longer waits: given on (or deleted)
+    /// and published; [`Reply::NotHeld`] either way.
+    fn give_back_kept(
+        &mut self,
+        key: &str,
+        token: &str,
+        line: &[String],
+        me: &str,
+        now: u64,
+    ) -> Result<Reply, NodeError> {
+        if self.free_to_kept(key, Some(me), now) {
+            if line.len() != 2 || !self.hand_over(key, line, now)? {
+                self.keys.remove(key);
+            }
+            self.publish(key, token);
+        }
+        Ok(Reply::NotHeld)
+    }
+
+    /// Whether `key` is kept for `me`.
+    fn free_to_kept(&mut self, key: &str, me: Option<&str>, now: u64) -> bool {
+        me.is_some_and(|me| {
+            self.live(key, now).is_some_and(
+                |e| matches!(&e.value, Value::Text(v) if v.strip_prefix(KEPT) == Some(me)),
+            )
+        })
+    }
+
+    /// Whether `key` is free to `me` (absent, or kept for it).
+    fn free_to(&mut self, key: &str, me: Option<&str>, now: u64) -> bool {
+        match (self.live(key, now), me) {
+            (None, _) => true,
+            (Some(e), Some(me)) => {
+                matches!(&e.value, Value::Text(v) if v.strip_prefix(KEPT) == Some(me))
+            }
+            (Some(_), None) => false,
         }
     }
 
     /// Applies `op` at `now` on the node's clock, as its script would.
     /// `Err` where the script would fail (a key of the wrong type under a
-    /// read/write lock's readers key; a fencing counter that is not a
-    /// number).
+    /// sorted-set key; a fencing counter that is not a number).
     pub fn apply(&mut self, op: Op<'_>, now: u64) -> Result<Reply, NodeError> {
         Ok(match op {
             Op::Acquire {
@@ -189,14 +438,30 @@ impl Store {
                 token,
                 ttl_ms,
                 holder_ttl,
-            } => match self.live(key, now) {
-                // `SET NX` answers nil; acquire.lua the PTTL.
-                Some(e) if holder_ttl => held(e, now),
-                Some(_) => Reply::Held { pttl_ms: None },
-                None => {
-                    self.set(key, Entry::text(token, now, ttl_ms));
-                    Reply::Done
+                line,
+                waiter,
+            } => match waiter.filter(|_| line.len() == 2) {
+                Some(waiter) => {
+                    let me = waiter.name(false);
+                    if self.free_to(key, Some(&me), now) {
+                        self.set(key, Entry::text(token, now, ttl_ms));
+                        self.line_leave(line, &me, now);
+                        Reply::Done
+                    } else {
+                        let pttl = self.peek(key, now).and_then(|e| e.pttl(now));
+                        self.line_wait(line, &me, &waiter, pttl, now)?;
+                        Reply::Held { pttl_ms: pttl }
+                    }
                 }
+                None => match self.live(key, now) {
+                    // `SET NX` answers nil; acquire.lua the PTTL.
+                    Some(e) if holder_ttl => held(e, now),
+                    Some(_) => Reply::Held { pttl_ms: None },
+                    None => {
+                        self.set(key, Entry::text(token, now, ttl_ms));
+                        Reply::Done
+                    }
+                },
             },
             Op::Extend { key, token, ttl_ms } => match self.live(key, now) {
                 Some(e) if e.is_text(token) => {
@@ -205,22 +470,31 @@ impl Store {
                 }
                 _ => Reply::NotHeld,
             },
-            Op::Release { key, token } => {
-                if self.delete_if(key, token, now) {
-                    self.publish(key, token);
-                    Reply::Done
-                } else {
-                    Reply::NotHeld
-                }
+            Op::Release {
+                key,
+                token,
+                line,
+                waiter,
+            } => {
+                let me = waiter.filter(|_| line.len() == 2).map(|w| w.name(false));
+                self.give_back(key, token, line, me.as_deref(), now)?
             }
             Op::AcquireFenced {
                 key,
                 fence_key,
                 token,
                 ttl_ms,
+                line,
+                waiter,
             } => {
-                if let Some(e) = self.live(key, now) {
-                    return Ok(held(e, now));
+                let waiter = waiter.filter(|_| line.len() == 2);
+                let me = waiter.map(|w| w.name(false));
+                if !self.free_to(key, me.as_deref(), now) {
+                    let pttl = self.peek(key, now).and_then(|e| e.pttl(now));
+                    if let (Some(w), Some(me)) = (waiter, &me) {
+                        self.line_wait(line, me, &w, pttl, now)?;
+                    }
+                    return Ok(Reply::Held { pttl_ms: pttl });
                 }
                 // `INCR` keeps the counter's expiry (it has none).
                 let counter = self.counter(fence_key, now)? + 1;
@@ -228,6 +502,9 @@ impl Store {
                 let value = Value::Text(counter.to_string());
                 self.set(fence_key, Entry { value, expires });
                 self.set(key, Entry::text(token, now, ttl_ms));
+                if let Some(me) = &me {
+                    self.line_leave(line, me, now);
+                }
                 Reply::Fence(counter)
             }
             Op::FenceWriteBack {
@@ -236,16 +513,12 @@ impl Store {
                 token,
                 fence,
             } => {
-                if !self.live(key, now).is_some_and(|e| e.is_text(token)) {
+                if !self.holds_text(key, token, now) {
                     return Ok(Reply::NotHeld);
                 }
                 if self.counter(fence_key, now)? < fence {
                     // `SET` without `PX`: no expiry.
-                    let entry = Entry {
-                        value: Value::Text(fence.to_string()),
-                        expires: None,
-                    };
-                    self.set(fence_key, entry);
+                    self.set_text(fence_key, &fence.to_string());
                 }
                 Reply::Done
             }
@@ -328,10 +601,7 @@ impl Store {
                 token,
                 ttl_ms,
             } => {
-                if !keys
-                    .iter()
-                    .all(|k| self.live(k, now).is_some_and(|e| e.is_text(token)))
-                {
+                if !keys.iter().all(|k| self.holds_text(k, token, now)) {
                     return Ok(Reply::NotHeld);
                 }
                 for key in keys {
@@ -355,68 +625,41 @@ impl Store {
                 keys,
                 token,
                 ttl_ms,
-            } => {
-                let [writer, readers, intent] = rw(keys)?;
-                if let Some(e) = self.peek(writer, now).or_else(|| self.peek(intent, now)) {
-                    return Ok(held(e, now));
-                }
-                let score = now.saturating_add(ttl_ms);
-                match self.pruned(readers, now)? {
-                    Some(e) => {
-                        if let Value::Scored(members) = &mut e.value {
-                            members.insert(token.to_owned(), score);
-                        }
-                        // `PEXPIREAT` just after the latest reader.
-                        e.expires = Self::last_score(e).map(|last| last + 1);
-                    }
-                    None => {
-                        let value = Value::Scored(BTreeMap::from([(token.to_owned(), score)]));
-                        let expires = Some(score + 1);
-                        self.set(readers, Entry { value, expires });
-                    }
-                }
-                Reply::Done
-            }
+                waiter,
+            } => self.acquire_read(keys, token, ttl_ms, waiter, now)?,
             Op::ExtendRead {
                 keys,
                 token,
                 ttl_ms,
             } => {
-                let [_, readers, _] = rw(keys)?;
-                let Some(e) = self.live(readers, now) else {
-                    return Ok(Reply::NotHeld);
-                };
-                let Value::Scored(members) = &mut e.value else {
+                let [_, readers, ..] = rw(keys)?;
+                let Ok(Some(members)) = self.zset(readers, now) else {
                     return Ok(Reply::NotHeld);
                 };
                 match members.get_mut(token) {
-                    Some(score) if *score >= now => {
-                        *score = (*score).max(now.saturating_add(ttl_ms));
+                    Some(at) if *at >= score(now) => {
+                        *at = (*at).max(score(now.saturating_add(ttl_ms)));
                     }
                     _ => return Ok(Reply::NotHeld),
                 }
-                e.expires = Self::last_score(e).map(|last| last + 1);
+                self.expire_after_last(readers, None, now);
                 Reply::Done
             }
-            Op::ReleaseRead { keys, token } => {
-                let [writer, readers, _] = rw(keys)?;
-                let removed = match self.live(readers, now) {
-                    Some(Entry {
-                        value: Value::Scored(members),
-                        ..
-                    }) => members.remove(token).is_some(),
-                    _ => false,
-                };
+            Op::ReleaseRead {
+                keys,
+                token,
+                waiter,
+            } => {
+                let [writer, readers, ..] = rw(keys)?;
+                if let Some(w) = waiter {
+                    self.line_leave(&keys[3..], &w.name(true), now);
+                }
+                let removed =
+                    matches!(self.zset(readers, now), Ok(Some(m)) if m.contains_key(token));
                 if !removed {
                     return Ok(Reply::NotHeld);
                 }
-                if self
-                    .keys
-                    .get(readers)
-                    .is_some_and(|e| matches!(&e.value, Value::Scored(m) if m.is_empty()))
-                {
-                    self.keys.remove(readers);
-                }
+                self.zrem(readers, token, now);
                 self.publish(writer, token);
                 Reply::Done
             }
@@ -424,39 +667,213 @@ impl Store {
                 keys,
                 token,
                 ttl_ms,
+                waiter,
+            } => self.acquire_write(keys, token, ttl_ms, waiter, now)?,
+            Op::ReleaseWrite {
+                keys,
+                token,
+                waiter,
             } => {
-                let [writer, readers, intent] = rw(keys)?;
-                if let Some(e) = self.live(writer, now) {
-                    return Ok(held(e, now));
+                let [writer, _, intent, ..] = rw(keys)?;
+                let line = &keys[3..];
+                let me = waiter.map(|w| w.name(false));
+                if let Some(me) = &me {
+                    self.line_leave(line, me, now);
                 }
-                let last = self.pruned(readers, now)?.and_then(|e| Self::last_score(e));
-                if let Some(last) = last {
-                    let left = last - now;
-                    // Never a shorter intent than stands.
-                    let stands = self.live(intent, now).and_then(|e| e.pttl(now));
-                    let keep = stands.map_or(left + ttl_ms, |s| s.max(left + ttl_ms));
-                    self.set(intent, Entry::text(token, now, keep));
-                    return Ok(Reply::Held {
-                        pttl_ms: Some(left),
-                    });
+                let ours = self.holds_text(writer, token, now);
+                let changed = ours || self.free_to_kept(writer, me.as_deref(), now);
+                if changed && !self.hand_over(writer, line, now)? {
+                    self.keys.remove(writer);
                 }
-                self.set(writer, Entry::text(token, now, ttl_ms));
-                self.keys.remove(intent);
-                Reply::Done
-            }
-            Op::ReleaseWrite { keys, token } => {
-                let [writer, _, intent] = rw(keys)?;
-                let writer_gone = self.delete_if(writer, token, now);
                 let intent_gone = self.delete_if(intent, token, now);
-                if writer_gone || intent_gone {
+                if changed || intent_gone {
                     self.publish(writer, token);
+                }
+                if ours || intent_gone {
                     Reply::Done
                 } else {
                     Reply::NotHeld
                 }
             }
+            Op::AcquirePermit {
+                keys,
+                token,
+                ttl_ms,
+                permits,
+                waiter,
+            } => self.acquire_permit(keys, token, ttl_ms, permits, waiter, now)?,
+            Op::ExtendPermit {
+                keys,
+                token,
+                ttl_ms,
+            } => {
+                let [slot, holders, count, ..] = permit(keys)?;
+                if !self.holds_text(slot, token, now) {
+                    return Ok(Reply::NotHeld);
+                }
+                if let Some(e) = self.live(slot, now) {
+                    e.extend(now, ttl_ms);
+                }
+                let until = score(now.saturating_add(ttl_ms));
+                let current = match self.zset(holders, now) {
+                    Ok(Some(members)) => members.get(token).copied().unwrap_or(0),
+                    _ => 0,
+                };
+                if current < until {
+                    self.zadd(holders, token, until, now)?;
+                }
+                self.expire_after_last(holders, Some(count), now);
+                Reply::Done
+            }
+            Op::ReleasePermit {
+                keys,
+                token,
+                waiter,
+            } => {
+                let [slot, holders, count, ..] = permit(keys)?;
+                let me = waiter.map(|w| w.name(false));
+                if let Some(me) = &me {
+                    self.line_leave(&keys[3..], me, now);
+                }
+                self.zrem(holders, token, now);
+                if self.live(holders, now).is_none() {
+                    self.keys.remove(count);
+                }
+                self.give_back(slot, token, &keys[3..], me.as_deref(), now)?
+            }
             Op::Inspect { keys } => Reply::Snapshot(self.inspect(keys, now)),
         })
+    }
+
+    /// `acquire_read.lua`.
+    fn acquire_read(
+        &mut self,
+        keys: &[String],
+        token: &str,
+        ttl_ms: u64,
+        waiter: Option<Waiter<'_>>,
+        now: u64,
+    ) -> Result<Reply, NodeError> {
+        let [writer, readers, intent, ..] = rw(keys)?;
+        let line = &keys[3..];
+        let me = waiter.map(|w| w.name(true));
+        let turn = self.holds_text(writer, READERS_TURN, now);
+        let stands = match self.peek(writer, now) {
+            Some(e) if !turn => Some(e),
+            _ => self.peek(intent, now),
+        };
+        if let Some(e) = stands {
+            let pttl = e.pttl(now);
+            if let (Some(w), Some(me)) = (waiter, &me) {
+                self.line_wait(line, me, &w, pttl, now)?;
+            }
+            return Ok(Reply::Held { pttl_ms: pttl });
+        }
+        self.prune(readers, now)?;
+        self.zadd(readers, token, score(now.saturating_add(ttl_ms)), now)?;
+        self.expire_after_last(readers, None, now);
+        if let Some(me) = &me {
+            self.line_leave(line, me, now);
+        }
+        if turn {
+            let readers_left = match self.zset(&line[0], now)? {
+                Some(members) => members
+                    .iter()
+                    .any(|(who, ticket)| (0..SERVED).contains(ticket) && who.starts_with('r')),
+                None => false,
+            };
+            if !readers_left {
+                self.keys.remove(writer);
+                self.publish(writer, token);
+            }
+        }
+        Ok(Reply::Done)
+    }
+
+    /// `acquire_write.lua`.
+    fn acquire_write(
+        &mut self,
+        keys: &[String],
+        token: &str,
+        ttl_ms: u64,
+        waiter: Option<Waiter<'_>>,
+        now: u64,
+    ) -> Result<Reply, NodeError> {
+        let [writer, readers, intent, ..] = rw(keys)?;
+        let line = &keys[3..];
+        let me = waiter.map(|w| w.name(false));
+        if !self.free_to(writer, me.as_deref(), now) {
+            let pttl = self.peek(writer, now).and_then(|e| e.pttl(now));
+            if let (Some(w), Some(me)) = (waiter, &me) {
+                self.line_wait(line, me, &w, pttl, now)?;
+            }
+            return Ok(Reply::Held { pttl_ms: pttl });
+        }
+        self.prune(readers, now)?;
+        let last = match self.zset(readers, now)? {
+            Some(members) => members.values().max().copied(),
+            None => None,
+        };
+        if let Some(last) = last {
+            let left = u64::try_from(last - score(now)).unwrap_or(0);
+            // Never a shorter intent than stands.
+            let stands = self.peek(intent, now).and_then(|e| e.pttl(now));
+            let keep = stands.map_or(left + ttl_ms, |s| s.max(left + ttl_ms));
+            self.set(intent, Entry::text(token, now, keep));
+            if let (Some(w), Some(me)) = (waiter, &me) {
+                self.line_wait(line, me, &w, Some(left), now)?;
+            }
+            return Ok(Reply::Held {
+                pttl_ms: Some(left),
+            });
+        }
+        self.set(writer, Entry::text(token, now, ttl_ms));
+        self.keys.remove(intent);
+        if let Some(me) = &me {
+            self.line_leave(line, me, now);
+        }
+        Ok(Reply::Done)
+    }
+
+    /// `acquire_permit.lua`.
+    fn acquire_permit(
+        &mut self,
+        keys: &[String],
+        token: &str,
+        ttl_ms: u64,
+        permits: u32,
+        waiter: Option<Waiter<'_>>,
+        now: u64,
+    ) -> Result<Reply, NodeError> {
+        let [slot, holders, count, ..] = permit(keys)?;
+        let line = &keys[3..];
+        let me = waiter.map(|w| w.name(false));
+        self.prune(holders, now)?;
+        if self.live(holders, now).is_some()
+            && let Some(Entry {
+                value: Value::Text(stored),
+                ..
+            }) = self.live(count, now)
+            && *stored != permits.to_string()
+        {
+            let permits = stored.parse().unwrap_or(0);
+            return Ok(Reply::PermitsDiffer { permits });
+        }
+        if !self.free_to(slot, me.as_deref(), now) {
+            let pttl = self.peek(slot, now).and_then(|e| e.pttl(now));
+            if let (Some(w), Some(me)) = (waiter, &me) {
+                self.line_wait(line, me, &w, pttl, now)?;
+            }
+            return Ok(Reply::Held { pttl_ms: pttl });
+        }
+        self.set(slot, Entry::text(token, now, ttl_ms));
+        self.zadd(holders, token, score(now.saturating_add(ttl_ms)), now)?;
+        self.set_text(count, &permits.to_string());
+        self.expire_after_last(holders, Some(count), now);
+        if let Some(me) = &me {
+            self.line_leave(line, me, now);
+        }
+        Ok(Reply::Done)
     }
 
     /// A fencing counter's value (0 when absent), or the error `INCR` and
@@ -503,7 +920,7 @@ impl Store {
                     Value::Scored(members) => {
                         let mut members: Vec<(Vec<u8>, u64)> = members
                             .iter()
-                            .map(|(m, s)| (m.clone().into_bytes(), *s))
+                            .map(|(m, s)| (m.clone().into_bytes(), u64::try_from(*s).unwrap_or(0)))
                             .collect();
                         members.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
                         members.truncate(INSPECT_MEMBERS);
@@ -522,7 +939,7 @@ impl Store {
     }
 
     /// The token (or reentrant owner) under `key` at `now`, if a lock holds
-    /// it.
+    /// it (a lock kept for a waiter holds [`KEPT`] and the waiter's name).
     pub fn holder(&self, key: &str, now: u64) -> Option<&str> {
         match &self.peek(key, now)?.value {
             Value::Text(token) => Some(token),
@@ -541,23 +958,33 @@ impl Store {
     }
 
     /// How many members of the sorted set `key` (a read/write lock's
-    /// readers) are live at `now`.
+    /// readers, a semaphore's holders) are live at `now`: scored at least
+    /// `now`.
     pub fn readers(&self, key: &str, now: u64) -> usize {
         match self.peek(key, now).map(|e| &e.value) {
-            Some(Value::Scored(members)) => members.values().filter(|s| **s >= now).count(),
+            Some(Value::Scored(members)) => members.values().filter(|s| **s >= score(now)).count(),
+            _ => 0,
+        }
+    }
+
+    /// How many waiters the line whose first key is `line` holds at `now`
+    /// (a lock's line: `{R}:lock:line`), served or not.
+    pub fn waiting(&self, line: &str, now: u64) -> usize {
+        match self.peek(line, now).map(|e| &e.value) {
+            Some(Value::Scored(members)) => members.len(),
             _ => 0,
         }
     }
 
     /// How many keys with a time to live are live at `now`: every key a
     /// lock sets (a fencing counter has no TTL, and is not counted); a
-    /// readers key only while a reader in it is live.
+    /// sorted set only while a member scored by expiry is live.
     pub fn live_keys(&self, now: u64) -> usize {
         self.keys
             .values()
             .filter(|e| e.expires.is_some_and(|at| at >= now))
             .filter(|e| match &e.value {
-                Value::Scored(members) => members.values().any(|s| *s >= now),
+                Value::Scored(members) => members.values().any(|s| *s >= score(now)),
                 _ => true,
             })
             .count()
@@ -603,12 +1030,20 @@ impl Store {
     }
 }
 
-/// A read/write lock's `[writer, readers, intent]`.
-fn rw(keys: &[String]) -> Result<[&str; 3], NodeError> {
+/// A read/write lock's `[writer, readers, intent, line, alive]`.
+fn rw(keys: &[String]) -> Result<[&str; 5], NodeError> {
     match keys {
-        [writer, readers, intent] => Ok([writer, readers, intent]),
+        [a, b, c, d, e] => Ok([a, b, c, d, e]),
         _ => Err(NodeError::Server(
-            "ERR a read/write lock takes 3 keys".into(),
+            "ERR a read/write lock takes 5 keys".into(),
         )),
+    }
+}
+
+/// A permit's `[slot, holders, count, line, alive]`.
+fn permit(keys: &[String]) -> Result<[&str; 5], NodeError> {
+    match keys {
+        [a, b, c, d, e] => Ok([a, b, c, d, e]),
+        _ => Err(NodeError::Server("ERR a permit takes 5 keys".into())),
     }
 }

@@ -267,7 +267,10 @@ fn ledger_token<'a>(op: &Op<'a>) -> &'a str {
         | Op::ExtendRead { token, .. }
         | Op::ReleaseRead { token, .. }
         | Op::AcquireWrite { token, .. }
-        | Op::ReleaseWrite { token, .. } => token,
+        | Op::ReleaseWrite { token, .. }
+        | Op::AcquirePermit { token, .. }
+        | Op::ExtendPermit { token, .. }
+        | Op::ReleasePermit { token, .. } => token,
         _ => "",
     }
 }
@@ -377,20 +380,23 @@ impl SimNode {
         }
         let ledger = st.ledger.entry(token.to_owned()).or_default();
         match op {
-            Op::Extend { .. } | Op::ExtendMany { .. } | Op::ExtendRead { .. } => {
-                ledger.extensions += 1
-            }
+            Op::Extend { .. }
+            | Op::ExtendMany { .. }
+            | Op::ExtendRead { .. }
+            | Op::ExtendPermit { .. } => ledger.extensions += 1,
             Op::Acquire { .. }
             | Op::AcquireFenced { .. }
             | Op::AcquireReentrant { .. }
             | Op::AcquireMany { .. }
             | Op::AcquireRead { .. }
-            | Op::AcquireWrite { .. } => ledger.arrived = true,
+            | Op::AcquireWrite { .. }
+            | Op::AcquirePermit { .. } => ledger.arrived = true,
             Op::Release { .. }
             | Op::ReleaseReentrant { .. }
             | Op::ReleaseMany { .. }
             | Op::ReleaseRead { .. }
-            | Op::ReleaseWrite { .. } => ledger.released = true,
+            | Op::ReleaseWrite { .. }
+            | Op::ReleasePermit { .. } => ledger.released = true,
             _ => {}
         }
         let relaxed = std::sync::atomic::Ordering::Relaxed;
@@ -410,6 +416,8 @@ impl SimNode {
                         token,
                         ttl_ms,
                         holder_ttl: false,
+                        line: &[],
+                        waiter: None,
                     };
                     st.store.apply(one, now)?;
                 }
@@ -447,6 +455,7 @@ impl SimNode {
                 | Op::AcquireMany { .. }
                 | Op::AcquireRead { .. }
                 | Op::AcquireWrite { .. }
+                | Op::AcquirePermit { .. }
         );
         if acquire && matches!(reply, Reply::Done | Reply::Fence(_)) {
             st.ledger.entry(token.to_owned()).or_default().set = true;

@@ -1,0 +1,209 @@
+//! One waiting loop for every primitive (locks, read/write locks,
+//! semaphores): what to do after an attempt was refused.
+//!
+//! ```text
+//! loop {
+//!     waiting.before_attempt();
+//!     match attempt().await { Ok(x) => return Ok(x), Err(e) => waiting.after(e).await? }
+//! }
+//! ```
+//!
+//! [`Waiting::after`] decides from the retry policy and the caller's budget
+//! ([`proto::retry`](crate::proto::retry)) whether to stop, and otherwise
+//! pauses: until a release is reported on one of the waiter's channels (a
+//! quorum of nodes, [`wakeup`](crate::wakeup)), or until the pause is over.
+//! A waiter listens from its first refusal on, only while it waits.
+//!
+//! A waiter also has a place in its lock's line ([`InLine`], fair waiting:
+//! docs/design.md, "Fair waiting"): drawn once per wait, sent with every
+//! attempt.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::claim::{Claim, InLine};
+use crate::driver::{Attempts, Driver};
+use crate::error::{LockError, Votes};
+use crate::proto::retry::{Backoff, Budget, Last, Next, WAKE_SPREAD};
+use crate::wakeup::Interest;
+
+/// A waiter comes back within its patience at least this long.
+pub(crate) const MIN_PATIENCE: Duration = Duration::from_millis(100);
+
+/// Node timeouts in a waiter's patience, beside the retry policy's longest
+/// pause: the round trips of the attempt that follows a wake-up.
+const PATIENCE_TIMEOUTS: u32 = 4;
+
+/// One caller's wait: its budget, its pauses so far, the channels it
+/// listens to and its place in line.
+pub(crate) struct Waiting<'a> {
+    driver: &'a Driver,
+    attempts: Attempts,
+    started: Instant,
+    backoff: Backoff,
+    /// The channels (lock keys) whose releases wake the waiter.
+    channels: &'a [String],
+    /// Registered at the first refusal of a wait with a deadline.
+    interests: Vec<Interest>,
+    in_line: Option<InLine>,
+}
+
+impl<'a> Waiting<'a> {
+    /// A wait of `attempts` on `driver`, woken by releases on `channels`.
+    /// A wait with a deadline ([`Attempts::Until`]) waits in line.
+    pub(crate) fn new(driver: &'a Driver, attempts: Attempts, channels: &'a [String]) -> Self {
+        let waits = matches!(attempts, Attempts::Until(_)) && driver.settings.fair;
+        let in_line = waits.then(|| {
+            let draws = (driver.draw(), driver.draw());
+            InLine::new(driver.ticket(), draws, patience(driver))
+        });
+        Waiting {
+            driver,
+            attempts,
+            started: Instant::now(),
+            backoff: Backoff::default(),
+            channels,
+            interests: Vec::new(),
+            in_line,
+        }
+    }
+
+    /// The wait's place in line, if it waits in line.
+    pub(crate) fn in_line(&self) -> Option<InLine> {
+        self.in_line
+    }
+
+    /// Whether a refusal must report how long the holder's keys live (a
+    /// waiter with a deadline sleeps on it).
+    pub(crate) fn holder_ttl(&self) -> bool {
+        matches!(self.attempts, Attempts::Until(_))
+    }
+
+    /// Call before each attempt: releases reported until now do not wake.
+    pub(crate) fn before_attempt(&mut self) {
+        for interest in &mut self.interests {
+            interest.mark_seen();
+        }
+    }
+
+    /// After an attempt refused with `error`: `Err` with what to report when
+    /// the wait is over (input errors and a permit count that differs at
+    /// once; [`LockError::Timeout`] when its time is up), else `Ok` after
+    /// the pause.
+    pub(crate) async fn after(&mut self, error: LockError) -> Result<(), LockError> {
+        if matches!(error, LockError::Config(_) | LockError::PermitCount { .. }) {
+            return Err(error);
+        }
+        let driver = self.driver;
+        if let (Attempts::Until(_), Some(hub), true) =
+            (self.attempts, driver.hub(), self.interests.is_empty())
+        {
+            self.interests = self.channels.iter().map(|key| hub.register(key)).collect();
+        }
+        let now = Instant::now();
+        let budget = match self.attempts {
+            Attempts::Policy => Budget::Attempts,
+            Attempts::Until(give_up) => {
+                Budget::Until(give_up.map(|g| g.saturating_duration_since(now)))
+            }
+        };
+        let last = Last {
+            collided: error.votes().is_some_and(|v| v.yes() > 0),
+            holder_left: error.votes().and_then(Votes::min_pttl),
+            woken: self.interests.iter().any(Interest::listening),
+        };
+        let retry = driver.settings.retry;
+        let pause = match self.backoff.next(&retry, budget, last, driver.draw()) {
+            Next::After(pause) => pause,
+            Next::Stop => return Err(error),
+            Next::TimedOut => {
+                return Err(LockError::Timeout {
+                    waited: now - self.started,
+                    last: Box::new(error),
+                });
+            }
+        };
+        if self.interests.is_empty() {
+            tokio::time::sleep(pause).await;
+            return Ok(());
+        }
+        let released =
+            futures::future::select_all(self.interests.iter_mut().map(|i| Box::pin(i.released())));
+        // Biased, as every select here: tokio picks unbiased branches at
+        // random, which a seeded simulation could not replay.
+        let woken = tokio::select! {
+            biased;
+            () = tokio::time::sleep(pause) => false,
+            _ = released => true,
+        };
+        if woken {
+            // Every waiter hears the same release: stagger them so that one
+            // wins the nodes instead of all splitting the vote.
+            tokio::time::sleep(retry.jitter(WAKE_SPREAD, driver.draw())).await;
+        }
+        Ok(())
+    }
+}
+
+/// How long a waiter of `driver` takes at most to come back after a
+/// release (what a lock is kept for it): the retry policy's longest pause
+/// and the round trips of an attempt, at least [`MIN_PATIENCE`].
+pub(crate) fn patience(driver: &Driver) -> Duration {
+    let settings = &driver.settings;
+    let node_timeout = settings
+        .node_timeout
+        .unwrap_or(crate::quorum::DEFAULT_NODE_TIMEOUT);
+    (settings.retry.max_delay() + node_timeout * PATIENCE_TIMEOUTS).max(MIN_PATIENCE)
+}
+
+/// What a wait that ends without a lock takes back on the nodes that
+/// refused it: its place in line (and a lock kept for it meanwhile), and a
+/// refused writer's intent, which would turn readers away for a writer no
+/// longer coming. Taken back when the caller gives up (its retries spent,
+/// its wait over) or is dropped while it waits: its last refused round is
+/// released on every node, without waiting (compare-and-delete: a node
+/// where the intent holds another writer's token keeps it);
+/// [`Driver::shutdown`] waits for those calls.
+pub(crate) struct GiveUp<'a> {
+    driver: &'a Driver,
+    /// The last refused round's claim, if it left something to take back.
+    last: Option<Arc<Claim>>,
+    ttl_ms: u64,
+}
+
+impl<'a> GiveUp<'a> {
+    pub(crate) fn new(driver: &'a Driver, ttl_ms: u64) -> Self {
+        GiveUp {
+            driver,
+            last: None,
+            ttl_ms,
+        }
+    }
+
+    /// `claim`'s round was refused.
+    pub(crate) fn refused(&mut self, claim: &Arc<Claim>) {
+        if claim.keys().marks_refusals() || claim.waits_in_line() {
+            self.last = Some(Arc::clone(claim));
+        }
+    }
+
+    /// The wait got its lock: whose release takes back the rest.
+    pub(crate) fn got_it(&mut self) {
+        self.last = None;
+    }
+
+    /// The wait is over without a lock.
+    pub(crate) fn give_up(&mut self) {
+        if let Some(claim) = self.last.take() {
+            self.driver.release_detached(&claim, self.ttl_ms, None);
+        }
+    }
+}
+
+impl Drop for GiveUp<'_> {
+    fn drop(&mut self) {
+        self.give_up();
+    }
+}
