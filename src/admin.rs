@@ -8,6 +8,7 @@ use crate::error::{LockError, Votes};
 use crate::proto::round::Step;
 use crate::quorum::{self, DEFAULT_NODE_TIMEOUT};
 use crate::redlock::Redlock;
+use crate::semaphore::Semaphore;
 
 impl Redlock {
     /// Releases the lock on `resource` held under `token`, on behalf of
@@ -51,7 +52,40 @@ impl Redlock {
     /// not deleted until its TTL).
     pub async fn release_token(&self, resource: &str, token: &str) -> Result<Votes, LockError> {
         let keys = Keys::single(self.driver().layout(), resource, false)?;
-        let claim = Arc::new(Claim::with_token(keys, token)?);
+        self.release_claim(Claim::with_token(keys, token)?).await
+    }
+
+    /// [`release_token`](Self::release_token) for a read/write lock: where
+    /// `token` is the writer's, its writer key and its intent are deleted;
+    /// where it is a reader's, that reader. Either way each node answers
+    /// [`Answer::Yes`](crate::Answer::Yes) where something of `token` was
+    /// deleted.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// let reader = redlock.read_lock("catalog", std::time::Duration::from_secs(60)).await?;
+    /// let votes = redlock.release_token_rw("catalog", reader.token()).await?;
+    /// assert_eq!(votes.yes(), 5);
+    /// # std::mem::forget(reader);
+    /// # Ok(()) }
+    /// ```
+    pub async fn release_token_rw(&self, resource: &str, token: &str) -> Result<Votes, LockError> {
+        let layout = self.driver().layout();
+        let writer = Claim::with_token(Keys::rw(layout, resource, true)?, token)?;
+        let reader = Claim::with_token(Keys::rw(layout, resource, false)?, token)?;
+        let (writer, reader) =
+            futures::future::join(self.release_claim(writer), self.release_claim(reader)).await;
+        let (writer, reader) = (writer?, reader?);
+        // Per node: what either release did.
+        Ok(writer.merge(&reader))
+    }
+
+    /// Releases `claim` on every node, hearing each out up to the node
+    /// timeout.
+    pub(crate) async fn release_claim(&self, claim: Claim) -> Result<Votes, LockError> {
+        let claim = Arc::new(claim);
         let driver = self.driver();
         // The TTL is unknown: take one whose default node timeout is the
         // client's default.
@@ -64,5 +98,53 @@ impl Redlock {
                 votes: driver.votes(&claim, Step::Release, tally.answers),
             }),
         }
+    }
+}
+
+/// The slots a semaphore's release by token asks at once: bounded well
+/// below any node's calls in flight.
+const SLOTS_AT_ONCE: usize = 64;
+
+impl Semaphore {
+    /// [`Redlock::release_token`] for a permit: the slot holding `token`
+    /// is released wherever it does (the holder is counted out with it),
+    /// whichever slot it is. Every slot is asked, 64 at a time; each node
+    /// answers [`Answer::Yes`](crate::Answer::Yes) where one of them held
+    /// `token`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// let api = redlock.semaphore("partner-api", 3)?;
+    /// let permit = api.try_acquire(std::time::Duration::from_secs(60)).await?;
+    /// let votes = api.release_token(permit.lock().token()).await?;
+    /// assert_eq!(votes.yes(), 5);
+    /// # std::mem::forget(permit);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// Errors as [`Redlock::release_token`]'s, for any slot.
+    pub async fn release_token(&self, token: &str) -> Result<Votes, LockError> {
+        let redlock = self.redlock();
+        let slots: Vec<u32> = (0..self.permits()).collect();
+        let mut merged: Option<Votes> = None;
+        for chunk in slots.chunks(SLOTS_AT_ONCE) {
+            let claims = chunk
+                .iter()
+                .map(|slot| Claim::with_token(self.slot_keys(*slot)?, token))
+                .collect::<Result<Vec<_>, _>>()?;
+            let released =
+                futures::future::join_all(claims.into_iter().map(|c| redlock.release_claim(c)))
+                    .await;
+            for votes in released {
+                let votes = votes?;
+                merged = Some(match merged {
+                    Some(all) => all.merge(&votes),
+                    None => votes,
+                });
+            }
+        }
+        merged.ok_or(LockError::Config(crate::ConfigError::InvalidPermits(0)))
     }
 }

@@ -8,7 +8,9 @@ use clap::{ArgAction, Args, Parser, Subcommand};
 const EXIT_CODES: &str = "\
 Exit codes:
   0-255    exec: the command's own exit code when it ran to the end
-  64       bad usage or configuration (EX_USAGE)
+  64       bad usage or configuration (EX_USAGE); exec -n N while holders run
+           with another N
+  65       release: the token held RESOURCE on no node (EX_DATAERR)
   69       too few nodes answered to decide (EX_UNAVAILABLE)
   70       internal error (EX_SOFTWARE)
   71       cannot start the runtime or signal handling (EX_OSERR)
@@ -229,12 +231,25 @@ pub struct StatusArgs {
 /// node), for a holder that is gone or stuck.
 ///
 /// Nodes where TOKEN does not hold the lock are left alone. Exit 0 once a
-/// quorum confirmed RESOURCE is not held by TOKEN, 69 otherwise.
+/// quorum confirmed RESOURCE is no longer held by TOKEN and TOKEN held it on
+/// some node; 65 when TOKEN held it on no node that answered (mistyped,
+/// already gone, or a lock of another kind: see --rw and -n); 69 when too
+/// few nodes answered.
 #[derive(Debug, Args)]
 #[command(after_help = EXIT_CODES)]
 pub struct ReleaseArgs {
     /// The name of the lock.
     pub resource: String,
+
+    /// RESOURCE is a read/write lock (`exec --read`/`--write`): TOKEN is
+    /// its writer's (its writer key and intent go) or a reader's.
+    #[arg(long, conflicts_with = "permits")]
+    pub rw: bool,
+
+    /// RESOURCE is a semaphore of N permits (`exec -n N`): TOKEN is a
+    /// permit holder's, whichever slot it holds.
+    #[arg(short = 'n', long = "permits", value_name = "N")]
+    pub permits: Option<u32>,
 
     /// The holder's whole token (REDQUORUM_TOKEN of its command, or
     /// `status --show-token`).

@@ -81,16 +81,13 @@ async fn exec_with(
     if args.fence {
         options = options.fenced();
     }
-    let lock = match acquire(redlock, &args, &options, signals, ui).await {
-        Ok(lock) => lock,
+    let (lock, slot) = match acquire(redlock, &args, &options, signals, ui).await {
+        Ok(held) => held,
         Err(code) => return code,
     };
     let resource = args.resource.as_str();
-    // The permit's slot: the last part of its key's resource.
-    let permit = args.permits.map(|_| {
-        let held = lock.resource();
-        held.rsplit(':').next().unwrap_or_default().to_owned()
-    });
+    // The permit's slot.
+    let permit = slot.map(|slot| slot.to_string());
     let token = lock.token().to_owned();
     let fence = lock.fence();
     tracing::info!(
@@ -185,15 +182,29 @@ async fn acquire(
     options: &LockOptions,
     signals: &mut Signals,
     ui: &Ui,
-) -> Result<Lock, Code> {
+) -> Result<(Lock, Option<u32>), Code> {
     let resource = args.resource.as_str();
     let spinner = ui.spinner(format!("waiting for the lock on {resource}"));
-    let mut attempt: std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<Lock, LockError>> + Send>,
-    > = match args.permits {
-        None if args.read => Box::pin(redlock.read_lock_with(resource, args.ttl, options)),
-        None if args.write => Box::pin(redlock.write_lock_with(resource, args.ttl, options)),
-        None => Box::pin(redlock.lock_with(resource, args.ttl, options)),
+    let lock = |l: Lock| (l, None);
+    let mut attempt: Attempt<'_> = match args.permits {
+        None if args.read => Box::pin(async move {
+            redlock
+                .read_lock_with(resource, args.ttl, options)
+                .await
+                .map(lock)
+        }),
+        None if args.write => Box::pin(async move {
+            redlock
+                .write_lock_with(resource, args.ttl, options)
+                .await
+                .map(lock)
+        }),
+        None => Box::pin(async move {
+            redlock
+                .lock_with(resource, args.ttl, options)
+                .await
+                .map(lock)
+        }),
         Some(permits) => {
             let semaphore = match redlock.semaphore(resource, permits) {
                 Ok(semaphore) => semaphore,
@@ -205,10 +216,10 @@ async fn acquire(
             };
             let (ttl, options) = (args.ttl, options.clone());
             Box::pin(async move {
-                semaphore
-                    .acquire_with(ttl, &options)
-                    .await
-                    .map(redquorum::Permit::into_lock)
+                semaphore.acquire_with(ttl, &options).await.map(|permit| {
+                    let slot = permit.slot();
+                    (permit.into_lock(), Some(slot))
+                })
             })
         }
     };
@@ -237,6 +248,11 @@ async fn acquire(
         }
     }
 }
+
+/// Acquiring: the lock, and a permit's slot.
+type Attempt<'a> = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<(Lock, Option<u32>), LockError>> + Send + 'a>,
+>;
 
 /// The exit code and message for a lock not had.
 fn not_acquired(error: &LockError, args: &ExecArgs, ui: &Ui) -> Code {
@@ -287,6 +303,14 @@ fn not_acquired(error: &LockError, args: &ExecArgs, ui: &Ui) -> Code {
         }
         LockError::Config(e) => {
             ui.usage(&e.to_string());
+            exit::USAGE
+        }
+        LockError::PermitCount { held_under, .. } => {
+            let asked = args.permits.unwrap_or_default();
+            ui.usage(&format!(
+                "{resource} is held by commands run with -n {held_under}, not -n {asked}: \
+                 every exec of {resource} must give the same -n (change it once they are done)"
+            ));
             exit::USAGE
         }
         other => {

@@ -8,6 +8,9 @@ pub type Code = u8;
 
 /// Bad usage or configuration (EX_USAGE).
 pub const USAGE: Code = 64;
+/// `release`: the token held the lock on no node that answered
+/// (EX_DATAERR).
+pub const NOTHING_RELEASED: Code = 65;
 /// Too few nodes answered to decide (EX_UNAVAILABLE).
 pub const UNAVAILABLE: Code = 69;
 /// An internal error (EX_SOFTWARE).

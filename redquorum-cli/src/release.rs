@@ -1,5 +1,5 @@
-//! `redquorum release RESOURCE --token T`: an operator's compare-and-delete
-//! on every node.
+//! `redquorum release RESOURCE --token T [--rw | -n N]`: an operator's
+//! compare-and-delete on every node.
 
 use redquorum::{Answer, LockError, Redlock, Retry};
 
@@ -19,7 +19,15 @@ pub async fn release(global: &Global, nodes: &[String], args: &ReleaseArgs, ui: 
 
 async fn release_with(redlock: &Redlock, args: &ReleaseArgs, ui: &Ui) -> Code {
     let resource = args.resource.as_str();
-    match redlock.release_token(resource, &args.token).await {
+    let released = match args.permits {
+        Some(permits) => match redlock.semaphore(resource, permits) {
+            Ok(semaphore) => semaphore.release_token(&args.token).await,
+            Err(e) => Err(LockError::Config(e)),
+        },
+        None if args.rw => redlock.release_token_rw(resource, &args.token).await,
+        None => redlock.release_token(resource, &args.token).await,
+    };
+    match released {
         Ok(votes) => {
             for (node, answer) in votes.iter() {
                 let what = match answer {
@@ -32,12 +40,17 @@ async fn release_with(redlock: &Redlock, args: &ReleaseArgs, ui: &Ui) -> Code {
             }
             let released = votes.yes();
             if released == 0 {
-                ui.out(format_args!(
+                let hint = match (args.permits, args.rw) {
+                    (None, false) => " (a read/write lock's token needs --rw, a permit's -n N)",
+                    _ => "",
+                };
+                ui.note(format_args!(
                     "{resource} was not held by this token on any node that answered \
-                     ({} of {}); nothing released",
+                     ({} of {}); nothing released{hint}",
                     votes.not_held(),
                     votes.len()
                 ));
+                return exit::NOTHING_RELEASED;
             } else {
                 ui.out(format_args!(
                     "released {resource} on {released} of {} nodes ({} not held by this token, \

@@ -383,10 +383,14 @@ async fn status_shows_the_holder_and_release_by_token_frees_it() {
     assert!(!table.contains(&token), "{table}");
     assert!(table.trim_end().ends_with(": HELD"), "{table}");
 
-    // A wrong token releases nothing.
+    // A wrong token releases nothing, and says so by its exit code.
     let out = run(&nodes, &["release", &resource, "--token", "not-the-token"]).await;
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("nothing released"));
+    assert_eq!(code(&out), 65, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("nothing released"),
+        "{}",
+        stderr(&out)
+    );
     assert_eq!(status(&nodes, &resource).await["verdict"], "HELD");
 
     let out = run(&nodes, &["release", &resource, "--token", &token]).await;
@@ -851,6 +855,11 @@ async fn exec_n_runs_at_most_n_commands_at_once() {
     }
     let third = run(&nodes, &["exec", "-n", "2", &resource, "--", "true"]).await;
     assert_eq!(code(&third), 75, "{}", stderr(&third));
+    // A third with another count is refused as a usage error, and runs
+    // nothing (it would have found slot 2 free).
+    let other = run(&nodes, &["exec", "-n", "3", &resource, "--", "false"]).await;
+    assert_eq!(code(&other), 64, "{}", stderr(&other));
+    assert!(stderr(&other).contains("-n 2"), "{}", stderr(&other));
     let (a, b) = tokio::join!(finish(a), finish(b));
     assert_eq!((code(&a), code(&b)), (0, 0));
     let bad = run(&nodes, &["exec", "-n", "0", &resource, "--", "true"]).await;
@@ -1086,4 +1095,57 @@ async fn exec_against_distant_healthy_nodes_runs_the_command() {
         assert_eq!(code(&out), 0, "run {run_no}: {}", stderr(&out));
         assert!(!stderr(&out).contains("WARN"), "{}", stderr(&out));
     }
+}
+
+/// `release --rw` frees a read/write lock by its writer's or a reader's
+/// token, `release -n N` a permit by its holder's, and the plain `release`
+/// of such a token releases nothing (exit 65, with a hint).
+#[tokio::test(flavor = "multi_thread")]
+async fn release_takes_read_write_locks_and_permits() {
+    let nodes = node_urls();
+    let resource = unique("cli-release-kinds");
+    let redlock = Redlock::connect(&nodes).await.unwrap();
+    let ttl = Duration::from_secs(20);
+
+    let writer = redlock.write_lock(&resource, ttl).await.unwrap();
+    let token = writer.token().to_owned();
+    let out = run(&nodes, &["release", &resource, "--token", &token]).await;
+    assert_eq!(code(&out), 65, "{}", stderr(&out));
+    assert!(stderr(&out).contains("--rw"), "{}", stderr(&out));
+    let out = run(&nodes, &["release", "--rw", &resource, "--token", &token]).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let reader = redlock
+        .try_read_lock(&resource, ttl)
+        .await
+        .expect("the writer is gone");
+    let out = run(
+        &nodes,
+        &["release", "--rw", &resource, "--token", reader.token()],
+    )
+    .await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let again = redlock
+        .try_write_lock(&resource, ttl)
+        .await
+        .expect("the reader is gone");
+    again.release().await.unwrap();
+    std::mem::forget((writer, reader));
+
+    let semaphore = redlock.semaphore(&resource, 3).unwrap();
+    let permit = semaphore.try_acquire(ttl).await.unwrap();
+    let token = permit.lock().token().to_owned();
+    let out = run(
+        &nodes,
+        &["release", "-n", "3", &resource, "--token", &token],
+    )
+    .await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(semaphore.inspect().await.unwrap().held(), 0);
+    let out = run(
+        &nodes,
+        &["release", "-n", "3", &resource, "--token", &token],
+    )
+    .await;
+    assert_eq!(code(&out), 65, "{}", stderr(&out));
+    std::mem::forget(permit);
 }
