@@ -1,5 +1,7 @@
 //! Settings: the builder and the retry policy.
 
+mod connect;
+
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -73,6 +75,17 @@ impl LockOptions {
     pub fn wait(mut self, max_wait: Duration) -> Self {
         self.max_wait = Some(max_wait);
         self
+    }
+
+    /// The rounds these options allow: the retry policy's, or until the
+    /// wait is over, from now.
+    pub(crate) fn attempts(&self) -> crate::driver::Attempts {
+        match self.max_wait() {
+            None => crate::driver::Attempts::Attempts,
+            Some(wait) => {
+                crate::driver::Attempts::Until(tokio::time::Instant::now().checked_add(wait))
+            }
+        }
     }
 
     /// Carry a fencing token, as [`Redlock::lock_fenced`](crate::Redlock::lock_fenced) does.
@@ -452,168 +465,5 @@ impl Builder {
     pub fn require_quorum(mut self, on: bool) -> Self {
         self.require_quorum = on;
         self
-    }
-
-    /// Checks the settings and connects (see [`build`](Builder::build)).
-    pub(crate) async fn connect(self) -> Result<Driver, ConfigError> {
-        let drift_factor = match self.drift_factor {
-            None => DriftFactor::default(),
-            Some(f) => DriftFactor::new(f).ok_or(ConfigError::InvalidDriftFactor(f))?,
-        };
-        let longest = Duration::from_millis(MAX_TTL_MS);
-        if self
-            .node_timeout
-            .is_some_and(|t| t < Duration::from_millis(1) || t > longest)
-        {
-            return Err(ConfigError::InvalidNodeTimeout);
-        }
-        let connect_timeout = self.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
-        if connect_timeout < Duration::from_millis(1) || connect_timeout > MAX_CONNECT_TIMEOUT {
-            return Err(ConfigError::InvalidConnectTimeout(connect_timeout));
-        }
-        if self.retry.max_delay() > longest {
-            return Err(ConfigError::InvalidRetry);
-        }
-        if self.retry.attempts() == 0 {
-            return Err(ConfigError::InvalidRetry);
-        }
-        let layout = KeyLayout::new(&self.key_prefix, self.interop_keys)?;
-        crate::telemetry::describe();
-        let max_in_flight = self.max_in_flight.unwrap_or(DEFAULT_MAX_IN_FLIGHT);
-        if max_in_flight == 0 {
-            return Err(ConfigError::InvalidMaxInFlight);
-        }
-        let targets = self
-            .urls
-            .iter()
-            .map(|url| Address::parse_with(url, &self.tls))
-            .collect::<Result<Vec<_>, _>>()?;
-        if targets.is_empty() && self.custom.is_empty() {
-            return Err(ConfigError::NoNodes);
-        }
-        // TLS only where a node needs it, with a provider of the client's
-        // own (the process default is never touched).
-        let tls = tls::Configs::new(&self.tls, targets.iter().map(|t| t.endpoint().tls))?;
-        for target in targets.iter().filter(|t| t.is_insecure()) {
-            tracing::warn!(node = %target.name(), "certificate verification is off for this node (#insecure)");
-        }
-        let mut names: Vec<&str> = targets
-            .iter()
-            .map(|t| &**t.name())
-            .chain(self.custom.iter().map(|n| &**n.name()))
-            .collect();
-        names.sort_unstable();
-        if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
-            return Err(ConfigError::DuplicateNode(w[0].to_owned()));
-        }
-
-        // One listener source per member, in the members' order (Redis
-        // nodes and clusters: pub/sub through the node or seed; a cluster
-        // forwards every publication to all its nodes).
-        let hub = (!self.quiet).then(|| {
-            let sources = targets
-                .iter()
-                .map(|t| {
-                    let (address, tls) = (t.clone(), tls.clone());
-                    Box::new(move || Some(pubsub::listen(address.clone(), tls.clone()))) as Open
-                })
-                .chain(self.custom.iter().map(|node| {
-                    let node = Arc::clone(node);
-                    Box::new(move || node.listen()) as Open
-                }))
-                .collect();
-            Hub::new(
-                sources,
-                quorum(targets.len() + self.custom.len()),
-                self.jitter_seed,
-            )
-        });
-        // The bounds come from the node timeout alone.
-        let node_timeout = self.node_timeout.unwrap_or(DEFAULT_NODE_TIMEOUT);
-        let limits = Limits::new(max_in_flight, node_timeout, connect_timeout);
-        // `build` waits the node timeout for the first connections;
-        // requiring a quorum waits for whole connection attempts.
-        let wait = if self.require_quorum {
-            connect_timeout
-        } else {
-            node_timeout
-        };
-        let servers = Servers::new(targets.iter().map(|t| Arc::clone(t.name())).collect());
-        let connected = futures::future::join_all(targets.into_iter().enumerate().map(|(i, t)| {
-            let servers = Arc::clone(&servers);
-            let tls = tls.clone();
-            async move {
-                let telemetry = Arc::new(NodeTelemetry::new(t.name()));
-                let member = if t.is_cluster() {
-                    let (node, first) =
-                        ClusterNode::connect(t, i, servers, tls, limits, wait).await?;
-                    (Member::Cluster(Arc::new(node)), first)
-                } else {
-                    let identity = servers.identity(i, Arc::clone(t.name()));
-                    let (node, first) =
-                        RedisNode::connect(t, Some(identity), tls, limits, wait).await?;
-                    (Member::Redis(Arc::new(node)), first)
-                };
-                Ok::<_, ConfigError>((member, telemetry))
-            }
-        }))
-        .await;
-        let mut nodes = Vec::with_capacity(connected.len() + self.custom.len());
-        let (mut tls_failures, mut other_failures, mut up) = (Vec::new(), 0, 0);
-        for node in connected {
-            let ((member, first), telemetry) = node?;
-            match first {
-                Some(NodeError::Tls(message)) => {
-                    tls_failures.push(format!("{}: {message}", member.name()));
-                }
-                Some(_) => other_failures += 1,
-                None => up += usize::from(member.ready().is_ok()),
-            }
-            nodes.push(Dispatcher::start(member, limits, telemetry));
-        }
-        // Every node that answered failing its handshake, and none up: a
-        // configuration error, not an outage — say so now rather than vote
-        // `NotConnected` forever. (Otherwise each node's vote carries it.)
-        if !tls_failures.is_empty() && other_failures == 0 && up == 0 {
-            return Err(ConfigError::Tls(tls_failures.join("; ")));
-        }
-        let custom = self.custom.len();
-        nodes.extend(self.custom.into_iter().map(|node| {
-            let telemetry = Arc::new(NodeTelemetry::new(node.name()));
-            Dispatcher::start(Member::Custom(node), limits, telemetry)
-        }));
-        if self.require_quorum {
-            let needed = quorum(nodes.len());
-            let down: Vec<String> = nodes
-                .iter()
-                .filter_map(|node| {
-                    let ready = node.member().ready();
-                    ready.err().map(|e| format!("{}: {e}", node.name()))
-                })
-                .collect();
-            let reachable = nodes.len() - down.len();
-            debug_assert!(reachable >= custom);
-            if reachable < needed {
-                return Err(ConfigError::TooFewNodes {
-                    reachable,
-                    nodes: nodes.len(),
-                    quorum: needed,
-                    detail: down.join("; "),
-                });
-            }
-        }
-        Ok(Driver::new(
-            nodes,
-            Settings {
-                node_timeout: self.node_timeout,
-                drift_factor,
-                retry: self.retry,
-                connect_timeout,
-                fair: !self.unfair,
-            },
-            layout,
-            hub,
-            self.jitter_seed,
-        ))
     }
 }

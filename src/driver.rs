@@ -27,7 +27,7 @@ use crate::proto::error::Subject;
 use crate::proto::keys::KeyLayout;
 use crate::proto::per_node::PerNode;
 use crate::proto::quorum::{self, Decision, DriftFactor, MAX_TTL_MS};
-use crate::proto::retry::Retry;
+use crate::proto::retry::{Budget, Retry};
 use crate::proto::round::{Step, Tally, refusal};
 use crate::telemetry::ClientTelemetry;
 use crate::wait::{GiveUp, Waiting};
@@ -64,15 +64,9 @@ pub(crate) struct Held {
     pub(crate) made: Mask,
 }
 
-/// How many rounds an acquisition may take.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Attempts {
-    /// The retry policy's count, with jittered pauses.
-    Policy,
-    /// Until a deadline (`None`: forever), sleeping no longer than the
-    /// holder's TTL.
-    Until(Option<Instant>),
-}
+/// How many rounds an acquisition may take: the retry policy's, or until a
+/// deadline.
+pub(crate) type Attempts = Budget<Instant>;
 
 /// The nodes and what every operation shares.
 pub(crate) struct Driver {
@@ -184,6 +178,14 @@ impl Driver {
     /// The release notifications, if on.
     pub(crate) fn hub(&self) -> Option<&Arc<Hub>> {
         self.hub.as_ref()
+    }
+
+    /// The one check of a lock call's input, before anything is sent: its
+    /// keys in one cluster slot where a member is a cluster, its TTL within
+    /// bounds and above the drift allowance.
+    pub(crate) fn admit(&self, keys: &Keys, ttl: Duration) -> Result<Ttl, ConfigError> {
+        self.check_slots(keys)?;
+        self.check_ttl(ttl)
     }
 
     /// Refuses a lock whose keys a cluster member would spread over

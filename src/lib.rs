@@ -148,6 +148,7 @@ mod pubsub;
 use proto::error;
 mod redlock;
 mod resp;
+mod run;
 pub mod rwlock;
 mod scripts;
 pub mod semaphore;

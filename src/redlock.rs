@@ -303,7 +303,7 @@ impl Redlock {
         options: &LockOptions,
     ) -> Result<Lock, LockError> {
         let keys = Keys::single(self.driver.layout(), resource, options.is_fenced())?;
-        self.lock_keys(keys, ttl, options).await
+        self.lock_keys(keys, None, ttl, options).await
     }
 
     /// One lock over several resources, retrying per policy: on each node
@@ -323,10 +323,7 @@ impl Redlock {
     /// ```
     pub async fn lock_many(&self, resources: &[&str], ttl: Duration) -> Result<Lock, LockError> {
         let keys = Keys::many(self.driver.layout(), resources)?;
-        self.driver.check_slots(&keys)?;
-        let ttl = self.driver.check_ttl(ttl)?;
-        self.acquire_repeatedly(keys, None, ttl, Attempts::Policy)
-            .await
+        self.lock_keys(keys, None, ttl, &LockOptions::new()).await
     }
 
     /// A reentrant lock, retrying per policy: `owner` may take `resource`
@@ -357,34 +354,28 @@ impl Redlock {
         owner: &str,
     ) -> Result<Lock, LockError> {
         let keys = Keys::reentrant(self.driver.layout(), resource)?;
-        self.driver.check_slots(&keys)?;
-        let ttl = self.driver.check_ttl(ttl)?;
-        self.acquire_repeatedly(keys, Some(owner), ttl, Attempts::Policy)
+        self.lock_keys(keys, Some(owner), ttl, &LockOptions::new())
             .await
     }
 
-    /// The body of every `*_with` lock on one claim's `keys` (a mutex's, a
-    /// reader's, a writer's): rounds per policy, or until `options`' wait
-    /// is over.
+    /// The body of every lock on one claim's `keys` (a mutex's, a reentrant
+    /// owner's, several resources', a reader's, a writer's): rounds per
+    /// policy, or until `options`' wait is over.
     pub(crate) async fn lock_keys(
         &self,
         keys: Keys,
+        owner: Option<&str>,
         ttl: Duration,
         options: &LockOptions,
     ) -> Result<Lock, LockError> {
-        self.driver.check_slots(&keys)?;
-        let ttl = self.driver.check_ttl(ttl)?;
-        let attempts = match options.max_wait() {
-            None => Attempts::Policy,
-            Some(max_wait) => Attempts::Until(Instant::now().checked_add(max_wait)),
-        };
-        self.acquire_repeatedly(keys, None, ttl, attempts).await
+        let ttl = self.driver.admit(&keys, ttl)?;
+        let attempts = options.attempts();
+        self.acquire_repeatedly(keys, owner, ttl, attempts).await
     }
 
     /// The body of every `try_*` lock on one claim's `keys`: one round.
     pub(crate) async fn try_keys(&self, keys: Keys, ttl: Duration) -> Result<Lock, LockError> {
-        self.driver.check_slots(&keys)?;
-        let ttl = self.driver.check_ttl(ttl)?;
+        let ttl = self.driver.admit(&keys, ttl)?;
         self.acquire(&Arc::new(Claim::new(keys)), ttl, false).await
     }
 
@@ -403,7 +394,7 @@ impl Redlock {
             .driver
             .acquire_repeatedly(keys, owner, ttl, attempts)
             .await;
-        let waited = matches!(attempts, Attempts::Until(_)).then(|| start.elapsed());
+        let waited = attempts.waits().then(|| start.elapsed());
         self.driver.telemetry.acquired(kind, &held, waited);
         Ok(Lock::new(Arc::clone(&self.driver), held?))
     }

@@ -183,7 +183,7 @@ impl Redlock {
             return Err(crate::ConfigError::FencedReadWrite.into());
         }
         let keys = Keys::rw(self.driver().layout(), resource, write)?;
-        self.lock_keys(keys, ttl, options).await
+        self.lock_keys(keys, None, ttl, options).await
     }
 
     async fn try_rw_lock(

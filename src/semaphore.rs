@@ -28,16 +28,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use crate::claim::{Claim, InLine, Keys};
 use crate::config::LockOptions;
-use crate::driver::Attempts;
 use crate::error::{ConfigError, LockError};
-use crate::lease::{Keeping, Lease, run_kept};
+use crate::lease::{Keeping, Lease};
 use crate::lock::Lock;
 use crate::proto::error::Subject;
 use crate::redlock::Redlock;
+use crate::run::run_kept;
 use crate::wait::{GiveUp, Waiting};
 
 /// The most slots a waiter listens to for releases.
@@ -165,7 +163,10 @@ impl Semaphore {
         for i in 0..self.permits {
             let slot = (start + i) % self.permits;
             let keys = self.slot_keys(slot)?;
-            driver.check_slots(&keys)?;
+            if slot == start {
+                // Every slot shares the first one's hash tag.
+                driver.check_slots(&keys)?;
+            }
             let claim = Arc::new(Claim::new(keys).in_line(in_line));
             match self.redlock.acquire(&claim, ttl, holder_ttl).await {
                 Ok(lock) => {
@@ -235,10 +236,7 @@ impl Semaphore {
             return Err(ConfigError::FencedPermit.into());
         }
         let driver = self.redlock.driver();
-        let attempts = match options.max_wait() {
-            None => Attempts::Policy,
-            Some(max_wait) => Attempts::Until(Instant::now().checked_add(max_wait)),
-        };
+        let attempts = options.attempts();
         // A waiter listens to every slot's releases (up to a bound).
         let channels: Vec<String> = if self.permits <= MAX_WATCHED_SLOTS {
             (0..self.permits).map(|slot| self.slot_key(slot)).collect()

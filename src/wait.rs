@@ -26,7 +26,7 @@ use tokio::time::Instant;
 use crate::claim::{Claim, InLine};
 use crate::driver::{Attempts, Driver};
 use crate::error::{LockError, Votes};
-use crate::proto::retry::{Backoff, Budget, Last, Next, WAKE_SPREAD};
+use crate::proto::retry::{Backoff, Last, Next, WAKE_SPREAD};
 use crate::wakeup::Interest;
 
 /// A waiter comes back within its patience at least this long.
@@ -52,9 +52,9 @@ pub(crate) struct Waiting<'a> {
 
 impl<'a> Waiting<'a> {
     /// A wait of `attempts` on `driver`, woken by releases on `channels`.
-    /// A wait with a deadline ([`Attempts::Until`]) waits in line.
+    /// A wait with a deadline (`Budget::Until`) waits in line.
     pub(crate) fn new(driver: &'a Driver, attempts: Attempts, channels: &'a [String]) -> Self {
-        let waits = matches!(attempts, Attempts::Until(_)) && driver.settings.fair;
+        let waits = attempts.waits() && driver.settings.fair;
         let in_line = waits.then(|| {
             let draws = (driver.draw(), driver.draw());
             InLine::new(driver.ticket(), draws, patience(driver))
@@ -78,7 +78,7 @@ impl<'a> Waiting<'a> {
     /// Whether a refusal must report how long the holder's keys live (a
     /// waiter with a deadline sleeps on it).
     pub(crate) fn holder_ttl(&self) -> bool {
-        matches!(self.attempts, Attempts::Until(_))
+        self.attempts.waits()
     }
 
     /// Call before each attempt: releases reported until now do not wake.
@@ -97,18 +97,17 @@ impl<'a> Waiting<'a> {
             return Err(error);
         }
         let driver = self.driver;
-        if let (Attempts::Until(_), Some(hub), true) =
-            (self.attempts, driver.hub(), self.interests.is_empty())
-        {
+        if let (true, Some(hub), true) = (
+            self.attempts.waits(),
+            driver.hub(),
+            self.interests.is_empty(),
+        ) {
             self.interests = self.channels.iter().map(|key| hub.register(key)).collect();
         }
         let now = Instant::now();
-        let budget = match self.attempts {
-            Attempts::Policy => Budget::Attempts,
-            Attempts::Until(give_up) => {
-                Budget::Until(give_up.map(|g| g.saturating_duration_since(now)))
-            }
-        };
+        let budget = self
+            .attempts
+            .map(|give_up| give_up.saturating_duration_since(now));
         let last = Last {
             collided: error.votes().is_some_and(|v| v.yes() > 0),
             holder_left: error.votes().and_then(Votes::min_pttl),

@@ -11,6 +11,15 @@
 
 use std::time::Duration;
 
+/// A lease is extended every `ttl / EXTENSIONS_PER_TTL` unless told
+/// otherwise: two extensions may fail before it lapses.
+pub(crate) const EXTENSIONS_PER_TTL: u32 = 3;
+
+/// The default extension interval of a lease of `ttl`.
+pub(crate) fn default_interval(ttl: Duration) -> Duration {
+    ttl / EXTENSIONS_PER_TTL
+}
+
 /// What one extension attempt came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Extension {

@@ -91,13 +91,31 @@ pub(crate) const WAKE_SPREAD: Duration = Duration::from_millis(3);
 /// Collisions in a row beyond which the backoff stops doubling.
 const MAX_DOUBLINGS: u32 = 6;
 
-/// What the caller still allows.
+/// What the caller allows: the retry policy's rounds, or rounds until a
+/// deadline. `T` is the deadline as the caller holds it (an instant), or,
+/// where [`Backoff`] reads it, the time left.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Budget {
-    /// [`Retry::attempts`] rounds.
+pub(crate) enum Budget<T = Duration> {
+    /// [`Retry::attempts`] rounds, with jittered pauses.
     Attempts,
-    /// Until a deadline: this much time is left (`None`: forever).
-    Until(Option<Duration>),
+    /// Until a deadline (`None`: forever), sleeping no longer than the
+    /// holder's TTL.
+    Until(Option<T>),
+}
+
+impl<T> Budget<T> {
+    /// Whether the caller waits (for a deadline, not a count of rounds).
+    pub(crate) fn waits(&self) -> bool {
+        matches!(self, Budget::Until(_))
+    }
+
+    /// The same budget, its deadline seen through `left` (the time left).
+    pub(crate) fn map<U>(&self, left: impl FnOnce(&T) -> U) -> Budget<U> {
+        match self {
+            Budget::Attempts => Budget::Attempts,
+            Budget::Until(deadline) => Budget::Until(deadline.as_ref().map(left)),
+        }
+    }
 }
 
 /// What the last round taught.

@@ -9,7 +9,6 @@ pub mod acl;
 pub mod load;
 pub mod memory;
 pub mod proxy;
-pub mod sim;
 
 use std::collections::BTreeMap;
 use std::process::Command;

@@ -1,0 +1,159 @@
+//! The line of waiters (`src/scripts/line.lua`), and giving a lock back
+//! to it.
+
+use super::{Entry, PRUNE_AT_ONCE, SERVED, Store, after_last, score};
+use crate::error::NodeError;
+use crate::node::{KEPT, MAX_LINE, READERS_TURN, Reply, Waiter};
+
+impl Store {
+    /// `line.lua`'s `line_join`: in line with `ticket` until `deadline`
+    /// (the line full, no one new).
+    pub(super) fn line_join(
+        &mut self,
+        line: &[String],
+        who: &str,
+        ticket: u64,
+        deadline: u64,
+        now: u64,
+    ) -> Result<(), NodeError> {
+        let (queue, alive) = (&line[0], &line[1]);
+        let (known, count) = match self.zset(alive, now)? {
+            Some(members) => (members.contains_key(who), members.len()),
+            None => (false, 0),
+        };
+        if !known && count >= MAX_LINE {
+            return Ok(());
+        }
+        self.zadd(queue, who, score(ticket), now)?;
+        self.zadd(alive, who, score(deadline), now)?;
+        let at = match self.zset(alive, now)? {
+            Some(members) => after_last(members),
+            None => None,
+        };
+        self.expire_at(alive, at, now);
+        self.expire_at(queue, at, now);
+        Ok(())
+    }
+
+    /// `line_wait`: a refused waiter stays in line for the holder's time
+    /// left (`pttl`, `None` for no expiry), an eighth more and its patience.
+    pub(super) fn line_wait(
+        &mut self,
+        line: &[String],
+        who: &str,
+        waiter: &Waiter<'_>,
+        pttl: Option<u64>,
+        now: u64,
+    ) -> Result<(), NodeError> {
+        let left = pttl.unwrap_or(0);
+        let deadline = now + left + left / 8 + waiter.patience_ms;
+        self.line_join(line, who, waiter.ticket, deadline, now)
+    }
+
+    pub(super) fn line_leave(&mut self, line: &[String], who: &str, now: u64) {
+        self.zrem(&line[0], who, now);
+        self.zrem(&line[1], who, now);
+    }
+
+    /// `line_hand_over`: keeps `key` for the first waiter in `line` not yet
+    /// served; false when no one waits.
+    pub(super) fn hand_over(
+        &mut self,
+        key: &str,
+        line: &[String],
+        now: u64,
+    ) -> Result<bool, NodeError> {
+        let (queue, alive) = (&line[0], &line[1]);
+        if self.live(queue, now).is_none() {
+            return Ok(false);
+        }
+        let mut gone: Vec<(i64, String)> = match self.zset(alive, now)? {
+            Some(members) => members
+                .iter()
+                .filter(|(_, at)| **at < score(now))
+                .map(|(who, at)| (*at, who.clone()))
+                .collect(),
+            None => Vec::new(),
+        };
+        gone.sort();
+        for (_, who) in gone.into_iter().take(PRUNE_AT_ONCE) {
+            self.line_leave(line, &who, now);
+        }
+        let head = match self.zset(queue, now)? {
+            Some(members) => members
+                .iter()
+                .filter(|(_, ticket)| (0..SERVED).contains(*ticket))
+                .min_by(|a, b| (a.1, a.0).cmp(&(b.1, b.0)))
+                .map(|(who, ticket)| (who.clone(), *ticket)),
+            None => None,
+        };
+        let Some((head, ticket)) = head else {
+            return Ok(false);
+        };
+        let deadline = match self.zset(alive, now)? {
+            Some(members) => members.get(&head).copied().unwrap_or(0),
+            None => 0,
+        };
+        let left = deadline - score(now);
+        let patience: i64 = head[1..]
+            .split(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0);
+        let keep = u64::try_from(patience.min(left).max(1)).unwrap_or(1);
+        if head.starts_with('r') {
+            self.set(key, Entry::text(READERS_TURN, now, keep));
+        } else {
+            self.set(key, Entry::text(&format!("{KEPT}{head}"), now, keep));
+            self.zadd(queue, &head, ticket + SERVED, now)?;
+        }
+        Ok(true)
+    }
+
+    /// `release.lua` on `key` with `line`: if `key` holds `token` (or, for
+    /// `me` leaving its line, is kept for `me`), kept for the first waiter
+    /// or deleted, and published. [`Reply::Done`] only when it held
+    /// `token`.
+    pub(super) fn give_back(
+        &mut self,
+        key: &str,
+        token: &str,
+        line: &[String],
+        me: Option<&str>,
+        now: u64,
+    ) -> Result<Reply, NodeError> {
+        if let Some(me) = me {
+            self.line_leave(line, me, now);
+        }
+        if self.holds_text(key, token, now) {
+            if line.len() != 2 || !self.hand_over(key, line, now)? {
+                self.keys.remove(key);
+            }
+            self.publish(key, token);
+            return Ok(Reply::Done);
+        }
+        match me {
+            Some(me) => self.give_back_kept(key, token, line, me, now),
+            None => Ok(Reply::NotHeld),
+        }
+    }
+
+    /// A key kept for `me`, which no longer waits: given on (or deleted)
+    /// and published; [`Reply::NotHeld`] either way.
+    pub(super) fn give_back_kept(
+        &mut self,
+        key: &str,
+        token: &str,
+        line: &[String],
+        me: &str,
+        now: u64,
+    ) -> Result<Reply, NodeError> {
+        if self.free_to_kept(key, Some(me), now) {
+            if line.len() != 2 || !self.hand_over(key, line, now)? {
+                self.keys.remove(key);
+            }
+            self.publish(key, token);
+        }
+        Ok(Reply::NotHeld)
+    }
+}
