@@ -1,4 +1,5 @@
-//! The figures behind DESIGN §1.7–1.8, on the five real nodes:
+//! The figures behind docs/design.md §2 (every reachable node gets every
+//! grant) and §11 (what one faulty node costs), on the five real nodes:
 //!
 //! 1. spread: 16 tasks take 400 locks while two threads keep both cores
 //!    busy; how many grants and extensions missed a healthy node (all five

@@ -7,11 +7,11 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use redquorum::quorum::{Decision, DriftFactor, Round, Vote, drift, node_timeout, validity};
+use redquorum::quorum::{Count, Decision, DriftFactor, Vote, drift, node_timeout, validity};
 
 /// Records votes until the round decides; returns the decision.
 fn decide(n: usize, votes: &[Vote]) -> Decision {
-    let mut round = Round::new(n);
+    let mut round = Count::new(n);
     for &vote in votes {
         let d = round.record(vote);
         if d != Decision::Pending {

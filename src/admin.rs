@@ -46,7 +46,7 @@ impl Redlock {
     /// # Ok(()) }
     /// ```
     ///
-    /// Errors: [`LockError::Config`] for an empty resource or token (nothing
+    /// Errors: [`LockError::Input`] for an empty resource or token (nothing
     /// is sent); [`LockError::Unavailable`] when fewer than a quorum of nodes
     /// confirmed within the node timeout (the key then lives on where it was
     /// not deleted until its TTL).
@@ -145,6 +145,6 @@ impl Semaphore {
                 });
             }
         }
-        merged.ok_or(LockError::Config(crate::ConfigError::InvalidPermits(0)))
+        merged.ok_or(LockError::Input(crate::InputError::InvalidPermits(0)))
     }
 }

@@ -2,7 +2,7 @@
 //! I/O loop as the reply is read, or at once for a call refused before it
 //! was sent — and what the round waits on.
 //!
-//! The box counts with the round's pure tally ([`Collector`]) and wakes the
+//! The box counts with the round's pure tally ([`Round`]) and wakes the
 //! round once, when it may stop listening: a round is one allocation and
 //! one wake-up, not one per call. Answers cast after the round stopped
 //! listening are logged in its span and otherwise dropped.
@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use crate::error::NodeError;
 use crate::node::Reply;
-use crate::proto::round::{Collector, Step, Tally, Wait};
+use crate::proto::round::{Round, Step, Tally, Wait};
 
 /// Node masks, inline for up to this many nodes.
 const INLINE: usize = 5;
@@ -46,7 +46,7 @@ pub(crate) struct Ballot {
 #[derive(Debug)]
 struct Inner {
     /// `None` once the round stopped listening.
-    tally: Option<Collector>,
+    tally: Option<Round>,
     until: Until,
     waker: Option<Waker>,
     /// When the round stopped listening (for the late answers' log).
@@ -68,7 +68,7 @@ impl Ballot {
             names,
             made: Instant::now(),
             inner: Mutex::new(Inner {
-                tally: Some(Collector::new(step, asked)),
+                tally: Some(Round::new(step, asked)),
                 until,
                 waker: None,
                 decided: None,
@@ -170,7 +170,7 @@ impl Ballot {
     }
 }
 
-fn done(tally: &Collector, until: &Until) -> bool {
+fn done(tally: &Round, until: &Until) -> bool {
     match until {
         Until::Decision => tally.is_done(Wait::Decision),
         Until::Nodes(nodes) => tally.is_done(Wait::Nodes(nodes)),

@@ -1,7 +1,7 @@
 //! What a lock holds on each node: its keys, and the token (or reentrant
 //! owner) that marks them as ours.
 
-use crate::error::ConfigError;
+use crate::error::InputError;
 use crate::node::{Op, Waiter};
 use crate::proto::round::Step;
 use crate::token::Token;
@@ -87,9 +87,9 @@ impl Claim {
 
     /// A reentrant claim: the owner name is the token, and each claim is a
     /// hold of its own.
-    pub(crate) fn owned(keys: Keys, owner: &str) -> Result<Self, ConfigError> {
+    pub(crate) fn owned(keys: Keys, owner: &str) -> Result<Self, InputError> {
         if owner.is_empty() {
-            return Err(ConfigError::EmptyOwner);
+            return Err(InputError::EmptyOwner);
         }
         Ok(Claim {
             keys,
@@ -104,11 +104,11 @@ impl Claim {
     /// A claim on a plain or fenced lock by a token the caller already knows
     /// (an operator releasing another process's lock): stored as given, not
     /// checked against the random-token format.
-    pub(crate) fn with_token(keys: Keys, token: &str) -> Result<Self, ConfigError> {
-        Self::given(keys, token, ConfigError::EmptyToken)
+    pub(crate) fn with_token(keys: Keys, token: &str) -> Result<Self, InputError> {
+        Self::given(keys, token, InputError::EmptyToken)
     }
 
-    fn given(keys: Keys, mark: &str, empty: ConfigError) -> Result<Self, ConfigError> {
+    fn given(keys: Keys, mark: &str, empty: InputError) -> Result<Self, InputError> {
         if mark.is_empty() {
             return Err(empty);
         }

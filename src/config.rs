@@ -1,4 +1,6 @@
-//! Settings: the builder and the retry policy.
+//! Settings: the [`Builder`] of a client and the [`LockOptions`] of one
+//! call (the retry policy is [`crate::proto::retry`]'s; building the client
+//! from the settings is [`connect`]'s).
 
 mod connect;
 
@@ -12,7 +14,7 @@ use crate::address::{Address, TlsMaterial, redact};
 use crate::cluster::ClusterNode;
 use crate::dispatch::{DEFAULT_MAX_IN_FLIGHT, Dispatcher, Limits, Member};
 use crate::driver::{Driver, Settings};
-use crate::error::{ConfigError, NodeError};
+use crate::error::{ConfigError, InputError, NodeError};
 use crate::link::tls;
 use crate::master::{RedisNode, Servers};
 use crate::node::Node;
@@ -203,7 +205,7 @@ impl Builder {
     /// Cluster named by one of its nodes: `redis+cluster://host:port`
     /// (`rediss+cluster://` with TLS), one member however many shards it
     /// has; a lock's resources must then share a hash slot
-    /// ([`ConfigError::CrossSlot`]). Passwords never appear in errors,
+    /// ([`InputError::CrossSlot`]). Passwords never appear in errors,
     /// `Debug` or logs.
     pub fn nodes<I, S>(mut self, urls: I) -> Self
     where
@@ -254,7 +256,7 @@ impl Builder {
     /// with `"billing:"`, resource `orders:42` is locked under
     /// `billing:{orders:42}:lock`. It may not hold `{` or `}` and is at most
     /// [`MAX_KEY_PREFIX`](crate::keys::MAX_KEY_PREFIX) bytes; otherwise
-    /// [`build`](Self::build) fails with [`ConfigError::InvalidKeyPrefix`].
+    /// [`build`](Self::build) fails with [`InputError::InvalidKeyPrefix`].
     /// Every client of a resource must use the same prefix.
     ///
     /// ```
@@ -447,10 +449,15 @@ impl Builder {
     }
 
     /// Makes [`build`](Builder::build) fail with
-    /// [`ConfigError::TooFewNodes`] unless a quorum of nodes answers within
-    /// the node timeout (default: off — nodes that are down at start join
-    /// when they come back, and rounds fail with `Unavailable` until then).
-    /// For services that should not start without their lock nodes.
+    /// [`ConfigError::TooFewNodes`] unless a quorum of nodes is connected
+    /// once each node's first connection attempt has ended (default: off —
+    /// nodes that are down at start join when they come back, and rounds
+    /// fail with `Unavailable` until then). `build` then waits for those
+    /// attempts, each at most the connect timeout
+    /// ([`connect_timeout`](Builder::connect_timeout), 1 s by default): a
+    /// node that refuses connections ends its attempt at once, a frozen one
+    /// takes the whole timeout. For services that should not start without
+    /// their lock nodes.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {

@@ -131,9 +131,9 @@ struct InFlight {
 
 /// A slot of [`Limits::max_in_flight`], given back when the call that holds
 /// it ends (answered, given up, or dropped).
-pub(crate) struct Slot(Arc<InFlight>);
+pub(crate) struct Place(Arc<InFlight>);
 
-impl Drop for Slot {
+impl Drop for Place {
     fn drop(&mut self) {
         self.0.calls.fetch_sub(1, Ordering::AcqRel);
         self.0.ended.notify_waiters();
@@ -273,7 +273,7 @@ impl Dispatcher {
         self.telemetry.started();
         let ticket = Ticket {
             telemetry: Arc::clone(&self.telemetry),
-            _slot: Slot(Arc::clone(&self.in_flight)),
+            _slot: Place(Arc::clone(&self.in_flight)),
         };
         let sink = Sink::Ballot {
             ballot: Arc::clone(ballot),

@@ -1,7 +1,7 @@
 //! The driver: runs the protocol's rounds over the nodes. It makes the calls
 //! (through each node's [`Dispatcher`], which delivers every call whether
 //! or not a round still listens), reads the clock, arms the round's one
-//! timer and feeds what the nodes answer to a [`Collector`]; what a round
+//! timer and feeds what the nodes answer to a [`Round`](crate::proto::round::Round); what a round
 //! decides from that is [`proto::round`](crate::proto::round)'s.
 //!
 //! Its own duties are the ones pure code cannot do: reading the clock
@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use crate::ballot::{Ballot, Mask, Until};
 use crate::claim::{Claim, Keys};
 use crate::dispatch::{Dispatcher, Member};
-use crate::error::{Answer, ConfigError, LockError, NodeError, Votes};
+use crate::error::{Answer, InputError, LockError, NodeError, Votes};
 use crate::node::Snapshot;
 use crate::proto::acquire::{Acquisition, Next};
 use crate::proto::error::Subject;
@@ -183,31 +183,31 @@ impl Driver {
     /// The one check of a lock call's input, before anything is sent: its
     /// keys in one cluster slot where a member is a cluster, its TTL within
     /// bounds and above the drift allowance.
-    pub(crate) fn admit(&self, keys: &Keys, ttl: Duration) -> Result<Ttl, ConfigError> {
+    pub(crate) fn admit(&self, keys: &Keys, ttl: Duration) -> Result<Ttl, InputError> {
         self.check_slots(keys)?;
         self.check_ttl(ttl)
     }
 
     /// Refuses a lock whose keys a cluster member would spread over
-    /// several slots ([`ConfigError::CrossSlot`]), before anything is sent.
-    pub(crate) fn check_slots(&self, keys: &Keys) -> Result<(), ConfigError> {
+    /// several slots ([`InputError::CrossSlot`]), before anything is sent.
+    pub(crate) fn check_slots(&self, keys: &Keys) -> Result<(), InputError> {
         if !self.clustered || keys.one_slot() {
             return Ok(());
         }
-        Err(ConfigError::CrossSlot {
+        Err(InputError::CrossSlot {
             resources: keys.resources().map(str::to_owned).collect(),
         })
     }
 
     /// Checks a TTL: 1 ms to 2^40 ms (sub-millisecond parts are dropped, as
     /// Redis would), and longer than its drift allowance.
-    pub(crate) fn check_ttl(&self, ttl: Duration) -> Result<Ttl, ConfigError> {
+    pub(crate) fn check_ttl(&self, ttl: Duration) -> Result<Ttl, InputError> {
         let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
         if ms == 0 || ms > MAX_TTL_MS {
-            return Err(ConfigError::InvalidTtl(ttl));
+            return Err(InputError::InvalidTtl(ttl));
         }
         let factor = self.settings.drift_factor;
-        let validity = factor.validity(ms).ok_or(ConfigError::TtlNotAboveDrift {
+        let validity = factor.validity(ms).ok_or(InputError::TtlNotAboveDrift {
             ttl,
             drift: factor.drift(ms),
         })?;
@@ -517,7 +517,7 @@ impl Driver {
         ttl_ms: u64,
         only: Option<&[bool]>,
         until: Until,
-    ) -> Round {
+    ) -> Sent {
         let asked: Mask = (0..self.nodes.len())
             .map(|i| only.is_none_or(|only| only[i]))
             .collect();
@@ -535,12 +535,12 @@ impl Driver {
             .enumerate()
             .map(|(i, (node, &asked))| asked && node.call(&ballot, i, claim, step, ttl_ms))
             .collect();
-        Round { ballot, made }
+        Sent { ballot, made }
     }
 
     /// Waits until `round` may stop listening, or `timer` passes (nodes
     /// silent by then count as timed out): its tally.
-    async fn collect(&self, round: &Round, timer: Instant) -> Tally {
+    async fn collect(&self, round: &Sent, timer: Instant) -> Tally {
         // A round whose every node refuses at once (none connected) never
         // waits on anything: it still counts against the task's budget, so
         // a caller looping on it lets the runtime run the reconnects (and
@@ -571,7 +571,7 @@ fn subject(claim: &Claim, step: Step) -> Subject {
 
 /// One round's ballot, and the nodes its calls were made to.
 #[derive(Debug)]
-struct Round {
+struct Sent {
     ballot: Arc<Ballot>,
     made: Mask,
 }

@@ -37,14 +37,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::claim::{Claim, Keys};
-use crate::error::{ConfigError, LockError, NodeError};
+use crate::error::{InputError, LockError, NodeError};
 use crate::node::{KEPT, READERS_TURN, Snapshot, Stored};
 use crate::proto::verdict::{self, Read};
 use crate::redlock::Redlock;
 use crate::semaphore::Semaphore;
 
 /// A resource's verdict: held by one [`Holder`] on a quorum, free, or
-/// neither (see [`verdict`](crate::verdict)).
+/// neither (see [`crate::verdict`]).
 pub type Verdict = verdict::Verdict<Holder>;
 
 /// Who holds a lock key on a node.
@@ -334,7 +334,7 @@ impl Redlock {
     /// # }
     /// ```
     ///
-    /// Errors: [`LockError::Config`] for an empty resource (nothing is
+    /// Errors: [`LockError::Input`] for an empty resource (nothing is
     /// sent). An unreachable node is not an error: it is in the answer.
     pub async fn inspect(&self, resource: &str) -> Result<Inspection, LockError> {
         let layout = self.driver().layout();
@@ -493,9 +493,9 @@ impl Semaphore {
 }
 
 /// Refuses an empty resource name.
-fn named(resource: &str) -> Result<&str, ConfigError> {
+fn named(resource: &str) -> Result<&str, InputError> {
     if resource.is_empty() {
-        return Err(ConfigError::EmptyResource);
+        return Err(InputError::EmptyResource);
     }
     Ok(resource)
 }

@@ -1,7 +1,7 @@
 //! Leases that live with the work: a lock extended in the background while
 //! its holder works, and a loss that stops the work.
 //!
-//! [`Redlock::run`] owns the whole life cycle: acquire, extend every third of
+//! [`Redlock::run`](crate::Redlock::run) owns the whole life cycle: acquire, extend every third of
 //! the TTL, drop the work future the moment the lease can no longer be kept,
 //! release at the end. [`Lock::keep_alive`] is the manual form: a watchdog on
 //! a lock you already hold.
@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use crate::config::LockOptions;
 use crate::driver::Driver;
-use crate::error::{ConfigError, LockError};
+use crate::error::{InputError, LockError};
 use crate::lock::Lock;
 use crate::proto::lease::{Extension, Keeper, default_interval};
 use crate::proto::round::gone_for_good;
@@ -240,13 +240,13 @@ impl Keeping {
         driver: &Driver,
         ttl: Duration,
         options: &LockOptions,
-    ) -> Result<Self, ConfigError> {
+    ) -> Result<Self, InputError> {
         let validity = driver.check_ttl(ttl)?.validity;
         let every = options
             .extend_interval()
             .unwrap_or_else(|| default_interval(ttl));
         if every.is_zero() || every >= validity {
-            return Err(ConfigError::InvalidExtendInterval { every, validity });
+            return Err(InputError::InvalidExtendInterval { every, validity });
         }
         Ok(Keeping {
             ttl,
@@ -342,9 +342,9 @@ impl Lock {
     /// from `options` (its other settings do not apply to a held lock). On
     /// error the lock is dropped, and so released in the background.
     ///
-    /// Needs a tokio runtime ([`ConfigError::NoRuntime`] otherwise).
+    /// Needs a tokio runtime ([`InputError::NoRuntime`] otherwise).
     pub fn keep_alive_with(mut self, options: &LockOptions) -> Result<KeepAlive, LockError> {
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| ConfigError::NoRuntime)?;
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| InputError::NoRuntime)?;
         let ttl = Duration::from_millis(self.ttl_ms());
         let keeping = Keeping::new(self.driver(), ttl, options)?;
         let lease = Lease::new(&self);

@@ -2,7 +2,7 @@
 //!
 //! The coordinator only ever asks a node to do one of a few atomic operations
 //! ([`Op`]) and reads back a [`Reply`]. Real Redis masters implement [`Node`]
-//! with Lua scripts over a multiplexed connection; tests implement it with
+//! with Lua scripts over one pipelined connection each; tests implement it with
 //! simulated nodes on virtual time, so the very same coordinator code is
 //! checked for safety under delays, losses and freezes.
 
@@ -48,7 +48,7 @@ pub trait Node: Send + Sync + fmt::Debug + 'static {
     fn call<'a>(&'a self, op: Op<'a>) -> BoxFuture<'a, Result<Reply, NodeError>>;
 
     /// Opens a connection on which the node reports releases, so that
-    /// waiters ([`Redlock::lock_wait`](crate::Redlock::lock_wait)) wake
+    /// waiters ([`LockOptions::wait`](crate::LockOptions::wait)) wake
     /// when a lock is released instead of after a polling pause. `None`
     /// (the default): the node reports nothing; waiters poll unless a
     /// quorum of the other nodes listen.
@@ -77,7 +77,8 @@ pub struct Notice {
     pub channel: String,
     /// What identifies the release on every node that reports it: the
     /// released token (for a reentrant hold, the hold's token). A waiter
-    /// wakes once a quorum of nodes reported the same nonce.
+    /// wakes once a quorum of nodes have each reported a release on its
+    /// channel since its last attempt.
     pub nonce: Vec<u8>,
 }
 

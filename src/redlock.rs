@@ -1,7 +1,8 @@
-//! The public face: [`Redlock`], its lock calls, and the loop that retries
-//! or waits between rounds. Each round is the driver's
-//! ([`crate::driver`]); what it decides, and how long to pause after a
-//! failed one, is the protocol's ([`crate::proto`]).
+//! The public face: [`Redlock`] and its lock calls. Each call checks its
+//! input once ([`Driver::admit`](crate::driver::Driver::admit)) and hands
+//! its rounds to the driver ([`crate::driver`]); waiting between rounds is
+//! [`crate::wait`]'s, and what a round decides, and how long to pause after
+//! a failed one, is the protocol's ([`crate::proto`]).
 
 use std::fmt;
 use std::sync::Arc;

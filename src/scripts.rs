@@ -24,7 +24,7 @@
 //! A command is written straight into its connection's output buffer, in
 //! RESP ([`encode`]), when the connection's task takes the call: nothing is
 //! allocated per call. [`parse_reply`] reads the node's reply as the
-//! operation's [`Reply`].
+//! operation's [`Reply`](crate::node::Reply).
 
 use std::sync::LazyLock;
 

@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use crate::claim::{Claim, InLine, Keys};
 use crate::config::LockOptions;
-use crate::error::{ConfigError, LockError};
+use crate::error::{InputError, LockError};
 use crate::lease::{Keeping, Lease};
 use crate::lock::Lock;
 use crate::proto::error::Subject;
@@ -41,9 +41,7 @@ use crate::wait::{GiveUp, Waiting};
 /// The most slots a waiter listens to for releases.
 pub const MAX_WATCHED_SLOTS: u32 = 64;
 
-/// The most permits a semaphore may have (each is a slot key per node, and
-/// an acquisition tries up to all of them).
-pub const MAX_PERMITS: u32 = 1024;
+pub use crate::proto::input::MAX_PERMITS;
 
 /// A counting semaphore; see the [module docs](self) and
 /// [`Redlock::semaphore`].
@@ -67,8 +65,8 @@ pub struct Permit {
 impl Redlock {
     /// A semaphore named `name` with `permits` permits: at most that many
     /// valid [`Permit`]s at any time, across every client of the same nodes
-    /// that names it alike. [`ConfigError::InvalidPermits`] for 0 or more
-    /// than [`MAX_PERMITS`], [`ConfigError::EmptyResource`] for an empty
+    /// that names it alike. [`InputError::InvalidPermits`] for 0 or more
+    /// than [`MAX_PERMITS`], [`InputError::EmptyResource`] for an empty
     /// name.
     ///
     /// ```
@@ -86,12 +84,12 @@ impl Redlock {
     /// # for p in [b, c, d] { p.release().await?; }
     /// # Ok(()) }
     /// ```
-    pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore, ConfigError> {
+    pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore, InputError> {
         if name.is_empty() {
-            return Err(ConfigError::EmptyResource);
+            return Err(InputError::EmptyResource);
         }
         if permits == 0 || permits > MAX_PERMITS {
-            return Err(ConfigError::InvalidPermits(permits));
+            return Err(InputError::InvalidPermits(permits));
         }
         Ok(Semaphore {
             redlock: self.clone(),
@@ -118,7 +116,7 @@ impl Semaphore {
     }
 
     /// The keys of slot `slot`.
-    pub(crate) fn slot_keys(&self, slot: u32) -> Result<Keys, ConfigError> {
+    pub(crate) fn slot_keys(&self, slot: u32) -> Result<Keys, InputError> {
         Keys::permit(
             self.redlock.driver().layout(),
             &self.name,
@@ -173,7 +171,7 @@ impl Semaphore {
                     give_up.got_it();
                     return Ok(Permit { lock, slot });
                 }
-                Err(e @ (LockError::Config(_) | LockError::PermitCount { .. })) => {
+                Err(e @ (LockError::Input(_) | LockError::PermitCount { .. })) => {
                     return Err(e.about(self.subject()));
                 }
                 Err(e) => {
@@ -183,7 +181,7 @@ impl Semaphore {
                 }
             }
         }
-        let last = last.unwrap_or(LockError::Config(ConfigError::InvalidPermits(0)));
+        let last = last.unwrap_or(LockError::Input(InputError::InvalidPermits(0)));
         // Every slot taken: the semaphore is (the last slot's votes say how).
         Err(match last {
             LockError::Taken { .. } if taken == self.permits => last.about(self.subject()),
@@ -210,7 +208,7 @@ impl Semaphore {
     /// last pass's error), in line: a permit given back while others wait
     /// goes to the one that waited longest (docs/design.md, "Fair
     /// waiting"). Extension settings do not apply; fenced options are
-    /// refused ([`ConfigError::FencedPermit`]): a permit has no fencing
+    /// refused ([`InputError::FencedPermit`]): a permit has no fencing
     /// token.
     ///
     /// ```
@@ -233,7 +231,7 @@ impl Semaphore {
         options: &LockOptions,
     ) -> Result<Permit, LockError> {
         if options.is_fenced() {
-            return Err(ConfigError::FencedPermit.into());
+            return Err(InputError::FencedPermit.into());
         }
         let driver = self.redlock.driver();
         let attempts = options.attempts();
@@ -293,7 +291,7 @@ impl Semaphore {
     /// [`run`](Self::run) with [`LockOptions`]: wait for a permit
     /// ([`LockOptions::wait`], as [`acquire_with`](Self::acquire_with)), set
     /// the extension interval or cap the extensions. Fenced options are
-    /// refused ([`ConfigError::FencedPermit`]).
+    /// refused ([`InputError::FencedPermit`]).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

@@ -319,7 +319,7 @@ const KINDS: [&str; 7] = [
     "many",
     "read",
     "write",
-    "inspect",
+    "permit",
 ];
 
 /// The `reason` labels of [`REFUSALS`].
@@ -328,8 +328,8 @@ const REASONS: [&str; 6] = [
     "unavailable",
     "expired",
     "timeout",
-    "lost",
-    "config",
+    "permit_count",
+    "input",
 ];
 
 /// The `kind` label of a lock.
@@ -346,8 +346,9 @@ fn reason(error: &LockError) -> usize {
         LockError::Unavailable { .. } => 1,
         LockError::Expired { .. } => 2,
         LockError::Timeout { .. } => 3,
-        LockError::Lost { .. } => 4,
-        _ => 5,
+        LockError::PermitCount { .. } => 4,
+        // `Lost` ends a lease, not an acquisition.
+        LockError::Input(_) | LockError::Lost { .. } => 5,
     }
 }
 

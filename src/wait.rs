@@ -26,7 +26,7 @@ use tokio::time::Instant;
 use crate::claim::{Claim, InLine};
 use crate::driver::{Attempts, Driver};
 use crate::error::{LockError, Votes};
-use crate::proto::retry::{Backoff, Last, Next, WAKE_SPREAD};
+use crate::proto::retry::{AfterRound, Backoff, Last, WAKE_SPREAD};
 use crate::wakeup::Interest;
 
 /// A waiter comes back within its patience at least this long.
@@ -93,7 +93,7 @@ impl<'a> Waiting<'a> {
     /// once; [`LockError::Timeout`] when its time is up), else `Ok` after
     /// the pause.
     pub(crate) async fn after(&mut self, error: LockError) -> Result<(), LockError> {
-        if matches!(error, LockError::Config(_) | LockError::PermitCount { .. }) {
+        if matches!(error, LockError::Input(_) | LockError::PermitCount { .. }) {
             return Err(error);
         }
         let driver = self.driver;
@@ -115,9 +115,9 @@ impl<'a> Waiting<'a> {
         };
         let retry = driver.settings.retry;
         let pause = match self.backoff.next(&retry, budget, last, driver.draw()) {
-            Next::After(pause) => pause,
-            Next::Stop => return Err(error),
-            Next::TimedOut => {
+            AfterRound::After(pause) => pause,
+            AfterRound::Stop => return Err(error),
+            AfterRound::TimedOut => {
                 return Err(LockError::Timeout {
                     waited: now - self.started,
                     last: Box::new(error),

@@ -1,4 +1,5 @@
-//! A dead node costs a fixed amount (DESIGN §1.8): calls in flight per node
+//! A dead node costs a fixed amount (docs/design.md §11, "What one faulty
+//! node costs"): calls in flight per node
 //! stay under `max_in_flight`, a call is given up after its grace, and no
 //! task is left behind per operation — whatever the rate and the TTL. Runs
 //! on memory nodes on virtual time; one of them never answers.

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use redis::Value;
 use redis::aio::MultiplexedConnection;
-use redquorum::{ConfigError, LockError, LockOptions, Redlock, Retry};
+use redquorum::{ConfigError, InputError, LockError, LockOptions, Redlock, Retry};
 
 fn urls() -> Vec<String> {
     let urls = std::env::var("REDQUORUM_CLUSTER_NODES").expect(
@@ -286,7 +286,7 @@ async fn every_lock_kind_works_on_cluster_members() {
     // Resources in different slots: refused before anything is sent.
     let (x, y) = (support::unique("cross-x"), support::unique("cross-y"));
     match redlock.lock_many(&[&x, &y], ttl).await {
-        Err(LockError::Config(ConfigError::CrossSlot { resources })) => {
+        Err(LockError::Input(InputError::CrossSlot { resources })) => {
             assert_eq!(resources, [x.clone(), y.clone()]);
         }
         other => panic!("expected CrossSlot, got {other:?}"),

@@ -1,4 +1,4 @@
-//! Every reachable node holds what a round set (DESIGN §1.7): a round
+//! Every reachable node holds what a round set (docs/design.md §2): a round
 //! decides at the quorum, but every grant and every extension reaches all
 //! five healthy nodes — on a loaded host, where stragglers are the rule.
 //!

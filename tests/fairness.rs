@@ -115,6 +115,15 @@ async fn workload(redlock: Redlock, kind: Kind, fair: bool) -> Seen {
     for caller in callers {
         caller.await.unwrap();
     }
+    if fair {
+        // Every caller gave back what it held and left the lines: no key
+        // is left on any node, none kept for a waiter, no place in line
+        // (within the release's tail).
+        support::settled(&redlock).await;
+        let mut conns = support::raw_all().await;
+        let none = vec![std::collections::BTreeMap::new(); 5];
+        support::eventually_snapshot(&mut conns, &name, &none, Duration::from_secs(2)).await;
+    }
     let seen = *seen.lock().unwrap();
     let line = if fair { "in line" } else { "no line" };
     eprintln!(

@@ -12,7 +12,7 @@ use proptest::prelude::*;
 use redis::AsyncCommands;
 use redquorum::node::Node;
 use redquorum::quorum::{MAX_TTL_MS, validity};
-use redquorum::{ConfigError, Lock, LockError, Redlock, Retry};
+use redquorum::{ConfigError, InputError, Lock, LockError, Redlock, Retry};
 use support::memory::MemoryNode;
 use support::*;
 
@@ -123,7 +123,7 @@ fn expected_build_error(s: &Settings) -> Option<ConfigError> {
     if let Some(f) = s.drift_factor
         && !(f.is_finite() && (0.0..1.0).contains(&f))
     {
-        return Some(ConfigError::InvalidDriftFactor(f));
+        return Some(ConfigError::Input(InputError::InvalidDriftFactor(f)));
     }
     let longest = Duration::from_millis(MAX_TTL_MS);
     if s.node_timeout
@@ -155,16 +155,16 @@ fn builder(s: &Settings) -> redquorum::Builder {
 
 /// What a lock call must give for a valid client: `Err(e)` for bad input
 /// (nothing is sent), `Ok(validity)` otherwise.
-fn expected_lock(s: &Settings, name: &str, ttl: Duration) -> Result<Duration, ConfigError> {
+fn expected_lock(s: &Settings, name: &str, ttl: Duration) -> Result<Duration, InputError> {
     if name.is_empty() {
-        return Err(ConfigError::EmptyResource);
+        return Err(InputError::EmptyResource);
     }
     let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
     if ms == 0 || ms > MAX_TTL_MS {
-        return Err(ConfigError::InvalidTtl(ttl));
+        return Err(InputError::InvalidTtl(ttl));
     }
     let factor = s.drift_factor.unwrap_or(0.01);
-    validity(ms, factor).ok_or(ConfigError::TtlNotAboveDrift {
+    validity(ms, factor).ok_or(InputError::TtlNotAboveDrift {
         ttl,
         drift: redquorum::quorum::drift(ms, factor),
     })
@@ -187,9 +187,9 @@ fn node_timeout(s: &Settings, ttl: Duration) -> Duration {
         .unwrap_or_else(|| Duration::from_millis(50).min(ttl / 20))
 }
 
-fn check_config_error(got: Result<Lock, LockError>, want: &ConfigError) {
+fn check_input_error(got: Result<Lock, LockError>, want: &InputError) {
     match got {
-        Err(LockError::Config(e)) => assert_eq!(&e, want),
+        Err(LockError::Input(e)) => assert_eq!(&e, want),
         other => panic!("expected {want:?}, got {other:?}"),
     }
 }
@@ -231,7 +231,10 @@ async fn memory_case(s: Settings, name: String, other: String, ttl: Duration) ->
         (Err(e), Some(want)) => {
             // NaN != NaN: compare the variant and the bits.
             match (&e, &want) {
-                (ConfigError::InvalidDriftFactor(a), ConfigError::InvalidDriftFactor(b)) => {
+                (
+                    ConfigError::Input(InputError::InvalidDriftFactor(a)),
+                    ConfigError::Input(InputError::InvalidDriftFactor(b)),
+                ) => {
                     assert_eq!(a.to_bits(), b.to_bits())
                 }
                 _ => assert_eq!(e, want),
@@ -243,13 +246,13 @@ async fn memory_case(s: Settings, name: String, other: String, ttl: Duration) ->
     };
     let ended = match expected_lock(&s, &name, ttl) {
         Err(want) => {
-            check_config_error(
+            check_input_error(
                 bounded("try_lock", redlock.try_lock(&name, ttl)).await,
                 &want,
             );
             // `lock` and `lock_wait` validate before any round or pause.
-            check_config_error(bounded("lock", redlock.lock(&name, ttl)).await, &want);
-            check_config_error(
+            check_input_error(bounded("lock", redlock.lock(&name, ttl)).await, &want);
+            check_input_error(
                 bounded(
                     "lock_wait",
                     redlock.lock_with(
@@ -298,10 +301,10 @@ async fn memory_case(s: Settings, name: String, other: String, ttl: Duration) ->
     let many = [name.as_str(), other.as_str()];
     match bounded("lock_many", once.lock_many(&many, ttl)).await {
         Ok(lock) => bounded("release", lock.release()).await.expect("release"),
-        Err(LockError::Config(e)) => {
+        Err(LockError::Input(e)) => {
             let distinct = name != other;
             assert!(
-                distinct || matches!(e, ConfigError::DuplicateResource(_)),
+                distinct || matches!(e, InputError::DuplicateResource(_)),
                 "{e:?}"
             );
         }
@@ -309,9 +312,9 @@ async fn memory_case(s: Settings, name: String, other: String, ttl: Duration) ->
     }
     match bounded("lock_reentrant", once.lock_reentrant(&name, ttl, &other)).await {
         Ok(lock) => bounded("release", lock.release()).await.expect("release"),
-        Err(LockError::Config(e)) => {
+        Err(LockError::Input(e)) => {
             if other.is_empty() && expected_lock(&s, &name, ttl).is_ok() {
-                assert_eq!(e, ConfigError::EmptyOwner);
+                assert_eq!(e, InputError::EmptyOwner);
             }
         }
         Err(_) => {}
@@ -392,7 +395,7 @@ async fn real_case(s: Settings, name: String, ttl: Duration) -> Ended {
     };
     let validity = match expected_lock(&s, &name, ttl) {
         Err(want) => {
-            check_config_error(
+            check_input_error(
                 bounded("try_lock", redlock.try_lock(&name, ttl)).await,
                 &want,
             );

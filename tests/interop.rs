@@ -9,7 +9,7 @@ mod support;
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use redquorum::{ConfigError, LockError, Redlock};
+use redquorum::{ConfigError, InputError, LockError, Redlock};
 use support::{node_urls, patient, raw_all, unique, wait_subscribed};
 use tokio::time::Instant;
 
@@ -163,7 +163,7 @@ async fn a_prefix_with_braces_is_a_typed_error() {
         &"x".repeat(redquorum::keys::MAX_KEY_PREFIX + 1),
     ] {
         match patient().key_prefix(bad).build().await {
-            Err(ConfigError::InvalidKeyPrefix(p)) => assert_eq!(p, bad),
+            Err(ConfigError::Input(InputError::InvalidKeyPrefix(p))) => assert_eq!(p, bad),
             other => panic!("prefix {bad:?}: {other:?}"),
         }
     }

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use redquorum::{ConfigError, LockError, LockOptions, Redlock};
+use redquorum::{InputError, LockError, LockOptions, Redlock};
 use support::proxy::Proxy;
 use support::*;
 use tokio::time::Instant;
@@ -204,7 +204,7 @@ async fn bad_extension_intervals_are_typed_errors() {
         assert!(
             matches!(
                 result,
-                Err(LockError::Config(ConfigError::InvalidExtendInterval { .. }))
+                Err(LockError::Input(InputError::InvalidExtendInterval { .. }))
             ),
             "{every:?}: {result:?}"
         );

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use redquorum::{ConfigError, LockError, Redlock};
+use redquorum::{InputError, LockError, Redlock};
 use support::proxy::Proxy;
 use support::*;
 use tokio::sync::Mutex;
@@ -105,7 +105,7 @@ async fn reentrant_entry_refreshes_the_ttl_and_plain_locks_exclude_it() {
     plain.release().await.unwrap();
     assert!(matches!(
         redlock.lock_reentrant(&resource, TTL, "").await,
-        Err(LockError::Config(ConfigError::EmptyOwner))
+        Err(LockError::Input(InputError::EmptyOwner))
     ));
 }
 
@@ -263,11 +263,11 @@ async fn multi_resource_names_never_collide() {
     second.release().await.unwrap();
     assert!(matches!(
         redlock.lock_many(&[], TTL).await,
-        Err(LockError::Config(ConfigError::NoResources))
+        Err(LockError::Input(InputError::NoResources))
     ));
     assert!(matches!(
         redlock.lock_many(&["x", "x"], TTL).await,
-        Err(LockError::Config(ConfigError::DuplicateResource(_)))
+        Err(LockError::Input(InputError::DuplicateResource(_)))
     ));
 }
 

@@ -668,9 +668,24 @@ async fn the_model_keeps_a_line_as_redis_does() {
         pair.both(take(&slot0, "p4", 2, None)).await,
         Ok(Reply::Held { .. })
     ));
-    pair.both(take(&slot0, "p3", 2, waiter("p3", 1)))
-        .await
-        .unwrap();
+    // Slot 1 given back with no one else in line is free; the waiter slot
+    // 0 is kept for is refused it (it takes the kept one, no other).
+    let give_back = |keys, token| Op::ReleasePermit {
+        keys,
+        token,
+        waiter: None,
+    };
+    pair.both(give_back(&slot1, "p2")).await.unwrap();
+    pair.same_keys(&slot1[..1]).await;
+    assert!(matches!(
+        pair.both(take(&slot1, "p3", 2, waiter("p3", 1))).await,
+        Ok(Reply::Held { .. })
+    ));
+    assert_eq!(
+        pair.both(take(&slot0, "p3", 2, waiter("p3", 1))).await,
+        Ok(Reply::Done)
+    );
+    pair.both(take(&slot1, "p2", 2, None)).await.unwrap();
     for (keys, token) in [(&slot0, "p3"), (&slot1, "p2"), (&slot1, "p2")] {
         let op = Op::ReleasePermit {
             keys,

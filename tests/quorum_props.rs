@@ -1,6 +1,6 @@
 //! Property tests for the pure Redlock arithmetic in `redquorum::quorum`
-//! (DESIGN.md §2). No I/O; every property is checked against an independent
-//! reference computed here, so a wrong constant or comparison in `src/quorum.rs`
+//! (docs/design.md §3). No I/O; every property is checked against an independent
+//! reference computed here, so a wrong constant or comparison in `src/proto/quorum.rs`
 //! makes a test fail.
 //!
 //! What is proved (exhaustively where the space is small, by proptest beyond):
@@ -16,7 +16,7 @@
 //!   yes ≥ Q), it is reached exactly when yes reaches Q or no reaches
 //!   N − Q + 1, it never changes, and votes beyond N are ignored.
 //! - **Termination**: after N votes the decision is never `Pending`, for odd
-//!   and even N; `Round::new(0)` is `Refused`.
+//!   and even N; `Count::new(0)` is `Refused`.
 //! - **Drift / validity / remaining**: never panic for any input (including
 //!   NaN, ±∞, negative factors, `u64::MAX` TTLs, `Duration::MAX`), drift ≥ 2 ms,
 //!   validity ∈ (0, ttl − drift], `remaining` is whole milliseconds, rounded
@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use redquorum::quorum::{
-    DEFAULT_NODE_TIMEOUT, DRIFT_FLOOR_MS, Decision, MAX_TTL_MS, Round, Vote, drift, node_timeout,
+    Count, DEFAULT_NODE_TIMEOUT, DRIFT_FLOOR_MS, Decision, MAX_TTL_MS, Vote, drift, node_timeout,
     quorum, remaining, validity,
 };
 
@@ -70,7 +70,7 @@ fn check_round(n: usize, votes: &[Vote], extra: &[Vote]) -> Result<(), TestCaseE
     assert_eq!(votes.len(), n);
     let q = reference_quorum(n);
     let expected = full_count_decision(n, votes);
-    let mut round = Round::new(n);
+    let mut round = Count::new(n);
     prop_assert_eq!(round.decision(), Decision::Pending);
     prop_assert_eq!(round.nodes(), n);
     let (mut yes, mut no) = (0usize, 0usize);
@@ -309,7 +309,7 @@ proptest! {
 
 #[test]
 fn round_over_zero_nodes_is_refused() {
-    let mut round = Round::new(0);
+    let mut round = Count::new(0);
     assert_eq!(round.decision(), Decision::Refused);
     assert_eq!(round.record(Vote::Yes), Decision::Refused);
     assert_eq!(round.record(Vote::No), Decision::Refused);
@@ -349,19 +349,19 @@ fn round_granted_and_refused_at_exact_thresholds() {
     for n in 1..=50usize {
         let q = quorum(n);
         // All yes: granted exactly at vote Q.
-        let mut r = Round::new(n);
+        let mut r = Count::new(n);
         for i in 1..=n {
             let d = r.record(Vote::Yes);
             assert_eq!(d == Decision::Granted, i >= q, "n={n} yes#{i}");
         }
         // All no: refused exactly at vote N − Q + 1.
-        let mut r = Round::new(n);
+        let mut r = Count::new(n);
         for i in 1..=n {
             let d = r.record(Vote::No);
             assert_eq!(d == Decision::Refused, i > n - q, "n={n} no#{i}");
         }
         // Q − 1 yes then the rest no: pending until refused; never granted.
-        let mut r = Round::new(n);
+        let mut r = Count::new(n);
         for _ in 0..q - 1 {
             assert_eq!(r.record(Vote::Yes), Decision::Pending, "n={n}");
         }
@@ -391,7 +391,7 @@ proptest! {
         }),
     ) {
         let q = quorum(n);
-        let mut round = Round::new(n);
+        let mut round = Count::new(n);
         let (mut yes, mut no) = (0, 0);
         let mut decided = false;
         for vote in votes {
@@ -421,7 +421,7 @@ proptest! {
             (Just(n), proptest::collection::vec(any_vote(), n))
         }),
     ) {
-        let mut round = Round::new(n);
+        let mut round = Count::new(n);
         let mut last = Decision::Pending;
         for vote in votes {
             let d = round.record(vote);

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use redquorum::{Answer, ConfigError, LockError, Redlock, Retry};
+use redquorum::{Answer, ConfigError, InputError, LockError, Redlock, Retry};
 use support::*;
 
 const FOREIGN: &str = "another-holder-token";
@@ -472,11 +472,11 @@ async fn bad_input_gives_typed_errors() {
     let builder = || Redlock::builder().nodes(&urls);
     assert!(matches!(
         err(builder().drift_factor(f64::NAN).build().await),
-        ConfigError::InvalidDriftFactor(_)
+        ConfigError::Input(InputError::InvalidDriftFactor(_))
     ));
     assert!(matches!(
         err(builder().drift_factor(1.0).build().await),
-        ConfigError::InvalidDriftFactor(_)
+        ConfigError::Input(InputError::InvalidDriftFactor(_))
     ));
     assert_eq!(
         err(builder().node_timeout(Duration::ZERO).build().await),
@@ -497,24 +497,24 @@ async fn bad_input_gives_typed_errors() {
 
     let redlock = redlock().await;
     let config = |r: Result<redquorum::Lock, LockError>| match r {
-        Err(LockError::Config(c)) => c,
+        Err(LockError::Input(c)) => c,
         other => panic!("expected a config error, got {other:?}"),
     };
     assert_eq!(
         config(redlock.try_lock("", Duration::from_secs(1)).await),
-        ConfigError::EmptyResource
+        InputError::EmptyResource
     );
     assert!(matches!(
         config(redlock.try_lock("r", Duration::ZERO).await),
-        ConfigError::InvalidTtl(_)
+        InputError::InvalidTtl(_)
     ));
     assert!(matches!(
         config(redlock.try_lock("r", Duration::from_micros(999)).await),
-        ConfigError::InvalidTtl(_)
+        InputError::InvalidTtl(_)
     ));
     assert!(matches!(
         config(redlock.lock("r", Duration::MAX).await),
-        ConfigError::InvalidTtl(_)
+        InputError::InvalidTtl(_)
     ));
     assert!(matches!(
         config(
@@ -526,7 +526,7 @@ async fn bad_input_gives_typed_errors() {
                 )
                 .await
         ),
-        ConfigError::TtlNotAboveDrift { .. }
+        InputError::TtlNotAboveDrift { .. }
     ));
     // Odd but valid names work.
     for name in ["}", "{", "a b\0c", "ключ", "*"] {
@@ -562,7 +562,7 @@ async fn wrong_password_is_an_auth_error() {
 }
 
 /// One server under two names would vote twice: refused at connect, naming
-/// both (DESIGN §1 "one server, one vote").
+/// both (docs/design.md §11, "One server, one vote").
 #[tokio::test]
 async fn one_server_under_two_names_is_refused() {
     let urls = node_urls();

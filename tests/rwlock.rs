@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use rand::RngExt;
 use redis::AsyncCommands;
-use redquorum::{ConfigError, Lock, LockError, LockOptions, Redlock, Retry};
+use redquorum::{InputError, Lock, LockError, LockOptions, Redlock, Retry};
 use support::*;
 use tokio::time::Instant;
 
@@ -542,17 +542,17 @@ async fn bad_input_is_a_typed_error() {
     let ttl = Duration::from_secs(1);
     assert!(matches!(
         redlock.read_lock("", ttl).await,
-        Err(LockError::Config(ConfigError::EmptyResource))
+        Err(LockError::Input(InputError::EmptyResource))
     ));
     assert!(matches!(
         redlock
             .write_lock_with("r", ttl, &LockOptions::new().fenced())
             .await,
-        Err(LockError::Config(ConfigError::FencedReadWrite))
+        Err(LockError::Input(InputError::FencedReadWrite))
     ));
     assert!(matches!(
         redlock.try_write_lock("r", Duration::ZERO).await,
-        Err(LockError::Config(_))
+        Err(LockError::Input(_))
     ));
 }
 

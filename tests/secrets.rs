@@ -1,5 +1,5 @@
-//! No password in any output (DESIGN §1.10): for generated passwords in
-//! every URL form redis-rs accepts — user info (encoded or not, with the
+//! No password in any output (docs/operations.md §5): for generated
+//! passwords in every URL form the client accepts — user info (encoded or not, with the
 //! reserved characters `#`, `/`, `?`, `@`, `:`), the `pass=` query of a Unix
 //! socket URL, valid or broken — neither errors (`Display`, `Debug`), nor
 //! `Builder`'s `Debug`, nor node names contain any part of it.

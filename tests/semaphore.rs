@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use redquorum::{ConfigError, LockError, LockOptions, Redlock};
+use redquorum::{InputError, LockError, LockOptions, Redlock};
 use support::*;
 
 const PERMITS: u32 = 3;
@@ -116,12 +116,12 @@ async fn bad_permit_counts_are_typed() {
     for permits in [0, redquorum::semaphore::MAX_PERMITS + 1] {
         assert_eq!(
             redlock.semaphore("s", permits).unwrap_err(),
-            ConfigError::InvalidPermits(permits)
+            InputError::InvalidPermits(permits)
         );
     }
     assert_eq!(
         redlock.semaphore("", 3).unwrap_err(),
-        ConfigError::EmptyResource
+        InputError::EmptyResource
     );
 }
 
@@ -165,6 +165,6 @@ async fn run_keeps_the_permit_for_the_work_and_gives_it_back() {
         semaphore
             .run_with(ttl, &LockOptions::new().fenced(), |_| async {})
             .await,
-        Err(LockError::Config(ConfigError::FencedPermit))
+        Err(LockError::Input(InputError::FencedPermit))
     ));
 }

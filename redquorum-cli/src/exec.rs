@@ -301,7 +301,7 @@ fn not_acquired(error: &LockError, args: &ExecArgs, ui: &Ui) -> Code {
             ));
             exit::UNAVAILABLE
         }
-        LockError::Config(e) => {
+        LockError::Input(e) => {
             ui.usage(&e.to_string());
             exit::USAGE
         }

@@ -22,7 +22,7 @@ async fn release_with(redlock: &Redlock, args: &ReleaseArgs, ui: &Ui) -> Code {
     let released = match args.permits {
         Some(permits) => match redlock.semaphore(resource, permits) {
             Ok(semaphore) => semaphore.release_token(&args.token).await,
-            Err(e) => Err(LockError::Config(e)),
+            Err(e) => Err(LockError::Input(e)),
         },
         None if args.rw => redlock.release_token_rw(resource, &args.token).await,
         None => redlock.release_token(resource, &args.token).await,
@@ -62,7 +62,7 @@ async fn release_with(redlock: &Redlock, args: &ReleaseArgs, ui: &Ui) -> Code {
             }
             0
         }
-        Err(LockError::Config(e)) => {
+        Err(LockError::Input(e)) => {
             ui.usage(&e.to_string());
             exit::USAGE
         }

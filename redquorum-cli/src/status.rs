@@ -26,7 +26,7 @@ pub async fn status(global: &Global, nodes: &[String], args: &StatusArgs, ui: &U
     };
     let code = match show(&redlock, args).await {
         Ok(code) => code,
-        Err(LockError::Config(e)) => {
+        Err(LockError::Input(e)) => {
             ui.usage(&e.to_string());
             exit::USAGE
         }

@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 
-use crate::error::ConfigError;
+use crate::error::InputError;
 use crate::proto::keys::KeyLayout;
 use crate::proto::slot::slot;
 
@@ -67,9 +67,9 @@ fn digits(n: u32) -> usize {
 }
 
 /// Refuses an empty resource name.
-fn named(resource: &str) -> Result<&str, ConfigError> {
+fn named(resource: &str) -> Result<&str, InputError> {
     if resource.is_empty() {
-        return Err(ConfigError::EmptyResource);
+        return Err(InputError::EmptyResource);
     }
     Ok(resource)
 }
@@ -80,7 +80,7 @@ impl Keys {
         layout: &KeyLayout,
         resource: &str,
         fenced: bool,
-    ) -> Result<Self, ConfigError> {
+    ) -> Result<Self, InputError> {
         let resource = named(resource)?;
         let line = layout
             .line_keys(resource, !fenced)
@@ -112,7 +112,7 @@ impl Keys {
         name: &str,
         slot: u32,
         permits: u32,
-    ) -> Result<Self, ConfigError> {
+    ) -> Result<Self, InputError> {
         let name = named(name)?;
         Ok(Keys {
             flavor: Flavor::Permit,
@@ -125,7 +125,7 @@ impl Keys {
     }
 
     /// A reentrant lock on one resource.
-    pub(crate) fn reentrant(layout: &KeyLayout, resource: &str) -> Result<Self, ConfigError> {
+    pub(crate) fn reentrant(layout: &KeyLayout, resource: &str) -> Result<Self, InputError> {
         Ok(Keys {
             flavor: Flavor::Reentrant,
             lock: LockKeys::One(layout.lock_key(named(resource)?)),
@@ -137,13 +137,13 @@ impl Keys {
     }
 
     /// One lock over several distinct resources.
-    pub(crate) fn many(layout: &KeyLayout, resources: &[&str]) -> Result<Self, ConfigError> {
+    pub(crate) fn many(layout: &KeyLayout, resources: &[&str]) -> Result<Self, InputError> {
         if resources.is_empty() {
-            return Err(ConfigError::NoResources);
+            return Err(InputError::NoResources);
         }
         let mut seen = HashSet::with_capacity(resources.len());
         if let Some(dup) = resources.iter().find(|r| !seen.insert(**r)) {
-            return Err(ConfigError::DuplicateResource((*dup).to_owned()));
+            return Err(InputError::DuplicateResource((*dup).to_owned()));
         }
         let lock = resources
             .iter()
@@ -161,7 +161,7 @@ impl Keys {
 
     /// A reader (`write` false) or the writer of a read/write lock on one
     /// resource.
-    pub(crate) fn rw(layout: &KeyLayout, resource: &str, write: bool) -> Result<Self, ConfigError> {
+    pub(crate) fn rw(layout: &KeyLayout, resource: &str, write: bool) -> Result<Self, InputError> {
         let resource = named(resource)?;
         Ok(Keys {
             flavor: if write { Flavor::Write } else { Flavor::Read },
@@ -173,7 +173,7 @@ impl Keys {
         })
     }
 
-    /// Keys to read ([`Step::Inspect`]), in order; the first names the
+    /// Keys to read ([`Step::Inspect`](crate::proto::round::Step::Inspect)), in order; the first names the
     /// resource in logs.
     pub(crate) fn inspect(keys: Vec<String>) -> Self {
         Keys {

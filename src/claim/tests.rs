@@ -73,19 +73,19 @@ fn which_locks_fit_in_one_cluster_slot() {
 fn bad_resource_lists_are_typed_errors() {
     assert_eq!(
         Keys::many(&KeyLayout::default(), &[]).unwrap_err(),
-        ConfigError::NoResources
+        InputError::NoResources
     );
     assert_eq!(
         Keys::many(&KeyLayout::default(), &["a", "b", "a"]).unwrap_err(),
-        ConfigError::DuplicateResource("a".into())
+        InputError::DuplicateResource("a".into())
     );
     assert_eq!(
         Keys::many(&KeyLayout::default(), &["a", ""]).unwrap_err(),
-        ConfigError::EmptyResource
+        InputError::EmptyResource
     );
     assert_eq!(
         Keys::single(&KeyLayout::default(), "", false).unwrap_err(),
-        ConfigError::EmptyResource
+        InputError::EmptyResource
     );
 }
 
@@ -105,7 +105,7 @@ fn an_explicit_token_is_released_as_given() {
     );
     assert_eq!(
         Claim::with_token(keys, "").unwrap_err(),
-        ConfigError::EmptyToken
+        InputError::EmptyToken
     );
 }
 

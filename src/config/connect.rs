@@ -7,7 +7,7 @@ impl Builder {
     pub(crate) async fn connect(self) -> Result<Driver, ConfigError> {
         let drift_factor = match self.drift_factor {
             None => DriftFactor::default(),
-            Some(f) => DriftFactor::new(f).ok_or(ConfigError::InvalidDriftFactor(f))?,
+            Some(f) => DriftFactor::new(f).ok_or(InputError::InvalidDriftFactor(f))?,
         };
         let longest = Duration::from_millis(MAX_TTL_MS);
         if self

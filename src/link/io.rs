@@ -29,7 +29,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
 use super::open::{self, Stream};
-use super::{BACKOFF_MAX, BACKOFF_MIN, Hello, IDLE_PING, Link, Pending, State, Work, refusal};
+use super::{
+    BACKOFF_MAX, BACKOFF_MIN, Hello, IDLE_PING, Link, Pending, State, Work, redirection, refusal,
+};
 use crate::error::NodeError;
 use crate::resp::{self, Frame};
 
@@ -574,33 +576,5 @@ impl Io {
         }
         drop(shared);
         link.changed.notify_waiters();
-    }
-}
-
-/// A `MOVED` or `ASK` reply: whether `ASK`, the slot and where to.
-fn redirection(text: &str) -> Option<(bool, u16, &str)> {
-    let mut words = text.split(' ');
-    let ask = match words.next()? {
-        "MOVED" => false,
-        "ASK" => true,
-        _ => return None,
-    };
-    let slot = words.next()?.parse().ok()?;
-    Some((ask, slot, words.next()?))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reads_redirections() {
-        assert_eq!(
-            redirection("MOVED 3999 127.0.0.1:7002"),
-            Some((false, 3999, "127.0.0.1:7002"))
-        );
-        assert_eq!(redirection("ASK 1 h:2"), Some((true, 1, "h:2")));
-        assert_eq!(redirection("ERR MOVED"), None);
-        assert_eq!(redirection("MOVED x h:1"), None);
     }
 }

@@ -95,6 +95,18 @@ pub(crate) fn refusal(text: &str) -> NodeError {
     }
 }
 
+/// A `MOVED` or `ASK` reply: whether `ASK`, the slot and where to.
+pub(crate) fn redirection(text: &str) -> Option<(bool, u16, &str)> {
+    let mut words = text.split(' ');
+    let ask = match words.next()? {
+        "MOVED" => false,
+        "ASK" => true,
+        _ => return None,
+    };
+    let slot = words.next()?.parse().ok()?;
+    Some((ask, slot, words.next()?))
+}
+
 /// How much one node may cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Limits {
@@ -197,7 +209,7 @@ impl Drop for Outstanding {
 /// (given back when the ticket is dropped) and its node's instruments.
 pub(crate) struct Ticket {
     pub(crate) telemetry: Arc<NodeTelemetry>,
-    pub(crate) _slot: crate::dispatch::Slot,
+    pub(crate) _slot: crate::dispatch::Place,
 }
 
 impl Drop for Ticket {
@@ -542,5 +554,21 @@ impl Link {
             Frame::Error(text) => Err(refusal(&text)),
             _ => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_redirections() {
+        assert_eq!(
+            redirection("MOVED 3999 127.0.0.1:7002"),
+            Some((false, 3999, "127.0.0.1:7002"))
+        );
+        assert_eq!(redirection("ASK 1 h:2"), Some((true, 1, "h:2")));
+        assert_eq!(redirection("ERR MOVED"), None);
+        assert_eq!(redirection("MOVED x h:1"), None);
     }
 }

@@ -73,10 +73,10 @@ mod tests {
     use super::*;
     use crate::proto::error::NodeError;
     use crate::proto::op::Reply;
-    use crate::proto::round::{Collector, Step};
+    use crate::proto::round::{Round, Step};
 
     fn tally(step: Step, replies: Vec<Option<Result<Reply, NodeError>>>) -> Tally {
-        let mut c = Collector::new(step, &vec![true; replies.len()]);
+        let mut c = Round::new(step, &vec![true; replies.len()]);
         for (i, reply) in replies.into_iter().enumerate() {
             if let Some(reply) = reply {
                 c.on_reply(i, reply);

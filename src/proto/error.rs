@@ -8,6 +8,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use super::input::InputError;
+
 /// The error of every lock operation.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -32,7 +34,7 @@ pub enum LockError {
         /// Every node's answer (empty when the lock had expired beforehand).
         votes: Votes,
     },
-    /// [`Redlock::lock_wait`](crate::Redlock::lock_wait) waited its maximum and
+    /// A waiting lock ([`LockOptions::wait`](crate::LockOptions::wait)) waited its maximum and
     /// the resource was still not had.
     Timeout {
         /// How long was waited.
@@ -46,8 +48,8 @@ pub enum LockError {
         /// The resource whose lease was lost.
         resource: String,
     },
-    /// Invalid input: nothing was sent to any node.
-    Config(ConfigError),
+    /// Invalid input to the call: nothing was sent to any node.
+    Input(InputError),
     /// A semaphore asked with a permit count other than the one its live
     /// holders were granted under ([`Answer::PermitsDiffer`]): every holder
     /// of a semaphore must name the same count. Nothing was taken.
@@ -88,131 +90,9 @@ impl LockError {
             | LockError::Expired { votes }
             | LockError::PermitCount { votes, .. } => Some(votes),
             LockError::Timeout { last, .. } => last.votes(),
-            LockError::Lost { .. } | LockError::Config(_) => None,
+            LockError::Lost { .. } | LockError::Input(_) => None,
         }
     }
-}
-
-/// Bad input, detected before anything is sent to a node (or, for
-/// credentials, on the first connection).
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum ConfigError {
-    /// No node URLs were given.
-    NoNodes,
-    /// The same node appears twice: it would vote twice.
-    DuplicateNode(String),
-    /// A node URL that does not parse, or is not `redis://`, `unix://`,
-    /// `redis+unix://` (or `valkey://`, `valkey+unix://`).
-    InvalidUrl {
-        /// The URL with its user info, query values and fragment masked
-        /// (only the scheme, for one that does not parse at all).
-        url: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// A node refused our credentials (wrong password or user).
-    Auth {
-        /// The node, with any password masked.
-        node: String,
-        /// The node's error message.
-        message: String,
-    },
-    /// The TTL is zero, not a whole number of milliseconds ≥ 1, or above
-    /// [`MAX_TTL_MS`](crate::quorum::MAX_TTL_MS).
-    InvalidTtl(Duration),
-    /// The TTL is not longer than the clock-drift allowance, so no lock with
-    /// it could ever be valid.
-    TtlNotAboveDrift {
-        /// The TTL given.
-        ttl: Duration,
-        /// `ceil(ttl × drift_factor) + 2 ms`.
-        drift: Duration,
-    },
-    /// The resource name is empty.
-    EmptyResource,
-    /// A multi-resource lock over no resources.
-    NoResources,
-    /// A semaphore with 0 permits or more than
-    /// [`MAX_PERMITS`](crate::semaphore::MAX_PERMITS).
-    InvalidPermits(u32),
-    /// [`LockOptions::fenced`](crate::LockOptions::fenced) asked of a read or
-    /// write lock, which carry no fencing token.
-    FencedReadWrite,
-    /// [`LockOptions::fenced`](crate::LockOptions::fenced) asked of a
-    /// semaphore's permit, which carries no fencing token.
-    FencedPermit,
-    /// A key prefix ([`Builder::key_prefix`](crate::Builder::key_prefix))
-    /// that holds `{` or `}`, or is longer than
-    /// [`MAX_KEY_PREFIX`](crate::keys::MAX_KEY_PREFIX) bytes.
-    InvalidKeyPrefix(String),
-    /// A multi-resource lock naming one resource twice.
-    DuplicateResource(String),
-    /// A background task was asked for outside a tokio runtime.
-    NoRuntime,
-    /// A reentrant lock with an empty owner name.
-    EmptyOwner,
-    /// A lease extension interval that is zero or not shorter than the
-    /// lease's validity (the lease would lapse before its first extension).
-    InvalidExtendInterval {
-        /// The interval given.
-        every: Duration,
-        /// The validity of the lease's TTL.
-        validity: Duration,
-    },
-    /// The drift factor is not a finite number in `[0, 1)`.
-    InvalidDriftFactor(f64),
-    /// The node timeout is below 1 ms or above 2^40 ms.
-    InvalidNodeTimeout,
-    /// A retry policy with zero attempts, or a delay above 2^40 ms.
-    InvalidRetry,
-    /// Two members are the same server (the same `run_id`), so it would
-    /// vote twice: `redis://localhost:7001` and `redis://127.0.0.1:7001`.
-    SameServer {
-        /// The member that connected first.
-        first: String,
-        /// The member that turned out to be the same server.
-        second: String,
-    },
-    /// TLS could not be set up: a CA bundle or client certificate that does
-    /// not parse, or — when every node failed its TLS handshake the same
-    /// way — a certificate the client rejects, a server that requires a
-    /// client certificate, or TLS spoken to a port that does not speak it.
-    Tls(String),
-    /// [`Builder::require_quorum`](crate::Builder::require_quorum): fewer
-    /// than a quorum of nodes answered at connect.
-    TooFewNodes {
-        /// Nodes that answered.
-        reachable: usize,
-        /// Nodes configured.
-        nodes: usize,
-        /// The quorum.
-        quorum: usize,
-        /// Each unreachable node and why (passwords masked).
-        detail: String,
-    },
-    /// A per-node bound on calls in flight of zero.
-    InvalidMaxInFlight,
-    /// A connect timeout ([`Builder::connect_timeout`](crate::Builder::connect_timeout))
-    /// below 1 ms or above an hour.
-    InvalidConnectTimeout(Duration),
-    /// A lock whose keys hash to different slots of a Redis Cluster member
-    /// (`redis+cluster://`): one script cannot set them all atomically
-    /// there, so the lock is refused before anything is sent. Resources that
-    /// begin with one hash tag share a slot: `{acct}:1` and `{acct}:2`.
-    CrossSlot {
-        /// The resources of the lock.
-        resources: Vec<String>,
-    },
-    /// `#insecure` on a `rediss://` URL (certificate verification off)
-    /// without [`Builder::danger_accept_invalid_certificates`](crate::Builder::danger_accept_invalid_certificates).
-    Insecure {
-        /// The URL, redacted.
-        url: String,
-    },
-    /// An explicit token (for [`Redlock::release_token`](crate::Redlock::release_token))
-    /// that is empty.
-    EmptyToken,
 }
 
 /// Why one node did not do what was asked.
@@ -224,9 +104,11 @@ pub enum NodeError {
     NotConnected(Arc<str>),
     /// The node did not answer within the per-node timeout.
     TimedOut,
-    /// The node answered with an error (e.g. `OOM`, `READONLY`, `NOPERM`).
+    /// The node answered with an error (e.g. `OOM`, `READONLY`; a denied
+    /// command or key, `NOPERM`, is [`NodeError::Auth`]).
     Server(Arc<str>),
-    /// The node rejected our credentials.
+    /// The node rejected our credentials (`NOAUTH`, `WRONGPASS`), or denied
+    /// the user a command, key or channel (`NOPERM`).
     Auth(Arc<str>),
     /// The connection failed while the request was in flight.
     Connection(Arc<str>),
@@ -252,8 +134,7 @@ pub enum Answer {
     Held {
         /// The other holder's remaining TTL. `None`: the key has no expiry,
         /// or the round did not ask. Only waiting acquisitions
-        /// ([`Redlock::lock_wait`](crate::Redlock::lock_wait), and
-        /// [`LockOptions::wait`](crate::LockOptions::wait)) and the
+        /// (with [`LockOptions::wait`](crate::LockOptions::wait)) and the
         /// reentrant, multi-resource and fenced scripts report it; a plain
         /// single try is one native `SET NX PX`, which does not.
         pttl: Option<Duration>,
@@ -527,7 +408,7 @@ impl LockError {
                 "the lease on {resource:?} was lost: it could not be extended before its \
                  validity ended, and the work was stopped"
             ),
-            LockError::Config(e) => write!(f, "invalid input: {e}"),
+            LockError::Input(e) => write!(f, "invalid input: {e}"),
             LockError::PermitCount { held_under, votes } => {
                 let asked = match votes.subject() {
                     Subject::Permits { permits, .. } => format!(" with {permits}"),
@@ -567,99 +448,13 @@ impl fmt::Display for LockError {
     }
 }
 
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ConfigError::NoNodes => write!(f, "no nodes configured"),
-            ConfigError::DuplicateNode(a) => write!(f, "node {0} is listed more than once", a),
-            ConfigError::InvalidUrl { reason, url, .. } => {
-                write!(f, "invalid node URL {url:?}: {reason}")
-            }
-            ConfigError::Auth { message, node, .. } => {
-                write!(f, "node {node} rejected the credentials: {message}")
-            }
-            ConfigError::InvalidTtl(a) => {
-                write!(f, "invalid TTL {0:?}: must be between 1 ms and 2^40 ms", a)
-            }
-            ConfigError::TtlNotAboveDrift { drift, ttl, .. } => write!(
-                f,
-                "TTL {ttl:?} is not above the clock-drift allowance {drift:?}"
-            ),
-            ConfigError::EmptyResource => write!(f, "resource name is empty"),
-            ConfigError::NoResources => write!(f, "no resources given"),
-            ConfigError::InvalidPermits(n) => {
-                write!(f, "a semaphore needs 1 to 1024 permits, not {n}")
-            }
-            ConfigError::FencedReadWrite => {
-                write!(f, "read and write locks carry no fencing token")
-            }
-            ConfigError::FencedPermit => write!(f, "a semaphore's permits carry no fencing token"),
-            ConfigError::InvalidKeyPrefix(prefix) => write!(
-                f,
-                "key prefix {prefix:?} must hold no '{{' or '}}' and be at most {} bytes",
-                super::keys::MAX_KEY_PREFIX
-            ),
-            ConfigError::DuplicateResource(a) => {
-                write!(f, "resource {0:?} is listed more than once", a)
-            }
-            ConfigError::NoRuntime => write!(f, "no tokio runtime is running"),
-            ConfigError::EmptyOwner => write!(f, "reentrant owner name is empty"),
-            ConfigError::InvalidExtendInterval {
-                every, validity, ..
-            } => write!(
-                f,
-                "lease extension interval {every:?} must be above zero and below the validity {validity:?}"
-            ),
-            ConfigError::InvalidDriftFactor(a) => {
-                write!(f, "drift factor {0} is not a finite number in [0, 1)", a)
-            }
-            ConfigError::InvalidNodeTimeout => {
-                write!(f, "node timeout must be between 1 ms and 2^40 ms")
-            }
-            ConfigError::InvalidRetry => write!(
-                f,
-                "retry policy must allow at least one attempt, at most 2^40 ms apart"
-            ),
-            ConfigError::SameServer { first, second, .. } => {
-                write!(f, "nodes {first} and {second} are the same server")
-            }
-            ConfigError::Tls(a) => write!(f, "TLS: {0}", a),
-            ConfigError::TooFewNodes {
-                detail,
-                nodes,
-                quorum,
-                reachable,
-                ..
-            } => write!(
-                f,
-                "only {reachable} of {nodes} nodes reachable at connect, {quorum} needed: {detail}"
-            ),
-            ConfigError::InvalidMaxInFlight => write!(f, "max_in_flight must be at least 1"),
-            ConfigError::InvalidConnectTimeout(t) => {
-                write!(f, "connect timeout {t:?} must be between 1 ms and 1 h")
-            }
-            ConfigError::CrossSlot { resources, .. } => write!(
-                f,
-                "the keys of {resources:?} hash to different slots of a cluster member; \
-         give the resources one hash tag (\"{{tag}}:a\", \"{{tag}}:b\")"
-            ),
-            ConfigError::Insecure { url, .. } => write!(
-                f,
-                "{url}: #insecure would turn certificate verification off; give the nodes' CA with \
-         Builder::tls_ca, or opt in with Builder::danger_accept_invalid_certificates"
-            ),
-            ConfigError::EmptyToken => write!(f, "token is empty"),
-        }
-    }
-}
-
 impl fmt::Display for NodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             NodeError::NotConnected(a) => write!(f, "not connected ({0})", a),
             NodeError::TimedOut => write!(f, "timed out"),
             NodeError::Server(a) => write!(f, "node error: {0}", a),
-            NodeError::Auth(a) => write!(f, "authentication failed: {0}", a),
+            NodeError::Auth(a) => write!(f, "not permitted: {0}", a),
             NodeError::Connection(a) => write!(f, "connection error: {0}", a),
             NodeError::Protocol(a) => write!(f, "unexpected reply: {0}", a),
             NodeError::Tls(a) => write!(f, "TLS: {0}", a),
@@ -672,13 +467,11 @@ impl fmt::Display for NodeError {
 /// walks sources would print it twice).
 impl std::error::Error for LockError {}
 
-impl From<ConfigError> for LockError {
-    fn from(e: ConfigError) -> Self {
-        LockError::Config(e)
+impl From<InputError> for LockError {
+    fn from(e: InputError) -> Self {
+        LockError::Input(e)
     }
 }
-
-impl std::error::Error for ConfigError {}
 
 impl std::error::Error for NodeError {}
 
@@ -794,7 +587,7 @@ mod tests {
                 .to_string()
                 .contains("validity had ended before the call")
         );
-        let config = LockError::Config(ConfigError::EmptyResource);
+        let config = LockError::Input(InputError::EmptyResource);
         assert_eq!(config.to_string(), "invalid input: resource name is empty");
         // Said once: no source to print it again.
         assert!(std::error::Error::source(&config).is_none());

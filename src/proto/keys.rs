@@ -25,10 +25,10 @@
 //! assert_eq!(interop.plain_key("orders:42"), "orders:42");
 //! // …while fenced, reentrant and multi-resource locks keep their layout.
 //! assert_eq!(interop.lock_key("orders:42"), "{orders:42}:lock");
-//! # Ok::<(), redquorum::ConfigError>(())
+//! # Ok::<(), redquorum::InputError>(())
 //! ```
 
-use super::error::ConfigError;
+use super::input::InputError;
 
 /// The longest key prefix accepted, in bytes.
 pub const MAX_KEY_PREFIX: usize = 256;
@@ -52,16 +52,16 @@ impl KeyLayout {
     /// The prefix may not hold `{` or `}` (it would take the hash tag away
     /// from the resource, and so a lock's keys from one cluster slot), and
     /// is at most [`MAX_KEY_PREFIX`] bytes: otherwise
-    /// [`ConfigError::InvalidKeyPrefix`].
+    /// [`InputError::InvalidKeyPrefix`].
     ///
     /// ```
-    /// use redquorum::{ConfigError, KeyLayout};
+    /// use redquorum::{InputError, KeyLayout};
     /// assert!(KeyLayout::new("app:", true).is_ok());
-    /// assert!(matches!(KeyLayout::new("{app}:", false), Err(ConfigError::InvalidKeyPrefix(_))));
+    /// assert!(matches!(KeyLayout::new("{app}:", false), Err(InputError::InvalidKeyPrefix(_))));
     /// ```
-    pub fn new(prefix: &str, interop: bool) -> Result<Self, ConfigError> {
+    pub fn new(prefix: &str, interop: bool) -> Result<Self, InputError> {
         if prefix.len() > MAX_KEY_PREFIX || prefix.contains(['{', '}']) {
-            return Err(ConfigError::InvalidKeyPrefix(prefix.to_owned()));
+            return Err(InputError::InvalidKeyPrefix(prefix.to_owned()));
         }
         Ok(KeyLayout {
             prefix: prefix.into(),
@@ -79,7 +79,7 @@ impl KeyLayout {
         self.interop
     }
 
-    /// The key of a plain lock (`try_lock`, `lock`, `lock_wait`) on
+    /// The key of a plain lock (`try_lock`, `lock`, `lock_with`) on
     /// `resource`: in interop mode the prefix and the resource alone,
     /// otherwise [`lock_key`](Self::lock_key).
     pub fn plain_key(&self, resource: &str) -> String {
@@ -249,7 +249,7 @@ mod tests {
         for bad in ["{", "}", "a{b}", &"x".repeat(MAX_KEY_PREFIX + 1)] {
             assert_eq!(
                 KeyLayout::new(bad, false),
-                Err(ConfigError::InvalidKeyPrefix(bad.to_owned()))
+                Err(InputError::InvalidKeyPrefix(bad.to_owned()))
             );
         }
         assert!(KeyLayout::new(&"x".repeat(MAX_KEY_PREFIX), false).is_ok());

@@ -3,7 +3,8 @@
 //!
 //! - [`quorum`]: the arithmetic — quorum size, validity, the per-node
 //!   timeout, the votes of one round and its decision;
-//! - [`error`]: every error and vote a caller sees;
+//! - [`error`]: a round's votes and the error of a lock operation, and
+//!   [`input`]: input the protocol refuses;
 //! - [`keys`]: which Redis keys a lock uses, and [`slot`]: which cluster
 //!   slot a key lives in;
 //! - [`lease`]: keeping a lease — when to extend next, when it is gone;
@@ -27,6 +28,7 @@
 pub mod acquire;
 pub mod error;
 pub mod health;
+pub mod input;
 pub mod keys;
 pub mod lease;
 pub mod op;

@@ -3,7 +3,7 @@
 //! Everything the coordinator decides is decided here, from numbers it is
 //! handed: how many nodes make a quorum, how much clock drift to allow for,
 //! how long a lock stays valid, how long to wait for one node, and — through
-//! [`Round`] — whether a round of node replies has already settled. Keeping it
+//! [`Count`] — whether a round of node replies has already settled. Keeping it
 //! free of tokio and redis is what lets it be property-tested exhaustively
 //! (`tests/quorum_props.rs`) and driven by a simulation.
 //!
@@ -210,7 +210,7 @@ pub fn node_timeout(configured: Option<Duration>, ttl_ms: u64, validity: Duratio
     timeout.max(Duration::from_millis(1)).min(validity)
 }
 
-/// The settled or unsettled state of a [`Round`].
+/// The settled or unsettled state of a [`Count`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Decision {
     /// Not yet decided: more replies are needed.
@@ -239,22 +239,22 @@ pub enum Vote {
 /// sequence of `n` votes decides, for odd and even `n`.
 ///
 /// ```
-/// use redquorum::quorum::{Decision, Round, Vote};
-/// let mut round = Round::new(5);
+/// use redquorum::quorum::{Decision, Count, Vote};
+/// let mut round = Count::new(5);
 /// assert_eq!(round.record(Vote::Yes), Decision::Pending);
 /// assert_eq!(round.record(Vote::No), Decision::Pending);
 /// assert_eq!(round.record(Vote::Yes), Decision::Pending);
 /// assert_eq!(round.record(Vote::Yes), Decision::Granted); // 3 of 5
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Round {
+pub struct Count {
     n: usize,
     yes: usize,
     no: usize,
     decision: Decision,
 }
 
-impl Round {
+impl Count {
     /// A round over `n` nodes with no votes yet. A round over zero nodes is
     /// refused from the start (there is no majority of nothing).
     pub fn new(n: usize) -> Self {
@@ -263,7 +263,7 @@ impl Round {
         } else {
             Decision::Pending
         };
-        Round {
+        Count {
             n,
             yes: 0,
             no: 0,

@@ -131,7 +131,7 @@ pub(crate) struct Last {
 
 /// What to do after a failed round.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Next {
+pub(crate) enum AfterRound {
     /// No attempts left: report the round's error.
     Stop,
     /// The caller's time is up: report a timeout.
@@ -150,7 +150,13 @@ pub(crate) struct Backoff {
 impl Backoff {
     /// After a failed round: what next, given the `budget`, what the round
     /// taught and a random `draw`.
-    pub(crate) fn next(&mut self, retry: &Retry, budget: Budget, last: Last, draw: u64) -> Next {
+    pub(crate) fn next(
+        &mut self,
+        retry: &Retry,
+        budget: Budget,
+        last: Last,
+        draw: u64,
+    ) -> AfterRound {
         self.rounds += 1;
         self.collisions = if last.collided {
             (self.collisions + 1).min(MAX_DOUBLINGS)
@@ -158,9 +164,9 @@ impl Backoff {
             0
         };
         match budget {
-            Budget::Attempts if self.rounds >= retry.attempts() => Next::Stop,
-            Budget::Attempts => Next::After(retry.jitter(Duration::MAX, draw)),
-            Budget::Until(Some(left)) if left.is_zero() => Next::TimedOut,
+            Budget::Attempts if self.rounds >= retry.attempts() => AfterRound::Stop,
+            Budget::Attempts => AfterRound::After(retry.jitter(Duration::MAX, draw)),
+            Budget::Until(Some(left)) if left.is_zero() => AfterRound::TimedOut,
             Budget::Until(left) => {
                 let pause = match last.holder_left {
                     _ if last.woken && last.collided => {
@@ -175,7 +181,7 @@ impl Backoff {
                     // Polling: never past the holder's expiry.
                     _ => retry.jitter(last.holder_left.unwrap_or(Duration::MAX), draw),
                 };
-                Next::After(pause.min(left.unwrap_or(Duration::MAX)))
+                AfterRound::After(pause.min(left.unwrap_or(Duration::MAX)))
             }
         }
     }
@@ -213,13 +219,13 @@ mod tests {
         let l = last(false, None, false);
         assert!(matches!(
             b.next(&retry, Budget::Attempts, l, 5),
-            Next::After(_)
+            AfterRound::After(_)
         ));
         assert!(matches!(
             b.next(&retry, Budget::Attempts, l, 5),
-            Next::After(_)
+            AfterRound::After(_)
         ));
-        assert_eq!(b.next(&retry, Budget::Attempts, l, 5), Next::Stop);
+        assert_eq!(b.next(&retry, Budget::Attempts, l, 5), AfterRound::Stop);
     }
 
     #[test]
@@ -234,7 +240,7 @@ mod tests {
             last(false, Some(800 * MS), true),
             u64::MAX,
         ) {
-            Next::After(p) => assert!(p >= 800 * MS && p <= 901 * MS, "{p:?}"),
+            AfterRound::After(p) => assert!(p >= 800 * MS && p <= 901 * MS, "{p:?}"),
             other => panic!("{other:?}"),
         }
         // Polling: never past the holder's expiry.
@@ -244,7 +250,7 @@ mod tests {
             last(false, Some(50 * MS), false),
             u64::MAX,
         ) {
-            Next::After(p) => assert!(p <= 50 * MS),
+            AfterRound::After(p) => assert!(p <= 50 * MS),
             other => panic!("{other:?}"),
         }
         // Never past the time left; none left is a timeout.
@@ -255,11 +261,11 @@ mod tests {
                 last(false, Some(800 * MS), true),
                 u64::MAX
             ),
-            Next::After(5 * MS)
+            AfterRound::After(5 * MS)
         );
         assert_eq!(
             b.next(&retry, until(Duration::ZERO), last(false, None, true), 0),
-            Next::TimedOut
+            AfterRound::TimedOut
         );
     }
 
@@ -275,7 +281,7 @@ mod tests {
                 last(true, None, true),
                 u64::MAX,
             ) {
-                Next::After(p) => bounds.push(p),
+                AfterRound::After(p) => bounds.push(p),
                 other => panic!("{other:?}"),
             }
         }
@@ -285,7 +291,7 @@ mod tests {
         // A round without a collision starts over.
         assert!(matches!(
             b.next(&retry, Budget::Until(None), last(false, None, true), 0),
-            Next::After(_)
+            AfterRound::After(_)
         ));
         assert_eq!(b.collisions, 0);
     }

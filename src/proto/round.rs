@@ -6,7 +6,7 @@
 //! decides from what it heard is here:
 //!
 //! ```text
-//! Collector::new(step, asked)         nodes not asked count as no
+//! Round::new(step, asked)         nodes not asked count as no
 //!   on_reply(i, reply)  ...           a reply is a vote (see `vote`)
 //!   on_timeout()                      every silent node counts as timed out
 //!   is_done(wait)                     stop listening? (a decision, or named nodes heard)
@@ -20,7 +20,7 @@ use std::time::Duration;
 use crate::proto::error::{Answer, LockError, NodeError, Votes};
 use crate::proto::op::{Reply, Snapshot};
 use crate::proto::per_node::PerNode;
-use crate::proto::quorum::{Decision, Round, Vote};
+use crate::proto::quorum::{Count, Decision, Vote};
 
 /// What one node operation does to a claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,9 +87,9 @@ pub(crate) fn answer(reply: Result<Reply, NodeError>) -> Answer {
 
 /// One round in progress.
 #[derive(Debug)]
-pub(crate) struct Collector {
+pub(crate) struct Round {
     step: Step,
-    round: Round,
+    round: Count,
     asked: PerNode<bool>,
     answers: PerNode<Answer>,
     fence: Option<u64>,
@@ -97,15 +97,15 @@ pub(crate) struct Collector {
     snapshots: Vec<Option<Snapshot>>,
 }
 
-impl Collector {
+impl Round {
     /// A round of `step` on the nodes marked in `asked` (the others count
     /// as no at once).
     pub(crate) fn new(step: Step, asked: &[bool]) -> Self {
-        let mut round = Round::new(asked.len());
+        let mut round = Count::new(asked.len());
         for _ in asked.iter().filter(|asked| !**asked) {
             round.record(Vote::No);
         }
-        Collector {
+        Round {
             step,
             round,
             asked: asked.iter().copied().collect(),
@@ -263,7 +263,7 @@ mod tests {
     #[test]
     fn decides_at_the_quorum_and_keeps_every_answer() {
         let step = Step::Acquire { holder_ttl: false };
-        let mut c = Collector::new(step, &[true; 5]);
+        let mut c = Round::new(step, &[true; 5]);
         c.on_reply(0, Ok(Reply::Done));
         c.on_reply(1, Ok(Reply::Done));
         assert!(!c.is_done(Wait::Decision));
@@ -282,7 +282,7 @@ mod tests {
 
     #[test]
     fn nodes_not_asked_vote_no_and_are_never_waited_for() {
-        let mut c = Collector::new(Step::Release, &[true, false, true]);
+        let mut c = Round::new(Step::Release, &[true, false, true]);
         assert!(!c.waiting(1));
         c.on_reply(0, Ok(Reply::NotHeld)); // gone already: a yes for a release
         c.on_reply(2, Ok(Reply::Done));
@@ -293,7 +293,7 @@ mod tests {
     #[test]
     fn fences_keep_the_maximum_and_refusals_are_classified() {
         let step = Step::Acquire { holder_ttl: true };
-        let mut c = Collector::new(step, &[true; 3]);
+        let mut c = Round::new(step, &[true; 3]);
         c.on_reply(0, Ok(Reply::Fence(7)));
         c.on_reply(1, Ok(Reply::Fence(9)));
         c.on_reply(2, Err(NodeError::NotConnected("down".into())));

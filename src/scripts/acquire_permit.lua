@@ -7,7 +7,8 @@
 -- its ticket, ARGV[6] its patience.
 -- Returns OK when the slot was set; {'permits', n} when live holders were
 -- granted under another count n (nothing changes); else the slot holder's
--- PTTL (-1: no expiry), a waiter staying in line.
+-- PTTL (-1: no expiry), a waiter staying in line. A waiter another slot is
+-- kept for is refused a free one, with the time the kept one is kept.
 local me = ARGV[4] and line_name('w', ARGV[4], ARGV[6])
 local now = node_now()
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. now)
@@ -18,6 +19,14 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
   end
 end
 local value = redis.pcall('GET', KEYS[1])
+-- A waiter a slot is being kept for takes that slot, no other: the kept one
+-- would stand unused until its patience is over.
+if value == false and me and tonumber(redis.call('ZSCORE', KEYS[4], me) or 0) >= tonumber(SERVED) then
+  local until_ = tonumber(redis.call('ZSCORE', KEYS[5], me) or 0)
+  if until_ >= now then
+    return until_ - now
+  end
+end
 if value ~= false and not (me and value == KEPT .. me) then
   local pttl = redis.call('PTTL', KEYS[1])
   if me then

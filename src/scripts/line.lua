@@ -19,10 +19,17 @@ end
 local function line_name(kind, id, patience)
   return kind .. patience .. ':' .. id
 end
--- Joins, or stays in, the line with `ticket` (which also ends a serving
--- that did not work out) until `deadline`; a full line takes no one new.
-local function line_join(line, alive, who, ticket, deadline)
-  if redis.call('ZSCORE', alive, who) == false and redis.call('ZCARD', alive) >= LINE_MAX then
+-- Joins, or stays in, the line with `ticket` until `deadline`; a full line
+-- takes no one new. A waiter a lock is being kept for is left as it is:
+-- served, until the lock kept for it lapses (its deadline), after which it
+-- joins again in its place.
+local function line_join(line, alive, who, ticket, deadline, now)
+  local until_ = redis.call('ZSCORE', alive, who)
+  if until_ == false then
+    if redis.call('ZCARD', alive) >= LINE_MAX then
+      return
+    end
+  elseif tonumber(until_) >= now and tonumber(redis.call('ZSCORE', line, who) or 0) >= tonumber(SERVED) then
     return
   end
   redis.call('ZADD', line, ticket, who)
@@ -36,7 +43,7 @@ end
 -- none), an eighth more (its pause) and its patience.
 local function line_wait(line, alive, who, ticket, patience, pttl, now)
   local left = math.max(tonumber(pttl), 0)
-  line_join(line, alive, who, ticket, now + left + math.floor(left / 8) + tonumber(patience))
+  line_join(line, alive, who, ticket, now + left + math.floor(left / 8) + tonumber(patience), now)
 end
 local function line_leave(line, alive, who)
   redis.call('ZREM', line, who)
@@ -44,7 +51,8 @@ local function line_leave(line, alive, who)
 end
 -- Keeps `key` for the line's first waiter not yet served (readers: for
 -- every reader, READERS_TURN), for its patience at most and never past its
--- deadline. Returns false (nothing kept) when no one waits.
+-- deadline; a served waiter's deadline becomes the kept lock's end. Returns
+-- false (nothing kept) when no one waits.
 local function line_hand_over(key, line, alive)
   if redis.call('EXISTS', line) == 0 then
     return false
@@ -66,6 +74,7 @@ local function line_hand_over(key, line, alive)
   else
     redis.call('SET', key, KEPT .. head, 'PX', keep)
     redis.call('ZINCRBY', line, SERVED, head)
+    redis.call('ZADD', alive, 'XX', now + keep, head)
   end
   return true
 end

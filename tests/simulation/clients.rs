@@ -195,7 +195,7 @@ pub async fn client(
                 }
             }
             Err(e) => {
-                assert!(!matches!(e, LockError::Config(_)), "{e}");
+                assert!(!matches!(e, LockError::Input(_)), "{e}");
                 world.note("refused", id as u64, 0, || format!("client {id}: {e}"));
                 tokio::time::sleep(world.between(Duration::ZERO, plan.max_pause)).await;
             }
@@ -261,7 +261,7 @@ async fn lease_round(
         format!("client {id}: {outcome:?}")
     });
     if let Some(Err(e)) = outcome {
-        assert!(!matches!(e, LockError::Config(_)), "{e}");
+        assert!(!matches!(e, LockError::Input(_)), "{e}");
         tokio::time::sleep(world.between(Duration::ZERO, plan.max_pause)).await;
     }
 }

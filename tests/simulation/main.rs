@@ -30,9 +30,10 @@
 //! may overlap each other). A second
 //! checker verifies that every holder's fencing token is larger than that of
 //! every holder before it. A third verifies delivery: every granted acquire
-//! reached every node (the transport, like redis-rs, writes a request only
-//! when its future is first polled), unless a crash or a refusal while the
-//! node was down excuses it.
+//! reached every node (a simulated link, a node of your own, writes a
+//! request only when its future is first polled, which the client does as
+//! it makes the call), unless a crash or a refusal while the node was down
+//! excuses it.
 //!
 //! Nine negative controls break one assumption each and must be caught: node
 //! clocks 1.5× fast with drift factor 0.01, nodes restarted empty within the

@@ -403,8 +403,9 @@ impl Node for SimLink {
             lock(&self.world.counts).refused_while_down += 1;
             return Box::pin(async { Err(NodeError::NotConnected("node is down".into())) });
         };
-        // Like redis-rs, the request is written when the future is first
-        // polled: a call dropped before that never reaches the node.
+        // As any node of your own: the request is written when the future
+        // is first polled (the client polls each call once as it makes it);
+        // a call dropped before that never reaches the node.
         Box::pin(async move {
             let due = {
                 let mut last = lock(&self.last_due);

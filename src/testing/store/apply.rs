@@ -436,6 +436,28 @@ impl Store {
             let permits = stored.parse().unwrap_or(0);
             return Ok(Reply::PermitsDiffer { permits });
         }
+        // A waiter another slot is kept for takes that one, no other.
+        if let Some(me) = &me
+            && self.live(slot, now).is_none()
+        {
+            let line = &keys[3..];
+            let served = match self.zset(&line[0], now)? {
+                Some(members) => members.get(me.as_str()).is_some_and(|t| *t >= SERVED),
+                None => false,
+            };
+            let until = match self.zset(&line[1], now)? {
+                Some(members) => members.get(me.as_str()).copied(),
+                None => None,
+            };
+            if let (true, Some(until)) = (served, until)
+                && until >= score(now)
+            {
+                let left = u64::try_from(until - score(now)).unwrap_or(0);
+                return Ok(Reply::Held {
+                    pttl_ms: Some(left),
+                });
+            }
+        }
         if !self.free_to(slot, me.as_deref(), now) {
             let pttl = self.peek(slot, now).and_then(|e| e.pttl(now));
             if let (Some(w), Some(me)) = (waiter, &me) {

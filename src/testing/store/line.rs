@@ -7,7 +7,8 @@ use crate::node::{KEPT, MAX_LINE, READERS_TURN, Reply, Waiter};
 
 impl Store {
     /// `line.lua`'s `line_join`: in line with `ticket` until `deadline`
-    /// (the line full, no one new).
+    /// (the line full, no one new; a waiter a lock is kept for, left as it
+    /// is until that lapses).
     pub(super) fn line_join(
         &mut self,
         line: &[String],
@@ -17,12 +18,19 @@ impl Store {
         now: u64,
     ) -> Result<(), NodeError> {
         let (queue, alive) = (&line[0], &line[1]);
-        let (known, count) = match self.zset(alive, now)? {
-            Some(members) => (members.contains_key(who), members.len()),
-            None => (false, 0),
+        let (until, count) = match self.zset(alive, now)? {
+            Some(members) => (members.get(who).copied(), members.len()),
+            None => (None, 0),
         };
-        if !known && count >= MAX_LINE {
-            return Ok(());
+        let served = match self.zset(queue, now)? {
+            Some(members) => members.get(who).is_some_and(|t| *t >= SERVED),
+            None => false,
+        };
+        match until {
+            None if count >= MAX_LINE => return Ok(()),
+            // A lock is being kept for it: left as it is until that lapses.
+            Some(until) if until >= score(now) && served => return Ok(()),
+            _ => {}
         }
         self.zadd(queue, who, score(ticket), now)?;
         self.zadd(alive, who, score(deadline), now)?;
@@ -106,6 +114,8 @@ impl Store {
         } else {
             self.set(key, Entry::text(&format!("{KEPT}{head}"), now, keep));
             self.zadd(queue, &head, ticket + SERVED, now)?;
+            // `ZADD XX`: the served waiter's deadline is the kept lock's end.
+            self.zadd(alive, &head, score(now + keep), now)?;
         }
         Ok(true)
     }

@@ -1,0 +1,137 @@
+//! Invalid input, refused before anything is sent to a node: a TTL or key
+//! the protocol cannot use, a resource list or name that makes no lock.
+
+use std::fmt;
+use std::time::Duration;
+
+use super::keys::MAX_KEY_PREFIX;
+use super::quorum::MAX_TTL_MS;
+
+/// The most permits a semaphore may have (each is a slot key per node, and
+/// an acquisition tries up to all of them).
+pub const MAX_PERMITS: u32 = 1024;
+
+/// `2^k` for a power of two, as messages write a bound.
+pub(crate) struct Pow2(pub(crate) u64);
+
+impl fmt::Display for Pow2 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "2^{}", self.0.ilog2())
+    }
+}
+
+/// Invalid input to one call (or a builder setting the protocol checks),
+/// detected before anything is sent to a node.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum InputError {
+    /// The TTL is zero, not a whole number of milliseconds ≥ 1, or above
+    /// [`MAX_TTL_MS`](crate::quorum::MAX_TTL_MS).
+    InvalidTtl(Duration),
+    /// The TTL is not longer than the clock-drift allowance, so no lock with
+    /// it could ever be valid.
+    TtlNotAboveDrift {
+        /// The TTL given.
+        ttl: Duration,
+        /// `ceil(ttl × drift_factor) + 2 ms`.
+        drift: Duration,
+    },
+    /// The resource name is empty.
+    EmptyResource,
+    /// A multi-resource lock over no resources.
+    NoResources,
+    /// A semaphore with 0 permits or more than
+    /// [`MAX_PERMITS`].
+    InvalidPermits(u32),
+    /// [`LockOptions::fenced`](crate::LockOptions::fenced) asked of a read or
+    /// write lock, which carry no fencing token.
+    FencedReadWrite,
+    /// [`LockOptions::fenced`](crate::LockOptions::fenced) asked of a
+    /// semaphore's permit, which carries no fencing token.
+    FencedPermit,
+    /// A key prefix ([`Builder::key_prefix`](crate::Builder::key_prefix))
+    /// that holds `{` or `}`, or is longer than
+    /// [`MAX_KEY_PREFIX`](crate::keys::MAX_KEY_PREFIX) bytes.
+    InvalidKeyPrefix(String),
+    /// A multi-resource lock naming one resource twice.
+    DuplicateResource(String),
+    /// A background task was asked for outside a tokio runtime.
+    NoRuntime,
+    /// A reentrant lock with an empty owner name.
+    EmptyOwner,
+    /// A lease extension interval that is zero or not shorter than the
+    /// lease's validity (the lease would lapse before its first extension).
+    InvalidExtendInterval {
+        /// The interval given.
+        every: Duration,
+        /// The validity of the lease's TTL.
+        validity: Duration,
+    },
+    /// The drift factor is not a finite number in `[0, 1)`.
+    InvalidDriftFactor(f64),
+    /// A lock whose keys hash to different slots of a Redis Cluster member
+    /// (`redis+cluster://`): one script cannot set them all atomically
+    /// there, so the lock is refused before anything is sent. Resources that
+    /// begin with one hash tag share a slot: `{acct}:1` and `{acct}:2`.
+    CrossSlot {
+        /// The resources of the lock.
+        resources: Vec<String>,
+    },
+    /// An explicit token (for [`Redlock::release_token`](crate::Redlock::release_token))
+    /// that is empty.
+    EmptyToken,
+}
+
+impl fmt::Display for InputError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InputError::InvalidTtl(a) => {
+                write!(
+                    f,
+                    "invalid TTL {a:?}: must be between 1 ms and {} ms",
+                    Pow2(MAX_TTL_MS)
+                )
+            }
+            InputError::TtlNotAboveDrift { drift, ttl, .. } => write!(
+                f,
+                "TTL {ttl:?} is not above the clock-drift allowance {drift:?}"
+            ),
+            InputError::EmptyResource => write!(f, "resource name is empty"),
+            InputError::NoResources => write!(f, "no resources given"),
+            InputError::InvalidPermits(n) => {
+                write!(f, "a semaphore needs 1 to {MAX_PERMITS} permits, not {n}")
+            }
+            InputError::FencedReadWrite => {
+                write!(f, "read and write locks carry no fencing token")
+            }
+            InputError::FencedPermit => write!(f, "a semaphore's permits carry no fencing token"),
+            InputError::InvalidKeyPrefix(prefix) => write!(
+                f,
+                "key prefix {prefix:?} must hold no '{{' or '}}' and be at most {} bytes",
+                MAX_KEY_PREFIX
+            ),
+            InputError::DuplicateResource(a) => {
+                write!(f, "resource {0:?} is listed more than once", a)
+            }
+            InputError::NoRuntime => write!(f, "no tokio runtime is running"),
+            InputError::EmptyOwner => write!(f, "reentrant owner name is empty"),
+            InputError::InvalidExtendInterval {
+                every, validity, ..
+            } => write!(
+                f,
+                "lease extension interval {every:?} must be above zero and below the validity {validity:?}"
+            ),
+            InputError::InvalidDriftFactor(a) => {
+                write!(f, "drift factor {0} is not a finite number in [0, 1)", a)
+            }
+            InputError::CrossSlot { resources, .. } => write!(
+                f,
+                "the keys of {resources:?} hash to different slots of a cluster member; \
+         give the resources one hash tag (\"{{tag}}:a\", \"{{tag}}:b\")"
+            ),
+            InputError::EmptyToken => write!(f, "token is empty"),
+        }
+    }
+}
+
+impl std::error::Error for InputError {}
