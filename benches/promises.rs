@@ -59,7 +59,7 @@ fn unique(prefix: &str) -> String {
     format!("bench:{prefix}:{:016x}", rand::random::<u64>())
 }
 
-// The suite's load generator, shared with tests/delivery.rs.
+// The suite's load generator, shared with tests/redis_delivery.rs.
 #[path = "../tests/support/load.rs"]
 mod load;
 use load::Burners;

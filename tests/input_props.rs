@@ -1,19 +1,21 @@
 //! Bad input never panics: property tests over every builder setting (node
 //! timeout, drift factor, retry policy), TTLs and resource names, on
 //! in-memory nodes (many cases) and on the five real nodes (a bounded
-//! number, each a real acquire and release). Each case ends in a typed error
-//! or a correct lock.
+//! number, each a real acquire and release; with the `redis-tests`
+//! feature). Each case ends in a typed error or a correct lock.
 mod support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use proptest::prelude::*;
+#[cfg(feature = "redis-tests")]
 use redis::AsyncCommands;
 use redquorum::node::Node;
 use redquorum::quorum::{MAX_TTL_MS, validity};
 use redquorum::{ConfigError, InputError, Lock, LockError, Redlock, Retry};
 use support::memory::MemoryNode;
+#[cfg(feature = "redis-tests")]
 use support::*;
 
 /// No single call in these tests may take longer than this.
@@ -200,6 +202,7 @@ async fn bounded<T>(what: &str, f: impl Future<Output = T>) -> T {
         .unwrap_or_else(|_| panic!("{what} took longer than {BOUND:?}"))
 }
 
+#[cfg(feature = "redis-tests")]
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -385,6 +388,7 @@ fn any_input_on_memory_nodes_is_a_typed_error_or_a_lock() {
 
 /// On the five real nodes: the same oracle, and for valid input a real lock
 /// whose token sits on a quorum under the right key, released afterwards.
+#[cfg(feature = "redis-tests")]
 async fn real_case(s: Settings, name: String, ttl: Duration) -> Ended {
     let urls = node_urls();
     let built = bounded("build", builder(&s).nodes(&urls).build()).await;
@@ -456,6 +460,7 @@ async fn real_case(s: Settings, name: String, ttl: Duration) -> Ended {
     Ended::Locked
 }
 
+#[cfg(feature = "redis-tests")]
 #[test]
 fn any_input_on_real_nodes_is_a_typed_error_or_a_correct_lock() {
     let settings = prop_oneof![3 => valid_settings(), 1 => settings()];

@@ -1,7 +1,7 @@
 //! Leases on simulated nodes in virtual time: kept for many TTLs while the
 //! nodes answer, lost — with the work stopped before the deadline and never
 //! completed — when a majority freezes. The same coordinator and keeper as on
-//! real nodes (`tests/leases.rs`), but exact and fast.
+//! real nodes (`tests/redis_leases.rs`), but exact and fast.
 
 mod support;
 

@@ -1,6 +1,10 @@
 //! Lock semantics on the five real Redis nodes (no faults injected here; see
-//! `tests/faults.rs`). Every test uses its own resource names, so they run
+//! `tests/redis_faults.rs`). Every test uses its own resource names, so they run
 //! concurrently.
+//!
+//! Needs real nodes: built only with the `redis-tests` feature, which
+//! `scripts/test` turns on (it starts the nodes).
+#![cfg(feature = "redis-tests")]
 
 mod support;
 

@@ -3,7 +3,7 @@
 //!
 //! - A [`SimNode`] keeps its keys in a `redquorum::testing::Store`, the one
 //!   model of what a node does with each operation (checked against Redis
-//!   by `tests/model.rs`). Its clock runs at `rate` (1.0 = true time), in
+//!   by `tests/redis_model.rs`). Its clock runs at `rate` (1.0 = true time), in
 //!   whole milliseconds: a TTL of `t` ms lasts `t / rate` ms of true time,
 //!   to within a millisecond — a fast clock expires keys early.
 //! - A frozen node (SIGSTOP) holds every request until thawed, then applies

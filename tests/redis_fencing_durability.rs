@@ -2,6 +2,10 @@
 //! from their AOF they keep tokens increasing; restarted empty they do not
 //! (the assumption docs/fencing.md states). Kills and wipes nodes, so the
 //! tests take turns.
+//!
+//! Needs real nodes: built only with the `redis-tests` feature, which
+//! `scripts/test` turns on (it starts the nodes).
+#![cfg(feature = "redis-tests")]
 
 mod support;
 

@@ -3,6 +3,10 @@
 //!
 //! A majority is "frozen" by cutting this client's links to three nodes
 //! through test proxies, so these tests never disturb the shared cluster.
+//!
+//! Needs real nodes: built only with the `redis-tests` feature, which
+//! `scripts/test` turns on (it starts the nodes).
+#![cfg(feature = "redis-tests")]
 
 mod support;
 

@@ -3,6 +3,10 @@
 //! every operation kind, on both of its branches, through the scripts as a
 //! lock round sends them, must get the same reply (times within a
 //! tolerance) and leave the same keys.
+//!
+//! Needs real nodes: built only with the `redis-tests` feature, which
+//! `scripts/test` turns on (it starts the nodes).
+#![cfg(feature = "redis-tests")]
 
 mod support;
 

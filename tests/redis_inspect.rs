@@ -1,5 +1,9 @@
 //! Inspection on the five real nodes: a held, a free and a contested
 //! resource get the right verdict, for every kind of lock.
+//!
+//! Needs real nodes: built only with the `redis-tests` feature, which
+//! `scripts/test` turns on (it starts the nodes).
+#![cfg(feature = "redis-tests")]
 
 mod support;
 

@@ -1,6 +1,10 @@
 //! Waiters woken on release, on the five real nodes: prompt hand-off with
 //! notifications, a correct fallback without them, and mutual exclusion
 //! either way.
+//!
+//! Needs real nodes: built only with the `redis-tests` feature, which
+//! `scripts/test` turns on (it starts the nodes).
+#![cfg(feature = "redis-tests")]
 
 mod support;
 

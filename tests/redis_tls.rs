@@ -7,6 +7,10 @@
 //!
 //! Needs `REDQUORUM_TLS_NODES` (the URLs) and `REDQUORUM_TLS_DIR` (the
 //! certificates); fails loudly without them.
+//!
+//! Needs real nodes: built only with the `redis-tests` feature, which
+//! `scripts/test` turns on (it starts the nodes).
+#![cfg(feature = "redis-tests")]
 #![cfg(feature = "tls")]
 
 mod support;

@@ -4,6 +4,10 @@
 //! A majority is "frozen" by cutting the binary's links to three nodes
 //! through test proxies, so these tests never disturb the shared cluster.
 //! Every wait is bounded; timing bounds are generous liveness bounds.
+//!
+//! Needs real nodes: built only with the `redis-tests` feature, which
+//! `scripts/test` turns on (it starts the nodes).
+#![cfg(feature = "redis-tests")]
 
 mod support;
 

@@ -3,6 +3,10 @@
 //! silently on the way (a proxy that black-holes idle connections), nodes
 //! far away at start, a node that always answers late, and a client used
 //! after the runtime that built it has ended.
+//!
+//! Needs real nodes: built only with the `redis-tests` feature, which
+//! `scripts/test` turns on (it starts the nodes).
+#![cfg(feature = "redis-tests")]
 
 mod support;
 

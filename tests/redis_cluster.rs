@@ -8,6 +8,10 @@
 //! Needs `REDQUORUM_CLUSTER_NODES` (the three seed URLs) and
 //! `REDQUORUM_SCRIPTS_CLUSTER` (the path of `scripts/cluster-nodes`); fails
 //! loudly without them.
+//!
+//! Needs real nodes: built only with the `redis-tests` feature, which
+//! `scripts/test` turns on (it starts the nodes).
+#![cfg(feature = "redis-tests")]
 
 mod support;
 

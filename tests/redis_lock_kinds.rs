@@ -1,4 +1,8 @@
 //! Reentrant, multi-resource and fenced locks on the five real nodes.
+//!
+//! Needs real nodes: built only with the `redis-tests` feature, which
+//! `scripts/test` turns on (it starts the nodes).
+#![cfg(feature = "redis-tests")]
 
 mod support;
 

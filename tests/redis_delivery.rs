@@ -5,6 +5,10 @@
 //! 16 tasks take 400 locks of each kind while both cores are kept busy; after
 //! each grant every node must hold it within 100 ms, and after each
 //! extension every node's PTTL must show it.
+//!
+//! Needs real nodes: built only with the `redis-tests` feature, which
+//! `scripts/test` turns on (it starts the nodes).
+#![cfg(feature = "redis-tests")]
 
 mod support;
 

@@ -5,6 +5,10 @@
 //! [`WAIT`]. Without a line (`Builder::fair_waiting(false)`, the negative
 //! control) a caller that just released wins again before the woken
 //! waiters, and waiters time out although the lock was busy all along.
+//!
+//! Needs real nodes: built only with the `redis-tests` feature, which
+//! `scripts/test` turns on (it starts the nodes).
+#![cfg(feature = "redis-tests")]
 
 mod support;
 

@@ -3,6 +3,10 @@
 //! while the client runs, a key of another type, least-privilege ACL users,
 //! extreme settings. Each node change is undone by a guard, even when the
 //! test fails, and the node-changing tests take turns through one mutex.
+//!
+//! Needs real nodes: built only with the `redis-tests` feature, which
+//! `scripts/test` turns on (it starts the nodes).
+#![cfg(feature = "redis-tests")]
 mod support;
 
 use std::sync::Arc;

@@ -3,6 +3,10 @@
 //!
 //! The tests change the shared cluster, so they take turns through one
 //! mutex, and every fault is undone by a guard even when a test fails.
+//!
+//! Needs real nodes: built only with the `redis-tests` feature, which
+//! `scripts/test` turns on (it starts the nodes).
+#![cfg(feature = "redis-tests")]
 
 mod support;
 

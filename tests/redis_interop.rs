@@ -3,6 +3,10 @@
 //! the same resource exclude each other, both ways; without it (the negative
 //! control) both get the lock, as the issue observed. Key prefixes land
 //! where they say.
+//!
+//! Needs real nodes: built only with the `redis-tests` feature, which
+//! `scripts/test` turns on (it starts the nodes).
+#![cfg(feature = "redis-tests")]
 
 mod support;
 

@@ -2,6 +2,10 @@
 //! exceed 3 valid holders and reach 3 — healthy, with a frozen minority and
 //! under random minority faults (through test proxies, so the shared nodes
 //! are not disturbed).
+//!
+//! Needs real nodes: built only with the `redis-tests` feature, which
+//! `scripts/test` turns on (it starts the nodes).
+#![cfg(feature = "redis-tests")]
 
 mod support;
 

@@ -3,6 +3,10 @@
 //! minority faults (all through test proxies, so the shared nodes are not
 //! disturbed) — writers are not starved by a stream of readers, waiters
 //! are woken on release, and nothing is left on the nodes.
+//!
+//! Needs real nodes: built only with the `redis-tests` feature, which
+//! `scripts/test` turns on (it starts the nodes).
+#![cfg(feature = "redis-tests")]
 
 mod support;
 
