@@ -19,28 +19,45 @@ use support::*;
 const PERMITS: u32 = 3;
 const TASKS: usize = 10;
 
-/// Holders counted while valid: (most at once, grants).
-async fn contend(redlock: &Redlock, name: &str, ttl: Duration, run: Duration) -> (usize, usize) {
+/// Holders counted while valid: (most at once, grants, waits that ran out).
+///
+/// A wait that runs out is counted, not a failure: under random faults a
+/// waiter can lose its turn several times over (a slot kept for it on some
+/// nodes only, docs/design.md "Fair waiting", bounded unfairness), and on a
+/// loaded machine that can add up to the whole wait. What is checked is the
+/// promise: never more than `PERMITS` valid holders, and `PERMITS` reached.
+async fn contend(
+    redlock: &Redlock,
+    name: &str,
+    ttl: Duration,
+    run: Duration,
+) -> (usize, usize, usize) {
     let semaphore = redlock.semaphore(name, PERMITS).unwrap();
     let holders = Arc::new(AtomicUsize::new(0));
     let most = Arc::new(AtomicUsize::new(0));
     let grants = Arc::new(AtomicUsize::new(0));
+    let timeouts = Arc::new(AtomicUsize::new(0));
     let end = Instant::now() + run;
     let tasks: Vec<_> = (0..TASKS)
         .map(|_| {
-            let (semaphore, holders, most, grants) = (
+            let (semaphore, holders, most, grants, timeouts) = (
                 semaphore.clone(),
                 holders.clone(),
                 most.clone(),
                 grants.clone(),
+                timeouts.clone(),
             );
             tokio::spawn(async move {
                 let wait = LockOptions::new().wait(Duration::from_secs(5));
                 while Instant::now() < end {
-                    let permit = semaphore
-                        .acquire_with(ttl, &wait)
-                        .await
-                        .expect("a permit within 5 s");
+                    let permit = match semaphore.acquire_with(ttl, &wait).await {
+                        Ok(permit) => permit,
+                        Err(LockError::Timeout { .. }) => {
+                            timeouts.fetch_add(1, Ordering::SeqCst);
+                            continue;
+                        }
+                        Err(e) => panic!("a permit or a timeout: {e:?}"),
+                    };
                     let now = holders.fetch_add(1, Ordering::SeqCst) + 1;
                     most.fetch_max(now, Ordering::SeqCst);
                     grants.fetch_add(1, Ordering::SeqCst);
@@ -59,21 +76,26 @@ async fn contend(redlock: &Redlock, name: &str, ttl: Duration, run: Duration) ->
     for t in tasks {
         t.await.expect("task");
     }
-    (most.load(Ordering::SeqCst), grants.load(Ordering::SeqCst))
+    (
+        most.load(Ordering::SeqCst),
+        grants.load(Ordering::SeqCst),
+        timeouts.load(Ordering::SeqCst),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_tasks_on_three_permits_never_exceed_three_and_reach_three() {
     let redlock = redlock().await;
-    let (most, grants) = contend(
+    let (most, grants, timeouts) = contend(
         &redlock,
         &unique("sem"),
         Duration::from_secs(5),
         Duration::from_secs(2),
     )
     .await;
-    println!("healthy: {grants} grants, at most {most} holders");
+    println!("healthy: {grants} grants, at most {most} holders, {timeouts} timeouts");
     assert_eq!(most, PERMITS as usize, "{grants} grants");
+    assert_eq!(timeouts, 0, "every waiter served within 5 s");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -83,21 +105,22 @@ async fn a_frozen_minority_changes_nothing() {
     // SIGSTOPped server.
     proxies[1].set_cut(true);
     proxies[3].set_cut(true);
-    let (most, grants) = contend(
+    let (most, grants, timeouts) = contend(
         &redlock,
         &unique("sem-frozen"),
         Duration::from_secs(5),
         Duration::from_secs(2),
     )
     .await;
-    println!("nodes 2 and 4 frozen: {grants} grants, at most {most} holders");
+    println!("nodes 2 and 4 frozen: {grants} grants, at most {most} holders, {timeouts} timeouts");
     assert_eq!(most, PERMITS as usize, "{grants} grants");
+    assert_eq!(timeouts, 0, "every waiter served within 5 s");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_minority_faults_change_nothing() {
     let (proxies, redlock) = proxied(Duration::from_millis(100)).await;
-    let ((most, grants), faults) = under_chaos(
+    let ((most, grants, timeouts), faults) = under_chaos(
         &proxies,
         contend(
             &redlock,
@@ -109,7 +132,10 @@ async fn random_minority_faults_change_nothing() {
         ),
     )
     .await;
-    println!("random minority faults ({faults}): {grants} grants, at most {most} holders");
+    println!(
+        "random minority faults ({faults}): {grants} grants, at most {most} holders, \
+         {timeouts} waits ran out"
+    );
     assert!(faults > 0);
     assert_eq!(most, PERMITS as usize, "{grants} grants");
 }
