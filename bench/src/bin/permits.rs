@@ -8,31 +8,25 @@
 //! ```text
 //! scripts/nodes up
 //! export REDQUORUM_NODES=$(scripts/nodes urls) REDQUORUM_SCRIPTS_NODES=$PWD/scripts/nodes
-//! cargo bench --bench permits
+//! cargo run --profile bench -p redquorum-bench --bin permits
 //! ```
-
-#[path = "support/listening.rs"]
-mod listening;
 
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 use redquorum::{KeyLayout, LockOptions, Redlock};
+use redquorum_bench::listening;
 
 const HANDOFFS: usize = 100;
 
 fn main() {
-    if !std::env::args().any(|a| a == "--bench") {
-        println!("permits: skipped (not run by `cargo bench`)");
-        return;
-    }
     let urls: Vec<String> = std::env::var("REDQUORUM_NODES")
         .expect("REDQUORUM_NODES: five node URLs")
         .split(',')
         .map(str::to_owned)
         .collect();
     let script = std::env::var("REDQUORUM_SCRIPTS_NODES")
-        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/nodes").to_owned());
+        .unwrap_or_else(|_| redquorum_bench::repo("scripts/nodes"));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

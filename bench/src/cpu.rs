@@ -1,7 +1,5 @@
 //! CPU time read from `/proc`: this process's and the Redis servers', for
-//! the benches that print CPU per cycle.
-
-#![allow(dead_code)] // each bench uses a part
+//! the experiments that print CPU per cycle (compare).
 
 use std::time::Duration;
 

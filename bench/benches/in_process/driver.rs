@@ -1,20 +1,20 @@
-//! The coordinator's own cost, without a network: lock+release against five
+//! The driver's own cost, without a network: lock+release against five
 //! in-memory nodes that answer at once. What is left is redquorum's per-round
 //! work (key, token, fan-out, vote counting, votes, clean-up), the part a
-//! profile of the real thing can attribute to this crate rather than to the
+//! profile of the real thing can attribute to the library rather than to the
 //! Redis client or the kernel.
 //!
-//! Run: `cargo bench --bench coordinator` (add `-- --quick` for a fast pass).
 //! Before the timings it prints the heap allocations per lock+release cycle
-//! that the coordinator makes by itself (the in-memory node boxes its reply
-//! future, as every `Node` does, and allocates nothing else).
+//! that the driver makes by itself (the in-memory node boxes its reply
+//! future, as every `Node` does, and allocates nothing else), counted by the
+//! binary's global allocator, defined here.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::Criterion;
 use futures::future::BoxFuture;
 use redquorum::node::{Node, Op, Reply};
 use redquorum::{NodeError, Redlock};
@@ -88,7 +88,7 @@ async fn cycle(redlock: &Redlock) {
     lock.release().await.expect("release");
 }
 
-fn bench_cycle(c: &mut Criterion) {
+pub(crate) fn bench_cycle(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -107,14 +107,9 @@ fn bench_cycle(c: &mut Criterion) {
         tokio::task::yield_now().await;
         (ALLOCS.load(Ordering::Relaxed) - before) as f64 / cycles as f64
     });
-    println!(
-        "coordinator: {per_cycle:.1} heap allocations per lock+release cycle (5 in-memory nodes)"
-    );
+    println!("driver: {per_cycle:.1} heap allocations per lock+release cycle (5 in-memory nodes)");
 
     c.bench_function("lock+release, 5 in-memory nodes", |b| {
         b.to_async(&rt).iter(|| cycle(&redlock))
     });
 }
-
-criterion_group!(benches, bench_cycle);
-criterion_main!(benches);

@@ -4,7 +4,7 @@ use super::*;
 
 pub(crate) fn nodes_script() -> String {
     std::env::var("REDQUORUM_SCRIPTS_NODES")
-        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/nodes").to_owned())
+        .unwrap_or_else(|_| redquorum_bench::repo("scripts/nodes"))
 }
 
 pub(crate) fn run_nodes(action: &str, node: usize) -> bool {

@@ -7,7 +7,7 @@
 //! export REDQUORUM_BASE_PORT=7200 REDQUORUM_STATE_DIR=/tmp/rq-nodes-bench
 //! scripts/nodes up
 //! export REDQUORUM_NODES=$(scripts/nodes urls) REDQUORUM_SCRIPTS_NODES=$PWD/scripts/nodes
-//! cargo bench --bench compare
+//! cargo run --profile bench -p redquorum-bench --bin compare
 //! ```
 //!
 //! For each scenario (all healthy; node 3 frozen with `scripts/nodes freeze 3`;
@@ -40,18 +40,8 @@
 //! - `REDQUORUM_BENCH_PHASES`: any of `lone,load,contention` (default all).
 //! - `REDQUORUM_BENCH_NODE_TIMEOUT_MS`: node timeout for redquorum and the
 //!   floor (default 50 ms); only for profiling under valgrind.
-//! - `REDQUORUM_BENCH_CHART`: where to write the SVG chart (default
-//!   `docs/throughput.svg`; `none` to skip).
-//!
-//! Run by `cargo test --all-targets` (no `--bench` argument) it only prints
-//! that it skipped, so the test suite stays fast and needs no peer library
-//! behaviour.
-
-#[path = "../support/cpu.rs"]
-mod cpu;
-#[path = "../../tests/support/proxy.rs"]
-#[allow(dead_code)] // the bench adds latency, never cuts
-mod proxy;
+//! - `REDQUORUM_BENCH_CHART`: where to write the SVG chart (default this
+//!   repository's `docs/throughput.svg`; `none` to skip).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -65,6 +55,7 @@ use futures::future::join_all;
 use redis::Value;
 use redis::aio::MultiplexedConnection;
 use redquorum::{LockError, Redlock, Retry};
+use redquorum_bench::{cpu::*, proxy};
 use tokio::time::Instant;
 
 mod allocator;
@@ -79,17 +70,12 @@ mod scenarios;
 use allocator::*;
 use chart::*;
 use clients::*;
-use cpu::*;
 use faults::*;
 use phases::*;
 use reports::*;
 use scenarios::*;
 
 fn main() {
-    if !std::env::args().any(|a| a == "--bench") {
-        println!("compare: skipped (not run by `cargo bench`); run `cargo bench --bench compare`");
-        return;
-    }
     let nodes = std::env::var("REDQUORUM_NODES").unwrap_or_else(|_| {
         eprintln!(
             "compare: REDQUORUM_NODES is not set. It needs five Redis masters:\n  \
@@ -121,7 +107,7 @@ fn main() {
         scenarios.retain(|s| *s != Scenario::Frozen);
     }
     let chart_path = std::env::var("REDQUORUM_BENCH_CHART")
-        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/docs/throughput.svg").into());
+        .unwrap_or_else(|_| redquorum_bench::repo("docs/throughput.svg"));
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

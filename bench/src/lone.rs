@@ -1,5 +1,5 @@
-//! Lone lock+release cycles and their percentiles, shared by the benches
-//! that compare two ways of reaching the nodes in one run.
+//! Lone lock+release cycles and their percentiles, shared by the experiments
+//! that compare two ways of reaching the nodes in one run (tls, cluster).
 
 use std::time::{Duration, Instant};
 

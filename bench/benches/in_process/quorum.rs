@@ -1,12 +1,10 @@
 //! Micro-benchmarks of the pure quorum path (no I/O): deciding a 5-node
 //! `Round`, and the per-lock arithmetic `drift` + `validity` + `node_timeout`.
-//!
-//! Run: `cargo bench --bench quorum` (add `-- --quick` for a fast pass).
 
 use std::hint::black_box;
 use std::time::Duration;
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::Criterion;
 use redquorum::quorum::{Count, Decision, DriftFactor, Vote, drift, node_timeout, validity};
 
 /// Records votes until the round decides; returns the decision.
@@ -21,7 +19,7 @@ fn decide(n: usize, votes: &[Vote]) -> Decision {
     round.decision()
 }
 
-fn bench_round(c: &mut Criterion) {
+pub(crate) fn bench_round(c: &mut Criterion) {
     let mut group = c.benchmark_group("round_5_nodes");
     // Granted after 3 votes (all yes).
     let all_yes = [Vote::Yes; 5];
@@ -41,7 +39,7 @@ fn bench_round(c: &mut Criterion) {
     group.finish();
 }
 
-fn bench_math(c: &mut Criterion) {
+pub(crate) fn bench_math(c: &mut Criterion) {
     // What every lock operation computes: the factor is parsed once at build
     // time, so the per-lock cost is the integer arithmetic only.
     let factor = DriftFactor::new(0.01).unwrap();
@@ -64,6 +62,3 @@ fn bench_math(c: &mut Criterion) {
         })
     });
 }
-
-criterion_group!(benches, bench_round, bench_math);
-criterion_main!(benches);

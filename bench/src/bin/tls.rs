@@ -3,25 +3,21 @@
 //! plain-text port beside each TLS port (7111–7115; the suite's nodes are
 //! TLS-only).
 //!
-//! `REDQUORUM_TLS_PLAIN=1 scripts/tls-nodes up && cargo bench --bench tls`
-//! (`REDQUORUM_TLS_DIR` defaults to `target/tls-nodes`). Under `cargo test`
-//! (no `--bench`) it only says so.
+//! ```text
+//! REDQUORUM_TLS_PLAIN=1 scripts/tls-nodes up
+//! cargo run --profile bench -p redquorum-bench --bin tls
+//! ```
+//!
+//! `REDQUORUM_TLS_DIR` defaults to this repository's `target/tls-nodes`.
 
 use std::time::Duration;
 
 use redquorum::{Redlock, Retry};
-
-#[path = "support/lone.rs"]
-mod lone;
-
-use lone::{CYCLES, lone, p};
+use redquorum_bench::lone::{CYCLES, lone, p};
 
 fn main() {
-    if !std::env::args().any(|a| a == "--bench") {
-        println!("tls bench: run with `cargo bench --bench tls`; skipped under cargo test");
-        return;
-    }
-    let dir = std::env::var("REDQUORUM_TLS_DIR").unwrap_or_else(|_| "target/tls-nodes".to_owned());
+    let dir = std::env::var("REDQUORUM_TLS_DIR")
+        .unwrap_or_else(|_| redquorum_bench::repo("target/tls-nodes"));
     let read = |name: &str| {
         std::fs::read(format!("{dir}/{name}")).expect("certificates (scripts/tls-nodes up)")
     };

@@ -7,7 +7,11 @@ pub(crate) const TTL: Duration = Duration::from_secs(10);
 pub(crate) const RETRY_MAX: Duration = Duration::from_millis(10);
 /// The raw floor's per-request timeout: redquorum's default node timeout.
 pub(crate) const RAW_TIMEOUT: Duration = Duration::from_millis(50);
-pub(crate) const RELEASE_LUA: &str = include_str!("../../src/scripts/release.lua");
+/// The library's release script (the library does not export it).
+pub(crate) const RELEASE_LUA: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../src/scripts/release.lua"
+));
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Which {

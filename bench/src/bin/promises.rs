@@ -11,9 +11,13 @@
 //!    the same client keep registering short waits: when its subscription is
 //!    live, and how long after the release it gets the lock.
 //!
-//! `REDQUORUM_NODES=$(scripts/nodes urls) REDQUORUM_SCRIPTS_NODES=scripts/nodes
-//! cargo bench --bench promises` (`REDQUORUM_BENCH_SECS` sets the healthy
-//! phase, default 10). Under `cargo test` (no `--bench`) it only says so.
+//! ```text
+//! REDQUORUM_NODES=$(scripts/nodes urls) REDQUORUM_SCRIPTS_NODES=scripts/nodes \
+//!   cargo run --profile bench -p redquorum-bench --bin promises
+//! ```
+//!
+//! `REDQUORUM_BENCH_SECS` sets the healthy phase (default 10);
+//! `REDQUORUM_SCRIPTS_NODES` defaults to this repository's `scripts/nodes`.
 
 use std::process::Command;
 use std::sync::Arc;
@@ -22,6 +26,8 @@ use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
 use redquorum::{Lock, Redlock, Retry};
+// The suite's load generator, as tests/redis_delivery.rs uses it.
+use redquorum_bench::load::Burners;
 
 const TTL: Duration = Duration::from_secs(60);
 
@@ -36,8 +42,8 @@ fn rss_mib() -> f64 {
 }
 
 fn nodes_script(args: &[&str]) {
-    let script =
-        std::env::var("REDQUORUM_SCRIPTS_NODES").unwrap_or_else(|_| "scripts/nodes".to_owned());
+    let script = std::env::var("REDQUORUM_SCRIPTS_NODES")
+        .unwrap_or_else(|_| redquorum_bench::repo("scripts/nodes"));
     let status = Command::new(&script)
         .args(args)
         .output()
@@ -58,11 +64,6 @@ async fn client(urls: &[String], node_timeout: Duration) -> Redlock {
 fn unique(prefix: &str) -> String {
     format!("bench:{prefix}:{:016x}", rand::random::<u64>())
 }
-
-// The suite's load generator, shared with tests/redis_delivery.rs.
-#[path = "../tests/support/load.rs"]
-mod load;
-use load::Burners;
 
 /// Whether every node shows `lock` (extended: with a PTTL above 10 s)
 /// within 100 ms.
@@ -268,12 +269,6 @@ async fn churn(urls: &[String]) {
 }
 
 fn main() {
-    if !std::env::args().any(|a| a == "--bench") {
-        println!(
-            "promises bench: run with `cargo bench --bench promises`; skipped under cargo test"
-        );
-        return;
-    }
     let urls: Vec<String> = std::env::var("REDQUORUM_NODES")
         .expect("REDQUORUM_NODES must list the five nodes (scripts/nodes urls)")
         .split(',')

@@ -3,18 +3,17 @@
 //! run: the cost of a member being a cluster (slot lookup, one more map
 //! read; the same one message per call).
 //!
-//! `scripts/cluster-nodes up && REDQUORUM_TLS_PLAIN=1 scripts/tls-nodes up &&
-//! cargo bench --bench cluster` (the plain masters are the TLS test nodes'
-//! plain ports 7111–7113). Under `cargo test` (no `--bench`) it only says so.
+//! ```text
+//! scripts/cluster-nodes up && REDQUORUM_TLS_PLAIN=1 scripts/tls-nodes up
+//! cargo run --profile bench -p redquorum-bench --bin cluster
+//! ```
+//!
+//! The plain masters are the TLS test nodes' plain ports 7111–7113.
 
 use std::time::Duration;
 
 use redquorum::{Redlock, Retry};
-
-#[path = "support/lone.rs"]
-mod lone;
-
-use lone::{CYCLES, lone, p};
+use redquorum_bench::lone::{CYCLES, lone, p};
 
 async fn build(urls: Vec<String>, what: &str) -> Redlock {
     Redlock::builder()
@@ -28,10 +27,6 @@ async fn build(urls: Vec<String>, what: &str) -> Redlock {
 }
 
 fn main() {
-    if !std::env::args().any(|a| a == "--bench") {
-        println!("cluster bench: run with `cargo bench --bench cluster`; skipped under cargo test");
-        return;
-    }
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
         let cluster = build(
