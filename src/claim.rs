@@ -21,6 +21,8 @@ pub(crate) struct Claim {
     mark: Mark,
     /// The wait this claim's acquire is an attempt of, if it waits in line.
     waiter: Option<InLine>,
+    /// The holder's label, stored with the token where the keys carry one.
+    label: Option<std::sync::Arc<str>>,
 }
 
 /// A wait's place in line (fair waiting; see [`Waiter`]): drawn once per
@@ -75,7 +77,14 @@ impl Claim {
             keys,
             mark: Mark::Random(Token::random()),
             waiter: None,
+            label: None,
         }
+    }
+
+    /// The same claim, its hold labelled `label` (see [`check_label`]).
+    pub(crate) fn labeled(mut self, label: Option<&std::sync::Arc<str>>) -> Self {
+        self.label = label.cloned();
+        self
     }
 
     /// The same claim, its acquire an attempt of `wait` in line (where its
@@ -98,6 +107,7 @@ impl Claim {
                 hold: Token::random(),
             },
             waiter: None,
+            label: None,
         })
     }
 
@@ -116,6 +126,7 @@ impl Claim {
             keys,
             mark: Mark::Given(mark.into()),
             waiter: None,
+            label: None,
         })
     }
 
@@ -158,6 +169,10 @@ impl Claim {
         let hold = self.hold();
         let fence_key = self.keys.fence.as_deref().unwrap_or_default();
         let line = &self.keys.line[..];
+        let label = match (&self.label, self.keys.labeled) {
+            (Some(label), true) => &**label,
+            _ => "",
+        };
         // A lock with no line waits without one.
         let waiter = self.waiter.as_ref().map(InLine::waiter);
         let in_line = if line.is_empty() { None } else { waiter };
@@ -166,6 +181,7 @@ impl Claim {
             (Flavor::Plain, Step::Acquire { holder_ttl }) => Op::Acquire {
                 key,
                 token,
+                label,
                 ttl_ms,
                 holder_ttl: holder_ttl || in_line.is_some(),
                 line,
@@ -175,6 +191,7 @@ impl Claim {
                 key,
                 fence_key,
                 token,
+                label,
                 ttl_ms,
                 line,
                 waiter: in_line,
@@ -203,6 +220,7 @@ impl Claim {
             (Flavor::Reentrant, Step::Acquire { .. }) => Op::AcquireReentrant {
                 key,
                 owner: token,
+                label,
                 hold,
                 ttl_ms,
             },
@@ -219,6 +237,7 @@ impl Claim {
             (Flavor::Many, Step::Acquire { .. }) => Op::AcquireMany {
                 keys,
                 token,
+                label,
                 ttl_ms,
             },
             (Flavor::Many, Step::Extend) => Op::ExtendMany {
@@ -251,6 +270,7 @@ impl Claim {
             (Flavor::Write, Step::Acquire { .. }) => Op::AcquireWrite {
                 keys,
                 token,
+                label,
                 ttl_ms,
                 waiter,
             },
@@ -272,6 +292,7 @@ impl Claim {
             (Flavor::Permit, Step::Acquire { .. }) => Op::AcquirePermit {
                 keys,
                 token,
+                label,
                 ttl_ms,
                 permits: self.keys.permits,
                 waiter,
@@ -293,4 +314,13 @@ impl Claim {
             },
         }
     }
+}
+
+/// Checks a label: at most [`MAX_LABEL`](crate::node::MAX_LABEL) bytes, no
+/// NUL byte (what separates it from the token in a key).
+pub(crate) fn check_label(label: &str) -> Result<std::sync::Arc<str>, InputError> {
+    if label.len() > crate::node::MAX_LABEL || label.contains('\0') {
+        return Err(InputError::InvalidLabel(label.to_owned()));
+    }
+    Ok(label.into())
 }

@@ -51,6 +51,7 @@ pub struct LockOptions {
     fenced: bool,
     extend_every: Option<Duration>,
     max_extensions: Option<u32>,
+    label: Option<Arc<str>>,
 }
 
 impl LockOptions {
@@ -94,6 +95,40 @@ impl LockOptions {
     pub fn fenced(mut self) -> Self {
         self.fenced = true;
         self
+    }
+
+    /// Labels the hold with `label`, for people: an inspection
+    /// ([`Redlock::inspect`](crate::Redlock::inspect), `redquorum status`)
+    /// shows who holds a lock by it, beside the token; it is stored with the
+    /// token on each node and never compared (only the token makes a hold
+    /// ours). At most [`MAX_LABEL`](crate::node::MAX_LABEL) bytes, no NUL
+    /// byte ([`InputError::InvalidLabel`](crate::InputError::InvalidLabel)
+    /// at the call otherwise). Never put a secret in it: anyone who can read
+    /// the keys reads it. Replaces the client's default
+    /// ([`Builder::label`]). Not stored for readers of a read/write lock, nor
+    /// for plain locks under interop keys (their value is the token alone,
+    /// as their peers set it).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// use redquorum::LockOptions;
+    /// let options = LockOptions::new().label("billing-7f9c pid 4121");
+    /// let lock = redlock.lock_with("invoices", std::time::Duration::from_secs(30), &options).await?;
+    /// let seen = redlock.inspect("invoices").await?;
+    /// assert_eq!(seen.label(), Some("billing-7f9c pid 4121"));
+    /// # lock.release().await
+    /// # }
+    /// ```
+    pub fn label(mut self, label: &str) -> Self {
+        self.label = Some(label.into());
+        self
+    }
+
+    /// The label asked for, if any.
+    pub fn label_given(&self) -> Option<&str> {
+        self.label.as_deref()
     }
 
     /// For leases: extend every `every` (default: a third of the TTL). Must
@@ -169,6 +204,8 @@ pub struct Builder {
     connect_timeout: Option<Duration>,
     /// Waiters wait without a line (`fair_waiting(false)`).
     unfair: bool,
+    /// The label of every hold that names none.
+    label: Option<String>,
 }
 
 impl fmt::Debug for Builder {
@@ -189,6 +226,7 @@ impl fmt::Debug for Builder {
             .field("interop_keys", &self.interop_keys)
             .field("connect_timeout", &self.connect_timeout)
             .field("fair_waiting", &!self.unfair)
+            .field("label", &self.label)
             .finish()
     }
 }
@@ -332,6 +370,19 @@ impl Builder {
     /// Either way no waiter sleeps past the holder's expiry.
     pub fn notify_waiters(mut self, on: bool) -> Self {
         self.quiet = !on;
+        self
+    }
+
+    /// The label of every hold this client takes that names none
+    /// ([`LockOptions::label`] says what a label is): the host and process,
+    /// say. Checked by [`build`](Builder::build)
+    /// ([`InputError::InvalidLabel`](crate::InputError::InvalidLabel)).
+    ///
+    /// ```
+    /// let builder = redquorum::Redlock::builder().label("worker-3 pid 4121");
+    /// ```
+    pub fn label(mut self, label: &str) -> Self {
+        self.label = Some(label.to_owned());
         self
     }
 

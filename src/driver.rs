@@ -19,6 +19,7 @@ use tokio::time::Instant;
 
 use crate::ballot::{Ballot, Mask, Until};
 use crate::claim::{Claim, Keys};
+use crate::config::LockOptions;
 use crate::dispatch::{Dispatcher, Member};
 use crate::error::{Answer, InputError, LockError, NodeError, Votes};
 use crate::node::Snapshot;
@@ -34,7 +35,7 @@ use crate::wait::{GiveUp, Waiting};
 use crate::wakeup::Hub;
 
 /// The validated settings every operation reads.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Settings {
     pub(crate) node_timeout: Option<Duration>,
     pub(crate) drift_factor: DriftFactor,
@@ -44,6 +45,8 @@ pub(crate) struct Settings {
     pub(crate) connect_timeout: Duration,
     /// Waiters wait in line (`Builder::fair_waiting`).
     pub(crate) fair: bool,
+    /// The label of holds that name none (`Builder::label`), checked.
+    pub(crate) label: Option<Arc<str>>,
 }
 
 /// A checked TTL and the validity it leaves.
@@ -301,11 +304,22 @@ impl Driver {
         }
     }
 
-    /// Rounds until one grants or `attempts` runs out ([`Waiting`]).
+    /// The label of a call's holds: the one its options give, checked,
+    /// else the client's.
+    pub(crate) fn label(&self, options: &LockOptions) -> Result<Option<Arc<str>>, InputError> {
+        match options.label_given() {
+            Some(label) => crate::claim::check_label(label).map(Some),
+            None => Ok(self.settings.label.clone()),
+        }
+    }
+
+    /// Rounds until one grants or `attempts` runs out ([`Waiting`]), each
+    /// hold labelled `label`.
     pub(crate) async fn acquire_repeatedly(
         &self,
         keys: Keys,
         owner: Option<&str>,
+        label: Option<&Arc<str>>,
         ttl: Ttl,
         attempts: Attempts,
     ) -> Result<Held, LockError> {
@@ -320,7 +334,7 @@ impl Driver {
                 Some(owner) => Claim::owned(keys.take().expect("keys"), owner)?,
                 None => Claim::new(keys.take().expect("keys")), // a fresh token every round
             };
-            let claim = Arc::new(claim.in_line(waiting.in_line()));
+            let claim = Arc::new(claim.in_line(waiting.in_line()).labeled(label));
             waiting.before_attempt();
             let error = match self.acquire(&claim, ttl, waiting.holder_ttl()).await {
                 Ok(held) => {

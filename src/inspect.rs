@@ -105,6 +105,9 @@ pub struct Holding {
     pub holds: Option<u64>,
     /// The resource's fencing counter on this node, if it has one.
     pub fence: Option<u64>,
+    /// The holder's label ([`LockOptions::label`](crate::LockOptions::label)),
+    /// if it has one.
+    pub label: Option<String>,
 }
 
 /// One node's answer to an inspection.
@@ -179,6 +182,37 @@ impl Inspection {
             .iter()
             .filter(|n| matches!(&n.read, Ok(h) if h.holder.is_none()))
             .count()
+    }
+
+    /// For a held verdict, the holder's label, as a node holding it has it
+    /// ([`LockOptions::label`](crate::LockOptions::label)); `None` otherwise,
+    /// or when the holder gave none.
+    pub fn label(&self) -> Option<&str> {
+        let Verdict::Held { holder, .. } = &self.verdict else {
+            return None;
+        };
+        self.nodes
+            .iter()
+            .filter_map(|n| n.read.as_ref().ok())
+            .filter(|h| h.holder.as_ref() == Some(holder))
+            .find_map(|h| h.label.as_deref())
+    }
+
+    /// For a held verdict, the holder's fencing token: the largest fencing
+    /// counter among the nodes that hold it (its term, for a leadership: no
+    /// other holder increments a counter where it holds the key, and the
+    /// grant's write-back raises the counters there to it). `None` when
+    /// free, unknown or not fenced.
+    pub fn fence(&self) -> Option<u64> {
+        let Verdict::Held { holder, .. } = &self.verdict else {
+            return None;
+        };
+        self.nodes
+            .iter()
+            .filter_map(|n| n.read.as_ref().ok())
+            .filter(|h| h.holder.as_ref() == Some(holder))
+            .filter_map(|h| h.fence)
+            .max()
     }
 
     /// For a held verdict, how long the holder keeps a quorum of keys by
@@ -503,7 +537,7 @@ fn named(resource: &str) -> Result<&str, InputError> {
 /// A lock key as a holding (its fence unknown yet).
 fn holding(key: Option<&Stored>) -> Result<Holding, NodeError> {
     let text = |value: &[u8]| String::from_utf8_lossy(value).into_owned();
-    let (holder, pttl_ms, holds) = match key {
+    let (holder, pttl_ms, holds, label) = match key {
         None => return Err(NodeError::Protocol("a key missing in a snapshot".into())),
         Some(Stored::Absent) => {
             return Ok(Holding {
@@ -511,39 +545,55 @@ fn holding(key: Option<&Stored>) -> Result<Holding, NodeError> {
                 time_left: None,
                 holds: None,
                 fence: None,
+                label: None,
             });
         }
         Some(Stored::Text { value, pttl_ms }) => {
             let value = text(value);
-            let holder = if value == READERS_TURN {
-                Holder::Kept("readers".into())
+            if value == READERS_TURN {
+                (Holder::Kept("readers".into()), *pttl_ms, None, None)
             } else if let Some(waiter) = value.strip_prefix(KEPT) {
-                Holder::Kept(waiter.to_owned())
+                (Holder::Kept(waiter.to_owned()), *pttl_ms, None, None)
             } else {
-                Holder::Token(value)
-            };
-            (holder, *pttl_ms, None)
+                // The token, and after a NUL byte the holder's label.
+                let (token, label) = match value.split_once('\0') {
+                    Some((token, label)) => (token.to_owned(), Some(label.to_owned())),
+                    None => (value, None),
+                };
+                (Holder::Token(token), *pttl_ms, None, label)
+            }
         }
         // A reentrant lock: its owner's count, beside one field per hold
-        // (named byte 255 and the hold's token).
+        // (named byte 255 and the hold's token) and its label (byte 254).
         Some(Stored::Hash { fields, pttl_ms }) => {
-            match fields.iter().find(|(name, _)| name.first() != Some(&0xff)) {
+            let label = fields
+                .iter()
+                .find(|(name, _)| name.as_slice() == [0xfe])
+                .map(|(_, label)| text(label));
+            match fields
+                .iter()
+                .find(|(name, _)| !matches!(name.first(), Some(0xfe | 0xff)))
+            {
                 Some((owner, count)) => (
                     Holder::Owner(text(owner)),
                     *pttl_ms,
                     text(count).parse().ok(),
+                    label,
                 ),
-                None => (Holder::Foreign("hash".into()), *pttl_ms, None),
+                None => (Holder::Foreign("hash".into()), *pttl_ms, None, None),
             }
         }
-        Some(Stored::Scored { pttl_ms, .. }) => (Holder::Foreign("zset".into()), *pttl_ms, None),
-        Some(Stored::Other { kind }) => (Holder::Foreign(kind.clone()), None, None),
+        Some(Stored::Scored { pttl_ms, .. }) => {
+            (Holder::Foreign("zset".into()), *pttl_ms, None, None)
+        }
+        Some(Stored::Other { kind }) => (Holder::Foreign(kind.clone()), None, None, None),
     };
     Ok(Holding {
         holder: Some(holder),
         time_left: Some(TimeLeft::of(pttl_ms)),
         holds,
         fence: None,
+        label,
     })
 }
 

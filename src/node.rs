@@ -13,7 +13,9 @@ use futures::future::BoxFuture;
 
 use crate::error::NodeError;
 
-pub use crate::proto::op::{KEPT, MAX_LINE, Op, READERS_TURN, Reply, Snapshot, Stored, Waiter};
+pub use crate::proto::op::{
+    KEPT, MAX_LABEL, MAX_LINE, Op, READERS_TURN, Reply, Snapshot, Stored, Waiter,
+};
 
 /// The name redquorum gives the Redis node at `url` in logs, errors and
 /// [`Votes`](crate::Votes): scheme, address and database, never a password.

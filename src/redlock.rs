@@ -370,14 +370,17 @@ impl Redlock {
         options: &LockOptions,
     ) -> Result<Lock, LockError> {
         let ttl = self.driver.admit(&keys, ttl)?;
+        let label = self.driver.label(options)?;
         let attempts = options.attempts();
-        self.acquire_repeatedly(keys, owner, ttl, attempts).await
+        self.acquire_repeatedly(keys, owner, label.as_ref(), ttl, attempts)
+            .await
     }
 
     /// The body of every `try_*` lock on one claim's `keys`: one round.
     pub(crate) async fn try_keys(&self, keys: Keys, ttl: Duration) -> Result<Lock, LockError> {
         let ttl = self.driver.admit(&keys, ttl)?;
-        self.acquire(&Arc::new(Claim::new(keys)), ttl, false).await
+        let claim = Claim::new(keys).labeled(self.driver.settings.label.as_ref());
+        self.acquire(&Arc::new(claim), ttl, false).await
     }
 
     /// Rounds until one grants or `attempts` runs out (see
@@ -386,6 +389,7 @@ impl Redlock {
         &self,
         keys: Keys,
         owner: Option<&str>,
+        label: Option<&Arc<str>>,
         ttl: Ttl,
         attempts: Attempts,
     ) -> Result<Lock, LockError> {
@@ -393,7 +397,7 @@ impl Redlock {
         let start = Instant::now();
         let held = self
             .driver
-            .acquire_repeatedly(keys, owner, ttl, attempts)
+            .acquire_repeatedly(keys, owner, label, ttl, attempts)
             .await;
         let waited = attempts.waits().then(|| start.elapsed());
         self.driver.telemetry.acquired(kind, &held, waited);

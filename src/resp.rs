@@ -79,6 +79,16 @@ pub(crate) fn arg(buf: &mut Vec<u8>, arg: &[u8]) {
     buf.extend_from_slice(b"\r\n");
 }
 
+/// One argument made of `parts` one after the other (no copy into a
+/// buffer of its own).
+pub(crate) fn arg_parts(buf: &mut Vec<u8>, parts: &[&[u8]]) {
+    header(buf, b'$', parts.iter().map(|p| p.len() as u64).sum());
+    for part in parts {
+        buf.extend_from_slice(part);
+    }
+    buf.extend_from_slice(b"\r\n");
+}
+
 /// One argument, a number in decimal.
 pub(crate) fn arg_u64(buf: &mut Vec<u8>, n: u64) {
     let mut digits = [0u8; 20];

@@ -55,21 +55,12 @@ const ALLOW_OOM: &str = "'allow-oom'";
 const READ_ONLY: &str = "'no-writes', 'allow-oom'";
 
 macro_rules! lua {
-    ($name:ident, $file:literal, $fname:literal, $flags:expr) => {
-        static $name: Lua = Lua {
-            source: LazyLock::new(|| strip_comments(include_str!($file))),
-            function: LazyLock::new(|| format!("redquorum_{}_{}", $fname, &*VERSION)),
-            flags: $flags,
-        };
-    };
-    // A script that uses the line's functions (`line.lua`, prepended).
-    ($name:ident, $file:literal, $fname:literal, $flags:expr, in_line) => {
+    // A script, after the preludes it uses (`ours.lua`: a key's token and
+    // label; `line.lua`: the line of waiters).
+    ($name:ident, $file:literal, $fname:literal, $flags:expr $(, $prelude:literal)*) => {
         static $name: Lua = Lua {
             source: LazyLock::new(|| {
-                strip_comments(concat!(
-                    include_str!("scripts/line.lua"),
-                    include_str!($file)
-                ))
+                strip_comments(concat!($(include_str!($prelude),)* include_str!($file)))
             }),
             function: LazyLock::new(|| format!("redquorum_{}_{}", $fname, &*VERSION)),
             flags: $flags,
@@ -88,14 +79,28 @@ fn strip_comments(source: &str) -> String {
         .join("\n")
 }
 
-lua!(ACQUIRE, "scripts/acquire.lua", "acquire", WRITES, in_line);
-lua!(EXTEND, "scripts/extend.lua", "extend", ALLOW_OOM);
+lua!(
+    ACQUIRE,
+    "scripts/acquire.lua",
+    "acquire",
+    WRITES,
+    "scripts/ours.lua",
+    "scripts/line.lua"
+);
+lua!(
+    EXTEND,
+    "scripts/extend.lua",
+    "extend",
+    ALLOW_OOM,
+    "scripts/ours.lua"
+);
 lua!(
     RELEASE,
     "scripts/release.lua",
     "release",
     ALLOW_OOM,
-    in_line
+    "scripts/ours.lua",
+    "scripts/line.lua"
 );
 lua!(
     ACQUIRE_REENTRANT,
@@ -119,39 +124,45 @@ lua!(
     ACQUIRE_MANY,
     "scripts/acquire_many.lua",
     "acquire_many",
-    WRITES
+    WRITES,
+    "scripts/ours.lua"
 );
 lua!(
     EXTEND_MANY,
     "scripts/extend_many.lua",
     "extend_many",
-    ALLOW_OOM
+    ALLOW_OOM,
+    "scripts/ours.lua"
 );
 lua!(
     RELEASE_MANY,
     "scripts/release_many.lua",
     "release_many",
-    ALLOW_OOM
+    ALLOW_OOM,
+    "scripts/ours.lua"
 );
 lua!(
     ACQUIRE_FENCED,
     "scripts/acquire_fenced.lua",
     "acquire_fenced",
     WRITES,
-    in_line
+    "scripts/ours.lua",
+    "scripts/line.lua"
 );
 lua!(
     FENCE_WRITEBACK,
     "scripts/fence_writeback.lua",
     "fence_writeback",
-    WRITES
+    WRITES,
+    "scripts/ours.lua"
 );
 lua!(
     ACQUIRE_READ,
     "scripts/acquire_read.lua",
     "acquire_read",
     WRITES,
-    in_line
+    "scripts/ours.lua",
+    "scripts/line.lua"
 );
 lua!(
     EXTEND_READ,
@@ -170,34 +181,39 @@ lua!(
     "scripts/acquire_write.lua",
     "acquire_write",
     WRITES,
-    in_line
+    "scripts/ours.lua",
+    "scripts/line.lua"
 );
 lua!(
     RELEASE_WRITE,
     "scripts/release_write.lua",
     "release_write",
     ALLOW_OOM,
-    in_line
+    "scripts/ours.lua",
+    "scripts/line.lua"
 );
 lua!(
     ACQUIRE_PERMIT,
     "scripts/acquire_permit.lua",
     "acquire_permit",
     WRITES,
-    in_line
+    "scripts/ours.lua",
+    "scripts/line.lua"
 );
 lua!(
     EXTEND_PERMIT,
     "scripts/extend_permit.lua",
     "extend_permit",
-    ALLOW_OOM
+    ALLOW_OOM,
+    "scripts/ours.lua"
 );
 lua!(
     RELEASE_PERMIT,
     "scripts/release_permit.lua",
     "release_permit",
     ALLOW_OOM,
-    in_line
+    "scripts/ours.lua",
+    "scripts/line.lua"
 );
 lua!(INSPECT, "scripts/inspect.lua", "inspect", READ_ONLY);
 
@@ -291,6 +307,7 @@ pub(crate) fn encode(op: &Op<'_>, loaded: bool, out: &mut Vec<u8>) {
     if let Op::Acquire {
         key,
         token,
+        label,
         ttl_ms,
         holder_ttl: false,
         waiter: None,
@@ -298,7 +315,14 @@ pub(crate) fn encode(op: &Op<'_>, loaded: bool, out: &mut Vec<u8>) {
     } = *op
     {
         resp::command(out, 6);
-        for arg in [&b"SET"[..], key.as_bytes(), token.as_bytes(), b"NX", b"PX"] {
+        resp::arg(out, b"SET");
+        resp::arg(out, key.as_bytes());
+        // The token, and the label after a NUL byte (see `ours.lua`).
+        match label {
+            "" => resp::arg(out, token.as_bytes()),
+            label => resp::arg_parts(out, &[token.as_bytes(), b"\0", label.as_bytes()]),
+        }
+        for arg in [&b"NX"[..], b"PX"] {
             resp::arg(out, arg);
         }
         resp::arg_u64(out, ttl_ms);
@@ -333,12 +357,15 @@ pub(crate) fn encode(op: &Op<'_>, loaded: bool, out: &mut Vec<u8>) {
         Op::Acquire {
             key,
             token,
+            label,
             ttl_ms,
             line,
             waiter,
             ..
         } => {
-            args.push(Arg::Str(token)).push(Arg::Num(ttl_ms));
+            args.push(Arg::Str(token))
+                .push(Arg::Num(ttl_ms))
+                .push(Arg::Str(label));
             (&[key][..], in_line(&mut args, line, waiter))
         }
         Op::Extend { key, token, ttl_ms } => {
@@ -360,12 +387,14 @@ pub(crate) fn encode(op: &Op<'_>, loaded: bool, out: &mut Vec<u8>) {
         Op::AcquireReentrant {
             key,
             owner,
+            label,
             hold,
             ttl_ms,
         } => {
             args.push(Arg::Str(owner))
                 .push(Arg::Num(ttl_ms))
-                .push(Arg::Str(hold));
+                .push(Arg::Str(hold))
+                .push(Arg::Str(label));
             (&[key][..], &[])
         }
         Op::ExtendReentrant { key, owner, ttl_ms } => {
@@ -379,9 +408,15 @@ pub(crate) fn encode(op: &Op<'_>, loaded: bool, out: &mut Vec<u8>) {
         Op::AcquireMany {
             keys,
             token,
+            label,
             ttl_ms,
+        } => {
+            args.push(Arg::Str(token))
+                .push(Arg::Num(ttl_ms))
+                .push(Arg::Str(label));
+            (&[][..], keys)
         }
-        | Op::ExtendMany {
+        Op::ExtendMany {
             keys,
             token,
             ttl_ms,
@@ -404,27 +439,36 @@ pub(crate) fn encode(op: &Op<'_>, loaded: bool, out: &mut Vec<u8>) {
             token,
             ttl_ms,
             waiter,
+        } => {
+            args.push(Arg::Str(token)).push(Arg::Num(ttl_ms));
+            push_waiter(&mut args, waiter);
+            (&[][..], keys)
         }
-        | Op::AcquireWrite {
+        Op::AcquireWrite {
             keys,
             token,
+            label,
             ttl_ms,
             waiter,
         } => {
-            args.push(Arg::Str(token)).push(Arg::Num(ttl_ms));
+            args.push(Arg::Str(token))
+                .push(Arg::Num(ttl_ms))
+                .push(Arg::Str(label));
             push_waiter(&mut args, waiter);
             (&[][..], keys)
         }
         Op::AcquirePermit {
             keys,
             token,
+            label,
             ttl_ms,
             permits,
             waiter,
         } => {
             args.push(Arg::Str(token))
                 .push(Arg::Num(ttl_ms))
-                .push(Arg::Num(u64::from(permits)));
+                .push(Arg::Num(u64::from(permits)))
+                .push(Arg::Str(label));
             push_waiter(&mut args, waiter);
             (&[][..], keys)
         }
@@ -455,11 +499,14 @@ pub(crate) fn encode(op: &Op<'_>, loaded: bool, out: &mut Vec<u8>) {
             key,
             fence_key,
             token,
+            label,
             ttl_ms,
             line,
             waiter,
         } => {
-            args.push(Arg::Str(token)).push(Arg::Num(ttl_ms));
+            args.push(Arg::Str(token))
+                .push(Arg::Num(ttl_ms))
+                .push(Arg::Str(label));
             (&[key, fence_key][..], in_line(&mut args, line, waiter))
         }
         Op::FenceWriteBack {
@@ -525,10 +572,10 @@ fn push_leaving<'a>(args: &mut Args<'a>, waiter: Option<Waiter<'a>>) {
     }
 }
 
-/// A script's arguments, inline (at most six).
+/// A script's arguments, inline (at most eight).
 #[derive(Default)]
 struct Args<'a> {
-    items: [Arg<'a>; 6],
+    items: [Arg<'a>; 8],
     len: usize,
 }
 

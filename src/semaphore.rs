@@ -141,7 +141,9 @@ impl Semaphore {
     pub async fn try_acquire(&self, ttl: Duration) -> Result<Permit, LockError> {
         let driver = self.redlock.driver();
         let mut give_up = GiveUp::new(driver, 0);
-        self.pass(ttl, None, false, &mut give_up).await
+        let label = driver.settings.label.clone();
+        self.pass(ttl, None, false, label.as_ref(), &mut give_up)
+            .await
     }
 
     /// One pass, as a waiter of `in_line` if it waits in line; each refused
@@ -151,6 +153,7 @@ impl Semaphore {
         ttl: Duration,
         in_line: Option<InLine>,
         holder_ttl: bool,
+        label: Option<&Arc<str>>,
         give_up: &mut GiveUp<'_>,
     ) -> Result<Permit, LockError> {
         let driver = self.redlock.driver();
@@ -165,7 +168,7 @@ impl Semaphore {
                 // Every slot shares the first one's hash tag.
                 driver.check_slots(&keys)?;
             }
-            let claim = Arc::new(Claim::new(keys).in_line(in_line));
+            let claim = Arc::new(Claim::new(keys).in_line(in_line).labeled(label));
             match self.redlock.acquire(&claim, ttl, holder_ttl).await {
                 Ok(lock) => {
                     give_up.got_it();
@@ -245,10 +248,12 @@ impl Semaphore {
         // Its place in line, taken back if it gives up or is dropped.
         let ttl_ms = driver.check_ttl(ttl)?.ms;
         let mut give_up = GiveUp::new(driver, ttl_ms);
+        let label = driver.label(options)?;
         loop {
             waiting.before_attempt();
             let (in_line, holder_ttl) = (waiting.in_line(), waiting.holder_ttl());
-            let error = match self.pass(ttl, in_line, holder_ttl, &mut give_up).await {
+            let pass = self.pass(ttl, in_line, holder_ttl, label.as_ref(), &mut give_up);
+            let error = match pass.await {
                 Ok(permit) => return Ok(permit),
                 Err(e) => e,
             };

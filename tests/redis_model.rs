@@ -197,6 +197,16 @@ impl K {
     }
 }
 
+fn write_label<'a>(keys: &'a [String], token: &'a str, label: &'a str) -> Op<'a> {
+    Op::AcquireWrite {
+        keys,
+        token,
+        label,
+        ttl_ms: 10_000,
+        waiter: None,
+    }
+}
+
 fn waiter(id: &str, ticket: u64) -> Option<Waiter<'_>> {
     Some(Waiter {
         id,
@@ -218,6 +228,7 @@ async fn the_model_answers_every_operation_as_redis_does() {
     let acquire = |token, holder_ttl| Op::Acquire {
         key: lock,
         token,
+        label: "",
         ttl_ms,
         holder_ttl,
         line: no_line,
@@ -251,6 +262,7 @@ async fn the_model_answers_every_operation_as_redis_does() {
         key: lock,
         fence_key: fence,
         token,
+        label: "",
         ttl_ms,
         line: no_line,
         waiter: None,
@@ -276,6 +288,7 @@ async fn the_model_answers_every_operation_as_redis_does() {
     let enter = |owner, hold| Op::AcquireReentrant {
         key: hash,
         owner,
+        label: "",
         hold,
         ttl_ms,
     };
@@ -307,6 +320,7 @@ async fn the_model_answers_every_operation_as_redis_does() {
     let enter_lock = Op::AcquireReentrant {
         key: lock,
         owner: "o",
+        label: "",
         hold: "h4",
         ttl_ms,
     };
@@ -341,6 +355,7 @@ async fn the_model_answers_every_operation_as_redis_does() {
     let many = |keys, token| Op::AcquireMany {
         keys,
         token,
+        label: "",
         ttl_ms,
     };
     pair.both(many(ab, "m1")).await.unwrap();
@@ -370,6 +385,7 @@ async fn the_model_answers_every_operation_as_redis_does() {
     let write = |token| Op::AcquireWrite {
         keys: rw,
         token,
+        label: "",
         ttl_ms,
         waiter: None,
     };
@@ -426,6 +442,7 @@ async fn the_model_answers_every_operation_as_redis_does() {
     let odd_write = Op::AcquireWrite {
         keys: &odd,
         token: "w",
+        label: "",
         ttl_ms,
         waiter: None,
     };
@@ -446,10 +463,65 @@ async fn the_model_answers_every_operation_as_redis_does() {
     .unwrap();
     pair.both(release("x")).await.unwrap();
 
+    // Labels: stored after the token, shown by an inspection, never
+    // compared: the bare token extends and releases a labelled key.
+    let labelled = |token, label| Op::Acquire {
+        key: lock,
+        token,
+        label,
+        ttl_ms,
+        holder_ttl: false,
+        line: no_line,
+        waiter: None,
+    };
+    pair.both(labelled("l1", "host-a pid 7")).await.unwrap();
+    pair.both(labelled("l2", "host-b")).await.unwrap();
+    pair.same_keys(k.range("lock", "lock")).await;
+    pair.both(extend("l1", 20_000)).await.unwrap();
+    pair.both(release("l1")).await.unwrap();
+    pair.both(Op::AcquireReentrant {
+        key: hash,
+        owner: "o",
+        label: "owner's host",
+        hold: "h9",
+        ttl_ms,
+    })
+    .await
+    .unwrap();
+    pair.same_keys(k.range("hash", "hash")).await;
+    pair.both(leave("o", "h9")).await.unwrap();
+    pair.both(Op::AcquireFenced {
+        key: lock,
+        fence_key: fence,
+        token: "l3",
+        label: "fenced",
+        ttl_ms,
+        line: no_line,
+        waiter: None,
+    })
+    .await
+    .unwrap();
+    pair.same_keys(k.range("lock", "fence")).await;
+    pair.both(Op::FenceWriteBack {
+        key: lock,
+        fence_key: fence,
+        token: "l3",
+        fence: 20,
+    })
+    .await
+    .unwrap();
+    pair.both(release("l3")).await.unwrap();
+    pair.both(write_label(rw, "wl", "writer host"))
+        .await
+        .unwrap();
+    pair.same_keys(rw).await;
+    pair.both(unwrite("wl")).await.unwrap();
+
     // Expiry: a short key gone on both after its TTL.
     pair.both(Op::Acquire {
         key: lock,
         token: "t",
+        label: "",
         ttl_ms: 100,
         holder_ttl: false,
         line: no_line,
@@ -484,6 +556,7 @@ async fn the_model_keeps_a_line_as_redis_does() {
     let acquire = |token, waiter| Op::Acquire {
         key: lock,
         token,
+        label: "",
         ttl_ms,
         holder_ttl: true,
         line,
@@ -522,6 +595,7 @@ async fn the_model_keeps_a_line_as_redis_does() {
         key: lock,
         fence_key: k.get("fence"),
         token,
+        label: "",
         ttl_ms,
         line,
         waiter,
@@ -586,6 +660,7 @@ async fn the_model_keeps_a_line_as_redis_does() {
     let write = |token, waiter| Op::AcquireWrite {
         keys: rw,
         token,
+        label: "",
         ttl_ms,
         waiter,
     };
@@ -639,6 +714,7 @@ async fn the_model_keeps_a_line_as_redis_does() {
     let take = |keys, token, permits, waiter| Op::AcquirePermit {
         keys,
         token,
+        label: "",
         ttl_ms,
         permits,
         waiter,

@@ -41,6 +41,10 @@ pub(crate) struct Keys {
     pub(super) line: Box<[String]>,
     /// A semaphore's permit count, for [`Flavor::Permit`].
     pub(super) permits: u32,
+    /// Whether the keys carry the holder's label (not a plain lock under
+    /// interop keys, whose value is the token alone as its peers set it;
+    /// not a reader, a member of a sorted set).
+    pub(super) labeled: bool,
     /// How many bytes come before and after the resource in a lock key.
     pub(super) around: (usize, usize),
 }
@@ -92,6 +96,7 @@ impl Keys {
                 fence: Some(layout.fence_key(resource)),
                 line,
                 permits: 0,
+                labeled: true,
                 around: layout.around(false),
             }
         } else {
@@ -101,6 +106,7 @@ impl Keys {
                 fence: None,
                 line,
                 permits: 0,
+                labeled: !layout.interop(),
                 around: layout.around(true),
             }
         })
@@ -120,6 +126,7 @@ impl Keys {
             fence: None,
             line: Box::new([]),
             permits,
+            labeled: true,
             around: (layout.prefix().len() + 1, "}:permit:".len() + digits(slot)),
         })
     }
@@ -132,6 +139,7 @@ impl Keys {
             fence: None,
             line: Box::new([]),
             permits: 0,
+            labeled: true,
             around: layout.around(false),
         })
     }
@@ -155,6 +163,7 @@ impl Keys {
             fence: None,
             line: Box::new([]),
             permits: 0,
+            labeled: true,
             around: layout.around(false),
         })
     }
@@ -169,6 +178,7 @@ impl Keys {
             fence: None,
             line: Box::new([]),
             permits: 0,
+            labeled: write,
             around: (layout.prefix().len() + 1, "}:writer".len()),
         })
     }
@@ -182,6 +192,7 @@ impl Keys {
             fence: None,
             line: Box::new([]),
             permits: 0,
+            labeled: false,
             around: (0, 0),
         }
     }

@@ -27,6 +27,11 @@ impl Builder {
             return Err(ConfigError::InvalidRetry);
         }
         let layout = KeyLayout::new(&self.key_prefix, self.interop_keys)?;
+        let label = self
+            .label
+            .as_deref()
+            .map(crate::claim::check_label)
+            .transpose()?;
         crate::telemetry::describe();
         let max_in_flight = self.max_in_flight.unwrap_or(DEFAULT_MAX_IN_FLIGHT);
         if max_in_flight == 0 {
@@ -159,6 +164,7 @@ impl Builder {
                 retry: self.retry,
                 connect_timeout,
                 fair: !self.unfair,
+                label,
             },
             layout,
             hub,

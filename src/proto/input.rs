@@ -80,6 +80,10 @@ pub enum InputError {
     /// An explicit token (for [`Redlock::release_token`](crate::Redlock::release_token))
     /// that is empty.
     EmptyToken,
+    /// A holder's label ([`LockOptions::label`](crate::LockOptions::label),
+    /// [`Builder::label`](crate::Builder::label)) longer than
+    /// [`MAX_LABEL`](crate::node::MAX_LABEL) bytes, or holding a NUL byte.
+    InvalidLabel(String),
 }
 
 impl fmt::Display for InputError {
@@ -130,6 +134,12 @@ impl fmt::Display for InputError {
          give the resources one hash tag (\"{{tag}}:a\", \"{{tag}}:b\")"
             ),
             InputError::EmptyToken => write!(f, "token is empty"),
+            InputError::InvalidLabel(label) => write!(
+                f,
+                "label {:?} must be at most {} bytes, with no NUL byte",
+                label.chars().take(32).collect::<String>(),
+                super::op::MAX_LABEL
+            ),
         }
     }
 }

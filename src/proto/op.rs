@@ -16,6 +16,9 @@ pub enum Op<'a> {
         key: &'a str,
         /// The holder's random token.
         token: &'a str,
+        /// Who holds it, for people (an inspection shows it): stored with
+        /// the token, never compared (empty: none; see [`MAX_LABEL`]).
+        label: &'a str,
         /// Time to live in milliseconds.
         ttl_ms: u64,
         /// Whether a refusal must say how long the holder's key lives
@@ -61,6 +64,9 @@ pub enum Op<'a> {
         key: &'a str,
         /// The owner's identity.
         owner: &'a str,
+        /// Who holds it, for people (an inspection shows it): stored with
+        /// the token, never compared (empty: none; see [`MAX_LABEL`]).
+        label: &'a str,
         /// This hold's random token: what makes acquire and release of one
         /// hold happen at most once on a node.
         hold: &'a str,
@@ -94,6 +100,9 @@ pub enum Op<'a> {
         keys: &'a [String],
         /// The holder's random token.
         token: &'a str,
+        /// Who holds it, for people (an inspection shows it): stored with
+        /// the token, never compared (empty: none; see [`MAX_LABEL`]).
+        label: &'a str,
         /// Time to live in milliseconds.
         ttl_ms: u64,
     },
@@ -124,6 +133,9 @@ pub enum Op<'a> {
         fence_key: &'a str,
         /// The holder's random token.
         token: &'a str,
+        /// Who holds it, for people (an inspection shows it): stored with
+        /// the token, never compared (empty: none; see [`MAX_LABEL`]).
+        label: &'a str,
         /// Time to live in milliseconds.
         ttl_ms: u64,
         /// The resource's line `[line, alive]` (empty: none).
@@ -190,6 +202,9 @@ pub enum Op<'a> {
         keys: &'a [String],
         /// The writer's random token.
         token: &'a str,
+        /// Who holds it, for people (an inspection shows it): stored with
+        /// the token, never compared (empty: none; see [`MAX_LABEL`]).
+        label: &'a str,
         /// Time to live in milliseconds.
         ttl_ms: u64,
         /// Who waits in line, if this is a waiter's attempt.
@@ -218,6 +233,9 @@ pub enum Op<'a> {
         keys: &'a [String],
         /// The holder's random token.
         token: &'a str,
+        /// Who holds it, for people (an inspection shows it): stored with
+        /// the token, never compared (empty: none; see [`MAX_LABEL`]).
+        label: &'a str,
         /// Time to live in milliseconds.
         ttl_ms: u64,
         /// The semaphore's permit count, as the caller knows it.
@@ -292,6 +310,10 @@ pub const KEPT: &str = "\0line:";
 /// What a read/write lock's writer key holds while the readers in line are
 /// let in (a writer's release found a reader first in line).
 pub const READERS_TURN: &str = "\0readers";
+
+/// The longest label a hold may carry, in bytes: a label is for people
+/// (who holds it: a host, a process), stored beside the token.
+pub const MAX_LABEL: usize = 256;
 
 /// The most waiters a line holds; past it a waiter is refused as before
 /// but not kept in line (it may be served out of turn).

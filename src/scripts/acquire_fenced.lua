@@ -1,19 +1,20 @@
 -- Fenced acquire, phase 1: take the lease and draw a fencing counter.
--- KEYS[1] lock key; KEYS[2] fence counter (no TTL); ARGV[1] token; ARGV[2] TTL ms.
+-- KEYS[1] lock key; KEYS[2] fence counter (no TTL); ARGV[1] token; ARGV[2] TTL ms;
+-- ARGV[3] the holder's label (ours.lua; may be empty).
 -- Free: INCR the counter, SET the lease, return {1, counter}.
 -- Held: return {0, PTTL} (-1: no expiry); nothing changes.
--- A waiter in line adds KEYS[3], KEYS[4] and ARGV[3..5], as acquire.lua.
-local me = #KEYS == 4 and line_name('w', ARGV[3], ARGV[5])
+-- A waiter in line adds KEYS[3], KEYS[4] and ARGV[4..6], as acquire.lua.
+local me = #KEYS == 4 and line_name('w', ARGV[4], ARGV[6])
 local value = redis.pcall('GET', KEYS[1])
 if value ~= false and not (me and value == KEPT .. me) then
   local pttl = redis.call('PTTL', KEYS[1])
   if me then
-    line_wait(KEYS[3], KEYS[4], me, ARGV[4], ARGV[5], pttl, node_now())
+    line_wait(KEYS[3], KEYS[4], me, ARGV[5], ARGV[6], pttl, node_now())
   end
   return {0, pttl}
 end
 local counter = redis.call('INCR', KEYS[2])
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('SET', KEYS[1], labeled(ARGV[1], ARGV[3]), 'PX', ARGV[2])
 if me then
   line_leave(KEYS[3], KEYS[4], me)
 end

@@ -1,5 +1,6 @@
 -- Acquire several lock keys at once: all of them or none.
--- KEYS: the lock keys; ARGV[1] token; ARGV[2] TTL in ms.
+-- KEYS: the lock keys; ARGV[1] token; ARGV[2] TTL in ms; ARGV[3] the holder's
+-- label (ours.lua; may be empty).
 -- Returns status OK when all were set; otherwise sets nothing and returns the
 -- smallest PTTL among the keys already held (-1 when none of them expires).
 local pttl = -1
@@ -17,6 +18,6 @@ if held then
   return pttl
 end
 for _, key in ipairs(KEYS) do
-  redis.call('SET', key, ARGV[1], 'PX', ARGV[2])
+  redis.call('SET', key, labeled(ARGV[1], ARGV[3]), 'PX', ARGV[2])
 end
 return redis.status_reply('OK')

@@ -3,13 +3,14 @@
 -- the tokens holding a slot here, each scored by its expiry on this node's
 -- clock), KEYS[3] the permit count the holders were granted under, KEYS[4],
 -- KEYS[5] the semaphore's line (line.lua). ARGV[1] token; ARGV[2] TTL in ms;
--- ARGV[3] the permit count asked with; a waiter adds ARGV[4] its id, ARGV[5]
--- its ticket, ARGV[6] its patience.
+-- ARGV[3] the permit count asked with; ARGV[4] the holder's label (ours.lua;
+-- may be empty); a waiter adds ARGV[5] its id, ARGV[6] its ticket, ARGV[7]
+-- its patience.
 -- Returns OK when the slot was set; {'permits', n} when live holders were
 -- granted under another count n (nothing changes); else the slot holder's
 -- PTTL (-1: no expiry), a waiter staying in line. A waiter another slot is
 -- kept for is refused a free one, with the time the kept one is kept.
-local me = ARGV[4] and line_name('w', ARGV[4], ARGV[6])
+local me = ARGV[5] and line_name('w', ARGV[5], ARGV[7])
 local now = node_now()
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. now)
 if redis.call('EXISTS', KEYS[2]) == 1 then
@@ -30,12 +31,12 @@ end
 if value ~= false and not (me and value == KEPT .. me) then
   local pttl = redis.call('PTTL', KEYS[1])
   if me then
-    line_wait(KEYS[4], KEYS[5], me, ARGV[5], ARGV[6], pttl, now)
+    line_wait(KEYS[4], KEYS[5], me, ARGV[6], ARGV[7], pttl, now)
   end
   return pttl
 end
 local ttl = tonumber(ARGV[2])
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
+redis.call('SET', KEYS[1], labeled(ARGV[1], ARGV[4]), 'PX', ttl)
 redis.call('ZADD', KEYS[2], now + ttl, ARGV[1])
 redis.call('SET', KEYS[3], ARGV[3])
 local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')

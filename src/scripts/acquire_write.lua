@@ -7,15 +7,16 @@
 -- plus the TTL, never shortening another writer's intent: the readers drain,
 -- and the writer is not starved by new ones. The intent takes the latest
 -- token, so that the writer's release (release_write.lua) clears it where it
--- was refused. A waiter (ARGV[3..5], as acquire_read.lua) takes a lock kept
--- for it as free, and a refusal keeps it in line.
-local me = ARGV[3] and line_name('w', ARGV[3], ARGV[5])
+-- was refused. ARGV[3] is the writer's label (ours.lua; may be empty). A
+-- waiter (ARGV[4..6]: its id, ticket and patience) takes a lock kept for it
+-- as free, and a refusal keeps it in line.
+local me = ARGV[4] and line_name('w', ARGV[4], ARGV[6])
 local now = node_now()
 local value = redis.pcall('GET', KEYS[1])
 if value ~= false and not (me and value == KEPT .. me) then
   local pttl = redis.call('PTTL', KEYS[1])
   if me then
-    line_wait(KEYS[4], KEYS[5], me, ARGV[4], ARGV[5], pttl, now)
+    line_wait(KEYS[4], KEYS[5], me, ARGV[5], ARGV[6], pttl, now)
   end
   return pttl
 end
@@ -27,11 +28,11 @@ if #last > 0 then
   local keep = math.max(redis.call('PTTL', KEYS[3]), left + ttl)
   redis.call('SET', KEYS[3], ARGV[1], 'PX', keep)
   if me then
-    line_wait(KEYS[4], KEYS[5], me, ARGV[4], ARGV[5], left, now)
+    line_wait(KEYS[4], KEYS[5], me, ARGV[5], ARGV[6], left, now)
   end
   return left
 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
+redis.call('SET', KEYS[1], labeled(ARGV[1], ARGV[3]), 'PX', ttl)
 redis.call('DEL', KEYS[3])
 if me then
   line_leave(KEYS[4], KEYS[5], me)

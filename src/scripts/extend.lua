@@ -3,7 +3,7 @@
 -- Never re-creates a vanished key (that would be a new acquisition) and never
 -- shortens an expiry (a failed extend must not cut a lease that is still valid).
 -- pcall: a key of another type is simply not ours.
-if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
+if not ours(redis.pcall('GET', KEYS[1]), ARGV[1]) then
   return 0
 end
 local ttl = tonumber(ARGV[2])

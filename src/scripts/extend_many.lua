@@ -2,7 +2,7 @@
 -- then push each expiry out to at least ARGV[2] ms (never shorter, never
 -- re-created). KEYS: the lock keys; ARGV[1] token. Returns 1 or 0.
 for _, key in ipairs(KEYS) do
-  if redis.pcall('GET', key) ~= ARGV[1] then
+  if not ours(redis.pcall('GET', key), ARGV[1]) then
     return 0
   end
 end

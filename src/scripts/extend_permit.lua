@@ -2,7 +2,7 @@
 -- among the holders KEYS[2] (and the count KEYS[3] with them) live at least
 -- ARGV[2] ms from now, never shorter, never re-created. KEYS as
 -- acquire_permit.lua. Returns 1 or 0.
-if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
+if not ours(redis.pcall('GET', KEYS[1]), ARGV[1]) then
   return 0
 end
 local ttl = tonumber(ARGV[2])

@@ -2,7 +2,7 @@
 -- only while our lease is still here. KEYS[1] lock key; KEYS[2] fence counter;
 -- ARGV[1] token; ARGV[2] the fencing token T. Returns 1, or 0 if the lease is
 -- gone (then this node does not confirm T).
-if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
+if not ours(redis.pcall('GET', KEYS[1]), ARGV[1]) then
   return 0
 end
 local t = tonumber(ARGV[2])

@@ -13,14 +13,14 @@ local value = redis.pcall('GET', KEYS[1])
 if me then
   line_leave(KEYS[2], KEYS[3], me)
 end
-if value ~= ARGV[1] and not (me and value == KEPT .. me) then
+if not ours(value, ARGV[1]) and not (me and value == KEPT .. me) then
   return 0
 end
 if #KEYS == 1 or not line_hand_over(KEYS[1], KEYS[2], KEYS[3]) then
   redis.call('DEL', KEYS[1])
 end
 redis.pcall('PUBLISH', KEYS[1], ARGV[1])
-if value == ARGV[1] then
+if ours(value, ARGV[1]) then
   return 1
 end
 return 0

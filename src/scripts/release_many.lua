@@ -3,7 +3,7 @@
 -- (either way none of ours is left on this node).
 local deleted = 0
 for _, key in ipairs(KEYS) do
-  if redis.pcall('GET', key) == ARGV[1] then
+  if ours(redis.pcall('GET', key), ARGV[1]) then
     deleted = deleted + redis.call('DEL', key)
     redis.pcall('PUBLISH', key, ARGV[1])
   end

@@ -14,14 +14,14 @@ if redis.pcall('EXISTS', KEYS[2]) == 0 then
   redis.call('DEL', KEYS[3])
 end
 local value = redis.pcall('GET', KEYS[1])
-if value ~= ARGV[1] and not (me and value == KEPT .. me) then
+if not ours(value, ARGV[1]) and not (me and value == KEPT .. me) then
   return 0
 end
 if not line_hand_over(KEYS[1], KEYS[4], KEYS[5]) then
   redis.call('DEL', KEYS[1])
 end
 redis.pcall('PUBLISH', KEYS[1], ARGV[1])
-if value == ARGV[1] then
+if ours(value, ARGV[1]) then
   return 1
 end
 return 0

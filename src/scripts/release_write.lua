@@ -14,12 +14,12 @@ if me then
 end
 local released, changed = 0, false
 local value = redis.pcall('GET', KEYS[1])
-if value == ARGV[1] or (me and value == KEPT .. me) then
+if ours(value, ARGV[1]) or (me and value == KEPT .. me) then
   if not line_hand_over(KEYS[1], KEYS[4], KEYS[5]) then
     redis.call('DEL', KEYS[1])
   end
   changed = true
-  if value == ARGV[1] then
+  if ours(value, ARGV[1]) then
     released = 1
   end
 end

@@ -52,6 +52,7 @@ fn every_operation_encodes_as_one_whole_command() {
         Op::Acquire {
             key: "k",
             token: "t",
+            label: "",
             ttl_ms: 5,
             holder_ttl: false,
             line: &[],
@@ -60,6 +61,7 @@ fn every_operation_encodes_as_one_whole_command() {
         Op::Acquire {
             key: "k",
             token: "t",
+            label: "",
             ttl_ms: 5,
             holder_ttl: true,
             line: &[],
@@ -68,6 +70,7 @@ fn every_operation_encodes_as_one_whole_command() {
         Op::Acquire {
             key: "k",
             token: "t",
+            label: "",
             ttl_ms: 5,
             holder_ttl: true,
             line: &line,
@@ -82,6 +85,7 @@ fn every_operation_encodes_as_one_whole_command() {
         Op::AcquirePermit {
             keys: &keys,
             token: "t",
+            label: "",
             ttl_ms: 5,
             permits: 3,
             waiter,
@@ -100,6 +104,7 @@ fn every_operation_encodes_as_one_whole_command() {
             key: "k",
             fence_key: "f",
             token: "t",
+            label: "",
             ttl_ms: 5,
             line: &line,
             waiter,
@@ -113,6 +118,7 @@ fn every_operation_encodes_as_one_whole_command() {
         Op::AcquireReentrant {
             key: "k",
             owner: "o",
+            label: "",
             hold: "h",
             ttl_ms: 5,
         },
@@ -124,6 +130,7 @@ fn every_operation_encodes_as_one_whole_command() {
         Op::AcquireWrite {
             keys: &keys,
             token: "t",
+            label: "",
             ttl_ms: 5,
             waiter,
         },

@@ -25,6 +25,8 @@ pub struct OwnedOp {
     token: String,
     /// A reentrant hold's token.
     hold: String,
+    /// An acquire's label.
+    label: String,
     /// The TTL in ms, or a fence written back.
     number: u64,
     holder_ttl: bool,
@@ -66,6 +68,7 @@ impl OwnedOp {
             line: Vec::new(),
             token: String::new(),
             hold: String::new(),
+            label: String::new(),
             number: 0,
             holder_ttl: false,
             permits: 0,
@@ -81,12 +84,14 @@ impl OwnedOp {
             Op::Acquire {
                 key,
                 token,
+                label,
                 ttl_ms,
                 holder_ttl,
                 line,
                 waiter,
             } => {
                 one(Kind::Acquire, key, token, ttl_ms);
+                owned.label = label.to_owned();
                 owned.holder_ttl = holder_ttl;
                 owned.line = line.to_vec();
                 owned.waiter = own(waiter);
@@ -106,11 +111,13 @@ impl OwnedOp {
                 key,
                 fence_key,
                 token,
+                label,
                 ttl_ms,
                 line,
                 waiter,
             } => {
                 one(Kind::AcquireFenced, key, token, ttl_ms);
+                owned.label = label.to_owned();
                 owned.keys.push(fence_key.to_owned());
                 owned.line = line.to_vec();
                 owned.waiter = own(waiter);
@@ -127,10 +134,12 @@ impl OwnedOp {
             Op::AcquireReentrant {
                 key,
                 owner,
+                label,
                 hold,
                 ttl_ms,
             } => {
                 one(Kind::AcquireReentrant, key, owner, ttl_ms);
+                owned.label = label.to_owned();
                 owned.hold = hold.to_owned();
             }
             Op::ExtendReentrant { key, owner, ttl_ms } => {
@@ -143,8 +152,12 @@ impl OwnedOp {
             Op::AcquireMany {
                 keys,
                 token,
+                label,
                 ttl_ms,
-            } => owned.many(Kind::AcquireMany, keys, token, ttl_ms),
+            } => {
+                owned.many(Kind::AcquireMany, keys, token, ttl_ms);
+                owned.label = label.to_owned();
+            }
             Op::ExtendMany {
                 keys,
                 token,
@@ -176,10 +189,12 @@ impl OwnedOp {
             Op::AcquireWrite {
                 keys,
                 token,
+                label,
                 ttl_ms,
                 waiter,
             } => {
                 owned.many(Kind::AcquireWrite, keys, token, ttl_ms);
+                owned.label = label.to_owned();
                 owned.waiter = own(waiter);
             }
             Op::ReleaseWrite {
@@ -193,11 +208,13 @@ impl OwnedOp {
             Op::AcquirePermit {
                 keys,
                 token,
+                label,
                 ttl_ms,
                 permits,
                 waiter,
             } => {
                 owned.many(Kind::AcquirePermit, keys, token, ttl_ms);
+                owned.label = label.to_owned();
                 owned.permits = permits;
                 owned.waiter = own(waiter);
             }
@@ -232,6 +249,7 @@ impl OwnedOp {
         let second = self.keys.get(1).map_or("", String::as_str);
         let (keys, token, hold, ttl_ms) = (&self.keys[..], &*self.token, &*self.hold, self.number);
         let line = &self.line[..];
+        let label = &*self.label;
         let waiter = self
             .waiter
             .as_ref()
@@ -244,6 +262,7 @@ impl OwnedOp {
             Kind::Acquire => Op::Acquire {
                 key,
                 token,
+                label,
                 ttl_ms,
                 holder_ttl: self.holder_ttl,
                 line,
@@ -260,6 +279,7 @@ impl OwnedOp {
                 key,
                 fence_key: second,
                 token,
+                label,
                 ttl_ms,
                 line,
                 waiter,
@@ -273,6 +293,7 @@ impl OwnedOp {
             Kind::AcquireReentrant => Op::AcquireReentrant {
                 key,
                 owner: token,
+                label,
                 hold,
                 ttl_ms,
             },
@@ -289,6 +310,7 @@ impl OwnedOp {
             Kind::AcquireMany => Op::AcquireMany {
                 keys,
                 token,
+                label,
                 ttl_ms,
             },
             Kind::ExtendMany => Op::ExtendMany {
@@ -316,6 +338,7 @@ impl OwnedOp {
             Kind::AcquireWrite => Op::AcquireWrite {
                 keys,
                 token,
+                label,
                 ttl_ms,
                 waiter,
             },
@@ -327,6 +350,7 @@ impl OwnedOp {
             Kind::AcquirePermit => Op::AcquirePermit {
                 keys,
                 token,
+                label,
                 ttl_ms,
                 permits: self.permits,
                 waiter,

@@ -263,6 +263,7 @@ impl SimNode {
             Op::AcquireMany {
                 keys,
                 token,
+                label: "",
                 ttl_ms,
             } if self.partial_many.load(relaxed)
                 && keys.iter().any(|k| st.store.holder(k, now).is_none()) =>
@@ -271,6 +272,7 @@ impl SimNode {
                     let one = Op::Acquire {
                         key,
                         token,
+                        label: "",
                         ttl_ms,
                         holder_ttl: false,
                         line: &[],

@@ -1,6 +1,6 @@
 //! What each operation does (the scripts, one by one).
 
-use super::{Entry, INSPECT_MEMBERS, SERVED, Store, Value, held, permit, rw, score};
+use super::{Entry, INSPECT_MEMBERS, SERVED, Store, Value, held, labeled, permit, rw, score};
 use crate::error::NodeError;
 use crate::node::{Op, READERS_TURN, Reply, Snapshot, Stored, Waiter};
 
@@ -13,6 +13,7 @@ impl Store {
             Op::Acquire {
                 key,
                 token,
+                label,
                 ttl_ms,
                 holder_ttl,
                 line,
@@ -21,7 +22,7 @@ impl Store {
                 Some(waiter) => {
                     let me = waiter.name(false);
                     if self.free_to(key, Some(&me), now) {
-                        self.set(key, Entry::text(token, now, ttl_ms));
+                        self.set(key, Entry::text(&labeled(token, label), now, ttl_ms));
                         self.line_leave(line, &me, now);
                         Reply::Done
                     } else {
@@ -35,7 +36,7 @@ impl Store {
                     Some(e) if holder_ttl => held(e, now),
                     Some(_) => Reply::Held { pttl_ms: None },
                     None => {
-                        self.set(key, Entry::text(token, now, ttl_ms));
+                        self.set(key, Entry::text(&labeled(token, label), now, ttl_ms));
                         Reply::Done
                     }
                 },
@@ -60,6 +61,7 @@ impl Store {
                 key,
                 fence_key,
                 token,
+                label,
                 ttl_ms,
                 line,
                 waiter,
@@ -78,7 +80,7 @@ impl Store {
                 let expires = self.live(fence_key, now).and_then(|e| e.expires);
                 let value = Value::Text(counter.to_string());
                 self.set(fence_key, Entry { value, expires });
-                self.set(key, Entry::text(token, now, ttl_ms));
+                self.set(key, Entry::text(&labeled(token, label), now, ttl_ms));
                 if let Some(me) = &me {
                     self.line_leave(line, me, now);
                 }
@@ -102,6 +104,7 @@ impl Store {
             Op::AcquireReentrant {
                 key,
                 owner,
+                label,
                 hold,
                 ttl_ms,
             } => match self.live(key, now) {
@@ -109,13 +112,16 @@ impl Store {
                     let value = Value::Holds {
                         owner: owner.to_owned(),
                         holds: vec![hold.to_owned()],
+                        label: label.to_owned(),
                     };
                     let expires = Some(now.saturating_add(ttl_ms));
                     self.set(key, Entry { value, expires });
                     Reply::Done
                 }
                 Some(e) => match &mut e.value {
-                    Value::Holds { owner: o, holds } if o == owner => {
+                    Value::Holds {
+                        owner: o, holds, ..
+                    } if o == owner => {
                         if !holds.iter().any(|h| h == hold) {
                             holds.push(hold.to_owned());
                         }
@@ -134,7 +140,10 @@ impl Store {
             },
             Op::ReleaseReentrant { key, owner, hold } => {
                 let Some(Entry {
-                    value: Value::Holds { owner: o, holds },
+                    value:
+                        Value::Holds {
+                            owner: o, holds, ..
+                        },
                     ..
                 }) = self.live(key, now)
                 else {
@@ -153,6 +162,7 @@ impl Store {
             Op::AcquireMany {
                 keys,
                 token,
+                label,
                 ttl_ms,
             } => {
                 let mut held_any = false;
@@ -169,7 +179,7 @@ impl Store {
                     return Ok(Reply::Held { pttl_ms: least });
                 }
                 for key in keys {
-                    self.set(key, Entry::text(token, now, ttl_ms));
+                    self.set(key, Entry::text(&labeled(token, label), now, ttl_ms));
                 }
                 Reply::Done
             }
@@ -243,9 +253,10 @@ impl Store {
             Op::AcquireWrite {
                 keys,
                 token,
+                label,
                 ttl_ms,
                 waiter,
-            } => self.acquire_write(keys, token, ttl_ms, waiter, now)?,
+            } => self.acquire_write(keys, token, label, ttl_ms, waiter, now)?,
             Op::ReleaseWrite {
                 keys,
                 token,
@@ -275,10 +286,11 @@ impl Store {
             Op::AcquirePermit {
                 keys,
                 token,
+                label,
                 ttl_ms,
                 permits,
                 waiter,
-            } => self.acquire_permit(keys, token, ttl_ms, permits, waiter, now)?,
+            } => self.acquire_permit(keys, token, label, ttl_ms, permits, waiter, now)?,
             Op::ExtendPermit {
                 keys,
                 token,
@@ -372,6 +384,7 @@ impl Store {
         &mut self,
         keys: &[String],
         token: &str,
+        label: &str,
         ttl_ms: u64,
         waiter: Option<Waiter<'_>>,
         now: u64,
@@ -404,7 +417,7 @@ impl Store {
                 pttl_ms: Some(left),
             });
         }
-        self.set(writer, Entry::text(token, now, ttl_ms));
+        self.set(writer, Entry::text(&labeled(token, label), now, ttl_ms));
         self.keys.remove(intent);
         if let Some(me) = &me {
             self.line_leave(line, me, now);
@@ -413,10 +426,12 @@ impl Store {
     }
 
     /// `acquire_permit.lua`.
+    #[allow(clippy::too_many_arguments)]
     fn acquire_permit(
         &mut self,
         keys: &[String],
         token: &str,
+        label: &str,
         ttl_ms: u64,
         permits: u32,
         waiter: Option<Waiter<'_>>,
@@ -465,7 +480,7 @@ impl Store {
             }
             return Ok(Reply::Held { pttl_ms: pttl });
         }
-        self.set(slot, Entry::text(token, now, ttl_ms));
+        self.set(slot, Entry::text(&labeled(token, label), now, ttl_ms));
         self.zadd(holders, token, score(now.saturating_add(ttl_ms)), now)?;
         self.set_text(count, &permits.to_string());
         self.expire_after_last(holders, Some(count), now);
@@ -489,7 +504,11 @@ impl Store {
                         value: value.clone().into_bytes(),
                         pttl_ms,
                     },
-                    Value::Holds { owner, holds } => {
+                    Value::Holds {
+                        owner,
+                        holds,
+                        label,
+                    } => {
                         let mut fields = vec![(
                             owner.clone().into_bytes(),
                             holds.len().to_string().into_bytes(),
@@ -499,6 +518,9 @@ impl Store {
                             name.extend_from_slice(hold.as_bytes());
                             (name, b"1".to_vec())
                         }));
+                        if !label.is_empty() {
+                            fields.push((vec![0xfe], label.clone().into_bytes()));
+                        }
                         Stored::Hash { fields, pttl_ms }
                     }
                     Value::Scored(members) => {

@@ -74,8 +74,12 @@ enum Value {
     /// A string: a token, a fencing counter, a permit count.
     Text(String),
     /// A reentrant lock's hash: the owner, counting one per hold (its
-    /// tokens, in the order they were taken).
-    Holds { owner: String, holds: Vec<String> },
+    /// tokens, in the order they were taken), and its label.
+    Holds {
+        owner: String,
+        holds: Vec<String>,
+        label: String,
+    },
     /// A sorted set: members and their scores.
     Scored(Members),
 }
@@ -109,8 +113,11 @@ impl Entry {
         self.expires.map(|at| at.saturating_sub(now))
     }
 
-    fn is_text(&self, text: &str) -> bool {
-        matches!(&self.value, Value::Text(t) if t == text)
+    /// Whether the key is a string of `token`'s: the token alone, or
+    /// followed by a NUL byte and a label (`ours.lua`).
+    fn is_text(&self, token: &str) -> bool {
+        matches!(&self.value, Value::Text(t) if t == token
+            || t.strip_prefix(token).is_some_and(|rest| rest.starts_with('\0')))
     }
 
     /// Pushes the expiry out to at least `ttl_ms` from `now` (never
@@ -122,6 +129,15 @@ impl Entry {
             Some(current) if current >= at => {}
             _ => self.expires = Some(at),
         }
+    }
+}
+
+/// What a lock key holds for `token` labelled `label` (`ours.lua`).
+fn labeled(token: &str, label: &str) -> String {
+    if label.is_empty() {
+        token.to_owned()
+    } else {
+        format!("{token}\0{label}")
     }
 }
 
@@ -307,11 +323,21 @@ impl Store {
     }
 
     /// The token (or reentrant owner) under `key` at `now`, if a lock holds
-    /// it (a lock kept for a waiter holds [`KEPT`] and the waiter's name).
+    /// it, without its label (a lock kept for a waiter holds [`KEPT`] and
+    /// the waiter's name).
     pub fn holder(&self, key: &str, now: u64) -> Option<&str> {
         match &self.peek(key, now)?.value {
-            Value::Text(token) => Some(token),
+            Value::Text(value) => Some(value.split('\0').next().unwrap_or_default()),
             Value::Holds { owner, .. } => Some(owner),
+            Value::Scored(_) => None,
+        }
+    }
+
+    /// The label stored with the hold under `key` at `now`, if any.
+    pub fn label(&self, key: &str, now: u64) -> Option<&str> {
+        match &self.peek(key, now)?.value {
+            Value::Text(value) => value.split_once('\0').map(|(_, label)| label),
+            Value::Holds { label, .. } => Some(label).filter(|l| !l.is_empty()).map(String::as_str),
             Value::Scored(_) => None,
         }
     }
