@@ -136,6 +136,7 @@ mod cluster;
 mod config;
 mod dispatch;
 mod driver;
+pub mod election;
 mod error;
 pub mod inspect;
 mod lease;

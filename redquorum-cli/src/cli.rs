@@ -114,9 +114,90 @@ pub struct Global {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     Exec(ExecArgs),
+    Elect(ElectArgs),
+    Leader(LeaderArgs),
     Status(StatusArgs),
     Release(ReleaseArgs),
     Nodes(NodesArgs),
+}
+
+/// Stand for leader of NAME, waiting as long as it takes, and run CMD as
+/// leader: `exec --fence --wait forever` on NAME, with the leader's term in
+/// REDQUORUM_TERM (and REDQUORUM_FENCE).
+///
+/// The term is larger than every earlier leader's: pass it to what the
+/// command writes to. The command is stopped, as under exec, when the
+/// leadership cannot be kept (exit 79); when it ends, the next candidate is
+/// elected at once.
+#[derive(Debug, Args)]
+#[command(after_help = EXIT_CODES)]
+pub struct ElectArgs {
+    /// The leadership's time to live (at least 100ms); it is extended every
+    /// TTL/3 while the command runs. A leader that dies is replaced after it.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, value_name = "D")]
+    pub ttl: Duration,
+
+    /// How long the command has between SIGTERM and SIGKILL when the
+    /// leadership is lost or redquorum is signalled [default: as exec].
+    #[arg(long, value_parser = humantime::parse_duration, value_name = "D")]
+    pub grace: Option<Duration>,
+
+    /// Who leads, as `redquorum leader` and `status` show it (at most 256
+    /// bytes) [default: HOST pid PID].
+    #[arg(long, value_name = "L")]
+    pub label: Option<String>,
+
+    /// The name of the election.
+    pub name: String,
+
+    /// The command and its arguments (after `--`).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub command: Vec<OsString>,
+}
+
+impl ElectArgs {
+    /// The `exec` that runs it.
+    pub fn into_exec(self) -> ExecArgs {
+        ExecArgs {
+            ttl: self.ttl,
+            wait: Some(Duration::MAX),
+            grace: self.grace,
+            fence: true,
+            permits: None,
+            read: false,
+            write: false,
+            label: self.label,
+            term: true,
+            resource: self.name,
+            command: self.command,
+        }
+    }
+}
+
+/// Show who leads NAME (`redquorum elect NAME`, `Election` in the
+/// library), as a quorum of nodes says: its term, label, token prefix and
+/// time left; or that no one leads.
+///
+/// Exit 0 when a quorum answered (leader or not), 69 when too few did.
+#[derive(Debug, Args)]
+#[command(after_help = EXIT_CODES)]
+pub struct LeaderArgs {
+    /// The name of the election.
+    pub name: String,
+
+    /// Print a line at every change of leader (woken by resignations;
+    /// otherwise reading every 500ms), until interrupted.
+    #[arg(long)]
+    pub watch: bool,
+
+    /// Print JSON objects (one per line with --watch) instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Show every node: reachable or not (and why), the round trip of a PING,
@@ -180,6 +261,15 @@ pub struct ExecArgs {
     /// readers cannot starve it.
     #[arg(long, conflicts_with_all = ["fence", "permits"])]
     pub write: bool,
+
+    /// Who holds the lock, as `status` shows it (at most 256 bytes; not
+    /// stored under --interop-keys or for --read) [default: HOST pid PID].
+    #[arg(long, value_name = "L")]
+    pub label: Option<String>,
+
+    /// `elect`: the fence is the leader's term (REDQUORUM_TERM).
+    #[arg(skip)]
+    pub term: bool,
 
     /// The name of the lock.
     pub resource: String,

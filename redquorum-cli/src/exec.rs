@@ -81,6 +81,10 @@ async fn exec_with(
     if args.fence {
         options = options.fenced();
     }
+    if !args.read {
+        let label = args.label.clone().unwrap_or_else(default_label);
+        options = options.label(&label);
+    }
     let (lock, slot) = match acquire(redlock, &args, &options, signals, ui).await {
         Ok(held) => held,
         Err(code) => return code,
@@ -122,6 +126,10 @@ async fn exec_with(
     match fence {
         Some(fence) => command.env("REDQUORUM_FENCE", fence.to_string()),
         None => command.env_remove("REDQUORUM_FENCE"),
+    };
+    match fence.filter(|_| args.term) {
+        Some(term) => command.env("REDQUORUM_TERM", term.to_string()),
+        None => command.env_remove("REDQUORUM_TERM"),
     };
     if let Some(slot) = &permit {
         command.env("REDQUORUM_PERMIT", slot);
@@ -172,6 +180,15 @@ async fn exec_with(
     // `release` returns at a quorum and finishes in the background: the
     // caller's `shutdown` lets it reach the other nodes.
     code
+}
+
+/// Who holds a lock taken without `--label`: this host and process.
+fn default_label() -> String {
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "unknown-host".to_owned());
+    format!("{host} pid {}", std::process::id())
 }
 
 /// Acquires the lock, with a spinner after a second of waiting; a signal

@@ -4,6 +4,7 @@
 mod cli;
 mod exec;
 mod exit;
+mod leader;
 mod nodes;
 mod process;
 mod release;
@@ -72,6 +73,8 @@ async fn run(cli: Cli, ui: &Ui) -> Code {
     }
     match cli.command {
         Command::Exec(args) => exec::exec(&cli.global, &nodes, args, ui).await,
+        Command::Elect(args) => exec::exec(&cli.global, &nodes, args.into_exec(), ui).await,
+        Command::Leader(args) => leader::leader(&cli.global, &nodes, &args, ui).await,
         Command::Status(args) => status::status(&cli.global, &nodes, &args, ui).await,
         Command::Release(args) => release::release(&cli.global, &nodes, &args, ui).await,
         Command::Nodes(args) => nodes::nodes(&cli.global, &nodes, &args, ui).await,

@@ -165,8 +165,10 @@ fn verdict_line(seen: &Inspection, whole: bool) -> String {
     let (resource, q, n) = (seen.resource(), seen.quorum(), seen.nodes().len());
     match seen.verdict() {
         Verdict::Held { holder, nodes } => format!(
-            "{resource}: held by {} on {nodes}/{n} nodes, quorum {q}: HELD",
-            shown(holder, holds_of(seen, holder), whole)
+            "{resource}: held by {}{} on {nodes}/{n} nodes, quorum {q}: HELD",
+            shown(holder, holds_of(seen, holder), whole),
+            seen.label()
+                .map_or_else(String::new, |label| format!(" ({label})"))
         ),
         Verdict::Free { nodes } => {
             format!("{resource}: free on {nodes}/{n} nodes, quorum {q}: FREE")
@@ -278,6 +280,7 @@ fn to_json(seen: &Inspection, whole: bool) -> serde_json::Value {
             let mut h = json!({
                 "kind": kind(holder),
                 "token_prefix": prefix(&full(holder), false),
+                "label": seen.label(),
                 "nodes": nodes,
             });
             if whole {

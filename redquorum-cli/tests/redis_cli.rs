@@ -1153,3 +1153,127 @@ async fn release_takes_read_write_locks_and_permits() {
     assert_eq!(code(&out), 65, "{}", stderr(&out));
     std::mem::forget(permit);
 }
+
+/// `redquorum leader --json NAME` parsed (exit 0 required).
+async fn leader(nodes: &[String], name: &str) -> serde_json::Value {
+    let out = run(nodes, &["leader", "--json", name]).await;
+    assert_eq!(code(&out), 0, "leader failed: {}", stderr(&out));
+    serde_json::from_slice(&out.stdout).expect("leader --json prints JSON")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn elect_runs_one_leader_at_a_time_with_growing_terms_and_leader_shows_it() {
+    let nodes = node_urls();
+    let name = unique("cli-elect");
+    let dir = scratch("elect");
+    assert_eq!(leader(&nodes, &name).await["state"], "vacant");
+
+    // The first candidate leads until its file is removed; the second waits
+    // (elect waits as long as it takes) and leads after it.
+    let gate = dir.join("gate");
+    std::fs::write(&gate, "").unwrap();
+    let script = format!(
+        "echo \"$REDQUORUM_TERM\" > {dir}/term-$1; touch {dir}/leading-$1; \
+         while [ -e {gate} ]; do sleep 0.02; done",
+        dir = dir.display(),
+        gate = gate.display()
+    );
+    let candidate = |who: &'static str| {
+        redquorum(
+            &nodes,
+            &[
+                "elect", "--ttl", "3s", "--label", who, &name, "--", "sh", "-c", &script, "sh", who,
+            ],
+        )
+        .spawn()
+        .expect("spawn elect")
+    };
+    let a = candidate("a");
+    wait_for_file(&dir.join("leading-a"), BOUND).await;
+    let b = candidate("b");
+    let shown = leader(&nodes, &name).await;
+    assert_eq!(shown["state"], "leading", "{shown}");
+    assert_eq!(shown["label"], "a", "{shown}");
+    let a_term: u64 = std::fs::read_to_string(dir.join("term-a"))
+        .unwrap()
+        .trim()
+        .parse()
+        .expect("a numeric term");
+    assert_eq!(shown["term"], a_term);
+    // status shows the label too.
+    assert_eq!(status(&nodes, &name).await["holder"]["label"], "a");
+    let text = run(&nodes, &["leader", &name]).await;
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(text.contains(&format!("term {a_term} led by a")), "{text}");
+    assert!(!dir.join("leading-b").exists(), "b led beside a");
+
+    // a's command ends: b is elected, with a larger term.
+    std::fs::remove_file(&gate).unwrap();
+    assert_eq!(code(&finish(a).await), 0);
+    std::fs::write(&gate, "").unwrap();
+    wait_for_file(&dir.join("leading-b"), BOUND).await;
+    let b_term: u64 = std::fs::read_to_string(dir.join("term-b"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(b_term > a_term, "{b_term} after {a_term}");
+    std::fs::remove_file(&gate).unwrap();
+    assert_eq!(code(&finish(b).await), 0);
+    assert_eq!(leader(&nodes, &name).await["state"], "vacant");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn leader_watch_prints_each_change_and_leader_exits_69_without_a_quorum() {
+    let nodes = node_urls();
+    let name = unique("cli-watch");
+    let redlock = Redlock::connect(&nodes).await.unwrap();
+    let election = redlock.election(&name).unwrap();
+    let mut watch = redquorum(&nodes, &["leader", "--watch", "--json", &name])
+        .spawn()
+        .expect("spawn leader --watch");
+    let mut lines =
+        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(watch.stdout.take().unwrap()));
+    let mut next = async || -> serde_json::Value {
+        let line = tokio::time::timeout(BOUND, lines.next_line())
+            .await
+            .expect("a line in time")
+            .unwrap()
+            .expect("a line");
+        serde_json::from_str(&line).unwrap()
+    };
+    assert_eq!(next().await["state"], "vacant");
+    let leadership = election
+        .campaign(
+            Duration::from_secs(10),
+            &redquorum::LockOptions::new().label("watched"),
+        )
+        .await
+        .unwrap();
+    let seen = next().await;
+    assert_eq!(
+        (seen["term"].as_u64(), seen["label"].as_str()),
+        (Some(leadership.term()), Some("watched"))
+    );
+    leadership.resign().await.unwrap();
+    assert_eq!(next().await["state"], "vacant");
+    watch.kill().await.unwrap();
+
+    // Three of five addresses where nothing listens: too few answers to
+    // say who leads.
+    let mut urls = nodes.clone();
+    let closed: Vec<String> = (0..3)
+        .map(|_| {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            format!("redis://{}", l.local_addr().unwrap())
+        })
+        .collect();
+    urls.splice(..3, closed);
+    let out = run(&urls, &["leader", "--node-timeout", "200ms", &name]).await;
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("unknown"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}

@@ -58,7 +58,7 @@ pub async fn client(
     let origin = Instant::now() - world.elapsed();
     for _ in 0..plan.rounds {
         rounds.fetch_add(1, Ordering::Relaxed);
-        if plan.kind == Kind::Lease {
+        if matches!(plan.kind, Kind::Lease | Kind::Election) {
             lease_round(id, &redlock, &world, &plan, &windows, origin, cancelled).await;
             continue;
         }
@@ -83,7 +83,7 @@ pub async fn client(
                 // Odd clients take both resources at once, even ones the
                 // first alone: the sets overlap.
                 Kind::Many if id % 2 == 1 => redlock.lock_many(&[RESOURCE, OTHER], ttl).await,
-                Kind::Many | Kind::Lease => redlock.try_lock(RESOURCE, ttl).await,
+                Kind::Many | Kind::Lease | Kind::Election => redlock.try_lock(RESOURCE, ttl).await,
                 Kind::Semaphore => {
                     let semaphore = redlock
                         .semaphore(RESOURCE, plan.permits)
@@ -218,7 +218,8 @@ async fn lease_round(
     let ttl = Duration::from_millis(plan.ttl_ms);
     let steps = world.with_rng(|r| r.random_range(1..=12u32));
     let options = LockOptions::new().extend_every(ttl / 3);
-    let run = redlock.run_with(RESOURCE, ttl, &options, |lease| {
+    let election = plan.kind == Kind::Election;
+    let work = |lease: redquorum::Lease| {
         let (world, windows) = (world.clone(), windows.clone());
         async move {
             let start = Instant::now() - origin;
@@ -228,7 +229,8 @@ async fn lease_round(
                     client: id,
                     start,
                     end: start,
-                    fence: None,
+                    // A leader's term.
+                    fence: lease.fence(),
                     token: lease.token().to_owned(),
                     extended: 0,
                     read: false,
@@ -244,7 +246,17 @@ async fn lease_round(
                 windows.lock().unwrap()[slot].end = Instant::now() - origin;
             }
         }
-    });
+    };
+    let run = async {
+        if election {
+            // A candidate waits in line for up to two TTLs, then leads.
+            let wait = options.clone().wait(world.between(Duration::ZERO, ttl * 2));
+            let election = redlock.election(RESOURCE).expect("election");
+            election.lead(ttl, &wait, work).await
+        } else {
+            redlock.run_with(RESOURCE, ttl, &options, work).await
+        }
+    };
     let outcome = if world.chance(plan.cancel_p) {
         let patience = world.between(Duration::ZERO, ttl * 2);
         match tokio::time::timeout(patience, run).await {

@@ -100,7 +100,8 @@ fn simulated_schedules_never_overlap() {
          {} rounds, {} grants, {} extends, {} waits, {} release notices heard, {} acquires cancelled, {} faults injected, {} messages, {} replies lost; \
          {} overlaps, {} leftover keys; {} schedules fenced, {} token regressions, {} undelivered grants; {} schedules reentrant, \
          {} nested holds; {} schedules multi-resource; {} schedules leases ({} held past one TTL); {} schedules semaphores (2 permits); \
-         {} schedules read/write ({} read and {} write grants, {} pairs of readers sharing); at most {} calls in flight on a link; \
+         {} schedules read/write ({} read and {} write grants, {} pairs of readers sharing); {} schedules elections ({} terms); \
+         at most {} calls in flight on a link; \
          {:.0} schedules/s",
         t.schedules,
         started.elapsed(),
@@ -129,6 +130,8 @@ fn simulated_schedules_never_overlap() {
         t.read_grants,
         t.write_grants,
         t.shared_reads,
+        t.election_schedules,
+        t.terms,
         t.most_in_flight,
         t.schedules as f64 / started.elapsed().as_secs_f64()
     );
@@ -146,21 +149,25 @@ fn simulated_schedules_never_overlap() {
     assert!(t.grants > t.schedules, "too few grants: {t:?}");
     assert!(t.faults > t.schedules && t.lost_replies > 0, "{t:?}");
     assert!(
-        t.fenced_schedules > t.schedules / 8,
+        t.fenced_schedules > t.schedules / 10,
         "too few fenced schedules: {t:?}"
     );
     assert!(
-        t.reentrant_schedules > t.schedules / 8 && t.nested > 0,
+        t.reentrant_schedules > t.schedules / 10 && t.nested > 0,
         "{t:?}"
     );
-    assert!(t.many_schedules > t.schedules / 8, "{t:?}");
-    assert!(t.lease_schedules > t.schedules / 8, "{t:?}");
-    assert!(t.semaphore_schedules > t.schedules / 8, "{t:?}");
+    assert!(t.many_schedules > t.schedules / 10, "{t:?}");
+    assert!(t.lease_schedules > t.schedules / 10, "{t:?}");
+    assert!(t.semaphore_schedules > t.schedules / 10, "{t:?}");
     assert!(
-        t.rw_schedules > t.schedules / 8 && t.write_grants > 0,
+        t.rw_schedules > t.schedules / 10 && t.write_grants > 0,
         "{t:?}"
     );
     assert!(t.shared_reads > 0, "no two readers ever shared: {t:?}");
+    assert!(
+        t.election_schedules > t.schedules / 10 && t.terms > t.election_schedules,
+        "too few elections: {t:?}"
+    );
     assert!(t.leases_past_ttl > 0, "no lease outlived its TTL: {t:?}");
     assert!(t.cancelled > 0, "no acquire was cancelled: {t:?}");
     assert!(t.waited > 0, "no client waited: {t:?}");
@@ -215,6 +222,20 @@ fn control_empty_restarts_within_the_ttl_are_caught() {
 #[test]
 fn control_lost_fence_counters_are_caught() {
     caught_within(Control::LostCounters, 100, |o| &o.fence_regressions);
+}
+
+/// Elections on nodes that restart empty within the TTL: two leaders at
+/// once, which the overlap checker must see.
+#[test]
+fn control_leaders_on_empty_restarts_are_caught() {
+    caught_within(Control::LeadersOnEmptyRestarts, 50, |o| &o.overlaps);
+}
+
+/// Elections on nodes that lose their fencing counters: a term that does
+/// not grow, which the fencing checker must see.
+#[test]
+fn control_terms_on_lost_counters_are_caught() {
+    caught_within(Control::TermsOnLostCounters, 100, |o| &o.fence_regressions);
 }
 
 /// The same seed gives the same schedule, event for event (so a printed

@@ -41,6 +41,13 @@ pub enum Control {
     /// the writer key whenever no writer stands): shows the read/write
     /// checker can fail.
     WriterIgnoresReaders,
+    /// Elections; restarted nodes come back without their keys within the
+    /// TTL: two leaders at once, which the overlap checker must see.
+    LeadersOnEmptyRestarts,
+    /// Elections; restarted nodes lose their fencing counters: a later
+    /// leader's term no larger than an earlier one's, which the fencing
+    /// checker must see.
+    TermsOnLostCounters,
 }
 
 /// Which kind of lock a schedule's clients take.
@@ -66,6 +73,10 @@ pub enum Kind {
     /// waiting with `read_lock_with`/`write_lock_with`): readers together,
     /// a writer alone.
     ReadWrite,
+    /// An election on the resource: each round a candidate campaigns
+    /// (`Election::lead`, waiting in line) and leads for a while; its term
+    /// is the window's fencing token.
+    Election,
 }
 
 /// How often a client of a read/write schedule takes a write lock.
@@ -87,6 +98,8 @@ impl Control {
             Control::LooseBound => "loose-bound",
             Control::ExtraPermit => "extra-permit",
             Control::WriterIgnoresReaders => "writer-ignores-readers",
+            Control::LeadersOnEmptyRestarts => "leaders-on-empty-restarts",
+            Control::TermsOnLostCounters => "terms-on-lost-counters",
         }
     }
 
@@ -102,6 +115,8 @@ impl Control {
             "loose-bound" => Control::LooseBound,
             "extra-permit" => Control::ExtraPermit,
             "writer-ignores-readers" => Control::WriterIgnoresReaders,
+            "leaders-on-empty-restarts" => Control::LeadersOnEmptyRestarts,
+            "terms-on-lost-counters" => Control::TermsOnLostCounters,
             other => panic!("REDQUORUM_SIM_CONTROL: unknown control {other:?}"),
         }
     }
@@ -119,6 +134,8 @@ impl Control {
             Control::LooseBound => 0x7777_7777_0000_0000,
             Control::ExtraPermit => 0x8888_8888_0000_0000,
             Control::WriterIgnoresReaders => 0x9999_9999_0000_0000,
+            Control::LeadersOnEmptyRestarts => 0xaaaa_aaaa_0000_0000,
+            Control::TermsOnLostCounters => 0xbbbb_bbbb_0000_0000,
         }
     }
 }
@@ -209,8 +226,14 @@ pub fn plan(r: &mut StdRng, control: Control) -> Plan {
                 },
             },
             faults,
-            wipe: control == Control::EmptyRestarts,
-            forget_counters: control == Control::LostCounters,
+            wipe: matches!(
+                control,
+                Control::EmptyRestarts | Control::LeadersOnEmptyRestarts
+            ),
+            forget_counters: matches!(
+                control,
+                Control::LostCounters | Control::TermsOnLostCounters
+            ),
             max_pause: Duration::from_millis(r.random_range(1..=ttl_ms / 2)),
             kind: match control {
                 Control::LostCounters => Kind::Fenced,
@@ -218,6 +241,7 @@ pub fn plan(r: &mut StdRng, control: Control) -> Plan {
                 Control::PartialMany => Kind::Many,
                 Control::ExtraPermit => Kind::Semaphore,
                 Control::WriterIgnoresReaders => Kind::ReadWrite,
+                Control::LeadersOnEmptyRestarts | Control::TermsOnLostCounters => Kind::Election,
                 _ => [
                     Kind::Plain,
                     Kind::Fenced,
@@ -226,7 +250,8 @@ pub fn plan(r: &mut StdRng, control: Control) -> Plan {
                     Kind::Lease,
                     Kind::Semaphore,
                     Kind::ReadWrite,
-                ][r.random_range(0..7)],
+                    Kind::Election,
+                ][r.random_range(0..8)],
             },
             permits: if control == Control::ExtraPermit {
                 PERMITS + 1

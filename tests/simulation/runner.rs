@@ -170,7 +170,7 @@ async fn simulate(seed: u64, control: Control, verbose: bool) -> (Outcome, Strin
     };
     let windows = windows.lock().unwrap().clone();
     out.grants = windows.len() as u64;
-    if plan.kind == Kind::Lease {
+    if matches!(plan.kind, Kind::Lease | Kind::Election) {
         out.leases_past_ttl = windows.iter().filter(|w| w.end - w.start > ttl).count() as u64;
     }
     out.kind = Some(plan.kind);
@@ -252,6 +252,9 @@ pub struct Totals {
     pub lease_schedules: u64,
     pub semaphore_schedules: u64,
     pub rw_schedules: u64,
+    pub election_schedules: u64,
+    /// Leaderships granted in election schedules.
+    pub terms: u64,
     pub read_grants: u64,
     pub write_grants: u64,
     pub shared_reads: u64,
@@ -315,6 +318,10 @@ pub fn run_many(base: u64, count: u64, until: Option<std::time::Instant>) -> Tot
                     t.lease_schedules += u64::from(out.kind == Some(Kind::Lease));
                     t.semaphore_schedules += u64::from(out.kind == Some(Kind::Semaphore));
                     t.rw_schedules += u64::from(out.kind == Some(Kind::ReadWrite));
+                    if out.kind == Some(Kind::Election) {
+                        t.election_schedules += 1;
+                        t.terms += out.grants;
+                    }
                     t.read_grants += out.read_grants;
                     t.write_grants += out.write_grants;
                     t.shared_reads += out.shared_reads;

@@ -1,0 +1,121 @@
+//! Leader election on the five real nodes: candidates under random minority
+//! faults (through test proxies) never lead at once, and every new leader's
+//! term is larger than the last; a resignation hands over within a few
+//! round trips.
+//!
+//! Needs real nodes: built only with the `redis-tests` feature, which
+//! `scripts/test` turns on (it starts the nodes).
+#![cfg(feature = "redis-tests")]
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redquorum::LockOptions;
+use redquorum::election::LeaderState;
+use support::*;
+
+/// One leadership as its holder saw it while valid.
+#[derive(Debug, Clone, Copy)]
+struct Tenure {
+    term: u64,
+    from: Instant,
+    to: Instant,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn candidates_under_random_minority_faults_never_lead_at_once() {
+    let (proxies, redlock) = proxied(Duration::from_millis(100)).await;
+    let election = redlock.election(&unique("elect-chaos")).unwrap();
+    let tenures = Arc::new(Mutex::new(Vec::<Tenure>::new()));
+    let end = Instant::now() + Duration::from_secs(3);
+    let contest = async {
+        let candidates: Vec<_> = (0..4)
+            .map(|_| {
+                let (election, tenures) = (election.clone(), tenures.clone());
+                tokio::spawn(async move {
+                    // Short: a leadership whose resignation met a cut link
+                    // lives on that node until its TTL.
+                    let ttl = Duration::from_secs(1);
+                    let wait = LockOptions::new().wait(Duration::from_secs(2));
+                    while Instant::now() < end {
+                        let led = election
+                            .lead(ttl, &wait, |lease| async move {
+                                let from = Instant::now();
+                                tokio::time::sleep(Duration::from_millis(5)).await;
+                                let to = Instant::now();
+                                // Counted only while valid: the promise is
+                                // about valid leaderships.
+                                lease.is_valid().then(|| Tenure {
+                                    term: lease.fence().unwrap(),
+                                    from,
+                                    to,
+                                })
+                            })
+                            .await;
+                        // A wait that ran out or a leadership lost under
+                        // faults: not what is checked here.
+                        if let Ok(Some(tenure)) = led {
+                            tenures.lock().unwrap().push(tenure);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for c in candidates {
+            c.await.expect("candidate");
+        }
+    };
+    let ((), faults) = under_chaos(&proxies, contest).await;
+    let mut tenures = tenures.lock().unwrap().clone();
+    tenures.sort_by_key(|t| t.from);
+    println!("random minority faults ({faults}): {} terms", tenures.len());
+    assert!(faults > 0);
+    assert!(tenures.len() >= 4, "{} terms in 3 s", tenures.len());
+    for w in tenures.windows(2) {
+        assert!(w[1].from >= w[0].to, "two leaders at once: {w:?}");
+        assert!(w[1].term > w[0].term, "a term that did not grow: {w:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resignation_hands_over_and_leader_reads_the_quorum() {
+    let redlock = redlock().await;
+    let election = redlock.election(&unique("elect-handover")).unwrap();
+    let a = election
+        .campaign(Duration::from_secs(10), &LockOptions::new().label("a"))
+        .await
+        .unwrap();
+    let b = tokio::spawn({
+        let election = election.clone();
+        async move {
+            election
+                .campaign(Duration::from_secs(10), &LockOptions::new().label("b"))
+                .await
+        }
+    });
+    let LeaderState::Leading(leader) = election.leader().await.unwrap() else {
+        panic!("a leads")
+    };
+    assert_eq!(
+        (leader.term, leader.label.as_deref()),
+        (a.term(), Some("a"))
+    );
+    let a_term = a.term();
+    let resigned = Instant::now();
+    a.resign().await.unwrap();
+    let b = tokio::time::timeout(Duration::from_secs(10), b)
+        .await
+        .expect("b elected within 10 s")
+        .unwrap()
+        .unwrap();
+    println!("hand-over after resignation: {:?}", resigned.elapsed());
+    assert!(b.term() > a_term);
+    let LeaderState::Leading(leader) = election.leader().await.unwrap() else {
+        panic!("b leads")
+    };
+    assert_eq!(leader.label.as_deref(), Some("b"));
+    b.resign().await.unwrap();
+    assert_eq!(election.leader().await.unwrap(), LeaderState::Vacant);
+}
