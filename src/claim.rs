@@ -196,7 +196,15 @@ impl Claim {
                 line,
                 waiter: in_line,
             },
-            (Flavor::Plain | Flavor::Fenced, Step::Extend) => Op::Extend { key, token, ttl_ms },
+            // A plain or fenced lock's key is set again where a node lost
+            // it, when the driver asks (docs/design.md §4).
+            (Flavor::Plain | Flavor::Fenced, Step::Extend { restore }) => Op::Extend {
+                key,
+                token,
+                label,
+                ttl_ms,
+                restore,
+            },
             // A holder that waited leaves the line where it still stands;
             // a refused round's undo keeps its place for the retries.
             (Flavor::Plain | Flavor::Fenced, Step::Release) => Op::Release {
@@ -224,7 +232,7 @@ impl Claim {
                 hold,
                 ttl_ms,
             },
-            (Flavor::Reentrant, Step::Extend) => Op::ExtendReentrant {
+            (Flavor::Reentrant, Step::Extend { .. }) => Op::ExtendReentrant {
                 key,
                 owner: token,
                 ttl_ms,
@@ -240,7 +248,7 @@ impl Claim {
                 label,
                 ttl_ms,
             },
-            (Flavor::Many, Step::Extend) => Op::ExtendMany {
+            (Flavor::Many, Step::Extend { .. }) => Op::ExtendMany {
                 keys,
                 token,
                 ttl_ms,
@@ -252,7 +260,7 @@ impl Claim {
                 ttl_ms,
                 waiter,
             },
-            (Flavor::Read, Step::Extend) => Op::ExtendRead {
+            (Flavor::Read, Step::Extend { .. }) => Op::ExtendRead {
                 keys,
                 token,
                 ttl_ms,
@@ -274,8 +282,15 @@ impl Claim {
                 ttl_ms,
                 waiter,
             },
-            // The writer key is a plain lock's.
-            (Flavor::Write, Step::Extend) => Op::Extend { key, token, ttl_ms },
+            // The writer key is a plain lock's, but never set again: a node
+            // that lost it may have readers now.
+            (Flavor::Write, Step::Extend { .. }) => Op::Extend {
+                key,
+                token,
+                label,
+                ttl_ms,
+                restore: false,
+            },
             (Flavor::Write, Step::Release) => Op::ReleaseWrite {
                 keys,
                 token,
@@ -297,7 +312,7 @@ impl Claim {
                 permits: self.keys.permits,
                 waiter,
             },
-            (Flavor::Permit, Step::Extend) => Op::ExtendPermit {
+            (Flavor::Permit, Step::Extend { .. }) => Op::ExtendPermit {
                 keys,
                 token,
                 ttl_ms,

@@ -27,12 +27,14 @@ use crate::proto::acquire::{Acquisition, Next};
 use crate::proto::error::Subject;
 use crate::proto::keys::KeyLayout;
 use crate::proto::per_node::PerNode;
-use crate::proto::quorum::{self, Decision, DriftFactor, MAX_TTL_MS};
+use crate::proto::quorum::{self, DriftFactor, MAX_TTL_MS};
 use crate::proto::retry::{Budget, Retry};
 use crate::proto::round::{Step, Tally, refusal};
 use crate::telemetry::ClientTelemetry;
 use crate::wait::{GiveUp, Waiting};
 use crate::wakeup::Hub;
+
+mod extend;
 
 /// The validated settings every operation reads.
 #[derive(Debug, Clone)]
@@ -364,37 +366,6 @@ impl Driver {
             node.close();
         }
         futures::future::join_all(self.nodes.iter().map(Dispatcher::drained)).await;
-    }
-
-    /// Extends `claim` to `ttl` from now, if it is still valid at
-    /// `deadline`: the new deadline (the later of the two) once a quorum
-    /// confirmed before it.
-    pub(crate) async fn extend(
-        &self,
-        claim: &Arc<Claim>,
-        ttl: Ttl,
-        deadline: Instant,
-    ) -> Result<Instant, LockError> {
-        let t1 = Instant::now();
-        if t1 >= deadline {
-            return Err(LockError::Expired {
-                votes: Votes::new(Box::new([])).about(subject(claim, Step::Extend)),
-            });
-        }
-        let new_deadline = t1 + ttl.validity;
-        let per_node = quorum::node_timeout(self.settings.node_timeout, ttl.ms, ttl.validity);
-        // Handed to every node at once: nodes that answer after the decision
-        // get the extension all the same.
-        let round = self.submit(claim, Step::Extend, ttl.ms, None, Until::Decision);
-        let tally = self.collect(&round, t1 + per_node).await;
-        if tally.decision == Decision::Granted && Instant::now() < new_deadline {
-            Ok(deadline.max(new_deadline))
-        } else {
-            Err(refusal(
-                tally.decision,
-                self.votes(claim, Step::Extend, tally.answers),
-            ))
-        }
     }
 
     /// Releases `claim` on every node (or those marked in `only`). Returns

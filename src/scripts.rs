@@ -368,8 +368,17 @@ pub(crate) fn encode(op: &Op<'_>, loaded: bool, out: &mut Vec<u8>) {
                 .push(Arg::Str(label));
             (&[key][..], in_line(&mut args, line, waiter))
         }
-        Op::Extend { key, token, ttl_ms } => {
+        Op::Extend {
+            key,
+            token,
+            label,
+            ttl_ms,
+            restore,
+        } => {
             args.push(Arg::Str(token)).push(Arg::Num(ttl_ms));
+            if restore {
+                args.push(Arg::Str(label));
+            }
             (&[key][..], &[])
         }
         Op::Release {

@@ -38,6 +38,9 @@ pub const REFUSALS: &str = "redquorum_refusals_total";
 pub const EXTENSIONS: &str = "redquorum_extensions_total";
 /// Locks found expired by an extension or a release.
 pub const EXPIRATIONS: &str = "redquorum_expirations_total";
+/// Lock keys an extension set again on nodes that had lost them
+/// (restarted empty, or a clock ran ahead).
+pub const RESTORATIONS: &str = "redquorum_restorations_total";
 /// Leases lost while their work ran.
 pub const LEASES_LOST: &str = "redquorum_leases_lost_total";
 /// How long waiting acquisitions waited, in seconds (`result`: `granted`,
@@ -62,6 +65,10 @@ pub(crate) fn describe() {
         EXPIRATIONS,
         "Locks found expired by an extension or a release"
     );
+    describe_counter!(
+        RESTORATIONS,
+        "Lock keys an extension set again on nodes that had lost them"
+    );
     describe_counter!(LEASES_LOST, "Leases lost while their work ran");
     describe_histogram!(
         WAIT,
@@ -84,7 +91,7 @@ pub const OUTCOMES: [&str; 7] = [
 /// Which of [`OUTCOMES`] a call had, and how it failed, if it did.
 fn classify(outcome: Result<&Reply, &NodeError>) -> (usize, Option<Failure>) {
     match outcome {
-        Ok(Reply::Done | Reply::Fence(_) | Reply::Snapshot(_)) => (0, None),
+        Ok(Reply::Done | Reply::Restored | Reply::Fence(_) | Reply::Snapshot(_)) => (0, None),
         Ok(Reply::Held { .. } | Reply::PermitsDiffer { .. }) => (1, None),
         Ok(Reply::NotHeld) => (2, None),
         Err(NodeError::TimedOut) => (3, Some(Failure::TimedOut)),
@@ -361,6 +368,7 @@ struct ClientInstruments {
     /// `extended`, `refused`, `expired`.
     extensions: [OnceLock<Counter>; 3],
     expirations: OnceLock<Counter>,
+    restorations: OnceLock<Counter>,
     leases_lost: OnceLock<Counter>,
     /// `granted`, `timeout`, `refused`.
     waits: [OnceLock<Histogram>; 3],
@@ -457,6 +465,14 @@ impl ClientTelemetry {
         self.instruments().extensions[r]
             .get_or_init(|| counter!(EXTENSIONS, "result" => RESULTS[r]))
             .increment(1);
+    }
+
+    /// An extension set a lost key again on `nodes` nodes.
+    pub(crate) fn restored(&self, nodes: usize) {
+        self.instruments()
+            .restorations
+            .get_or_init(|| counter!(RESTORATIONS))
+            .increment(nodes as u64);
     }
 
     /// A lock was found expired (by an extension or a release).

@@ -33,14 +33,23 @@ pub enum Op<'a> {
         waiter: Option<Waiter<'a>>,
     },
     /// If `key` holds `token`, make it live at least `ttl_ms` from now
-    /// (never shorter than it already does). Never re-creates `key`.
+    /// (never shorter than it already does). With `restore`, a `key` that
+    /// is absent is set again, to `token` (and `label`) for `ttl_ms`, and
+    /// the answer is [`Reply::Restored`]: a node that lost the key (it
+    /// restarted empty, or its clock ran ahead) holds it again. The driver
+    /// sends `restore` only while the lock is valid (docs/design.md §4).
     Extend {
         /// The lock key.
         key: &'a str,
         /// The holder's random token.
         token: &'a str,
+        /// The holder's label, stored with the token when `key` is set
+        /// again (empty: none).
+        label: &'a str,
         /// Time to live in milliseconds.
         ttl_ms: u64,
+        /// Set `key` again where it is absent.
+        restore: bool,
     },
     /// If `key` holds `token`: keep it for the first waiter in `line`
     /// ([`Waiter`]), or delete it when no one waits.
@@ -387,6 +396,9 @@ impl Op<'_> {
 pub enum Reply {
     /// The operation took effect (set, extended, deleted).
     Done,
+    /// [`Op::Extend`] with `restore` found the key absent and set it again:
+    /// a yes, counted apart.
+    Restored,
     /// An acquire found the key held; `pttl_ms` is its remaining TTL in
     /// milliseconds.
     Held {

@@ -27,10 +27,11 @@ use crate::proto::quorum::{Count, Decision, Vote};
 pub(crate) enum Step {
     /// `holder_ttl`: a refusal must say how long the holder's key lives (for
     /// a waiter, which sleeps on it).
-    Acquire {
-        holder_ttl: bool,
-    },
-    Extend,
+    Acquire { holder_ttl: bool },
+    /// `restore`: a node where the key is absent sets it again (plain and
+    /// fenced locks; sent only to the nodes that did not confirm an
+    /// extension a quorum granted: docs/design.md §4).
+    Extend { restore: bool },
     /// The holder lets go: everything of the claim goes.
     Release,
     /// A refused round takes back what it was granted, and keeps what it
@@ -46,7 +47,7 @@ impl Step {
     pub(crate) fn name(self) -> &'static str {
         match self {
             Step::Acquire { .. } => "acquire",
-            Step::Extend => "extend",
+            Step::Extend { .. } => "extend",
             Step::Release | Step::Undo => "release",
             Step::WriteBack(_) => "fence-write-back",
             Step::Inspect => "inspect",
@@ -66,7 +67,7 @@ pub(crate) enum Wait<'a> {
 /// A reply as a vote: done (or, for a release, already gone) is yes.
 pub(crate) fn vote(step: Step, reply: &Result<Reply, NodeError>) -> Vote {
     match (step, reply) {
-        (_, Ok(Reply::Done | Reply::Fence(_) | Reply::Snapshot(_)))
+        (_, Ok(Reply::Done | Reply::Restored | Reply::Fence(_) | Reply::Snapshot(_)))
         | (Step::Release | Step::Undo, Ok(Reply::NotHeld)) => Vote::Yes,
         _ => Vote::No,
     }
@@ -75,7 +76,7 @@ pub(crate) fn vote(step: Step, reply: &Result<Reply, NodeError>) -> Vote {
 /// A reply as the answer an error reports.
 pub(crate) fn answer(reply: Result<Reply, NodeError>) -> Answer {
     match reply {
-        Ok(Reply::Done | Reply::Fence(_) | Reply::Snapshot(_)) => Answer::Yes,
+        Ok(Reply::Done | Reply::Restored | Reply::Fence(_) | Reply::Snapshot(_)) => Answer::Yes,
         Ok(Reply::Held { pttl_ms }) => Answer::Held {
             pttl: pttl_ms.map(Duration::from_millis),
         },
@@ -95,6 +96,8 @@ pub(crate) struct Round {
     fence: Option<u64>,
     /// What each node read, for an inspection (empty otherwise).
     snapshots: Vec<Option<Snapshot>>,
+    /// Nodes where an extension set the lost key again.
+    restored: usize,
 }
 
 impl Round {
@@ -111,6 +114,7 @@ impl Round {
             asked: asked.iter().copied().collect(),
             answers: PerNode::filled(Answer::Undecided, asked.len()),
             fence: None,
+            restored: 0,
             snapshots: match step {
                 Step::Inspect => vec![None; asked.len()],
                 _ => Vec::new(),
@@ -137,6 +141,10 @@ impl Round {
             Ok(Reply::Snapshot(snapshot)) if !self.snapshots.is_empty() => {
                 self.snapshots[i] = Some(snapshot);
                 Ok(Reply::Done)
+            }
+            Ok(Reply::Restored) => {
+                self.restored += 1;
+                Ok(Reply::Restored)
             }
             other => other,
         };
@@ -178,6 +186,7 @@ impl Round {
             answers: self.answers,
             fence: self.fence,
             snapshots: self.snapshots,
+            restored: self.restored,
         }
     }
 }
@@ -193,6 +202,8 @@ pub(crate) struct Tally {
     /// For an inspection: what each node read (`None` where it did not
     /// answer; its answer says why).
     pub(crate) snapshots: Vec<Option<Snapshot>>,
+    /// For an extension: the nodes where it set the lost key again.
+    pub(crate) restored: usize,
 }
 
 impl Tally {

@@ -38,6 +38,7 @@ pub(crate) fn parse_reply(op: &Op<'_>, frame: Frame) -> Result<Reply, NodeError>
             _ => None,
         },
         (Frame::Int(1), _) if !acquire => Some(Reply::Done),
+        (Frame::Int(2), Op::Extend { restore: true, .. }) => Some(Reply::Restored),
         (Frame::Int(0), _) if !acquire => Some(Reply::NotHeld),
         _ => None,
     };

@@ -98,7 +98,16 @@ fn every_operation_encodes_as_one_whole_command() {
         Op::Extend {
             key: "k",
             token: "t",
+            label: "",
             ttl_ms: 5,
+            restore: false,
+        },
+        Op::Extend {
+            key: "k",
+            token: "t",
+            label: "l",
+            ttl_ms: 5,
+            restore: true,
         },
         Op::AcquireFenced {
             key: "k",

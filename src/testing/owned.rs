@@ -30,6 +30,8 @@ pub struct OwnedOp {
     /// The TTL in ms, or a fence written back.
     number: u64,
     holder_ttl: bool,
+    /// An extend's `restore`.
+    restore: bool,
     permits: u32,
     /// A waiter's id, ticket and patience.
     waiter: Option<(String, u64, u64)>,
@@ -71,6 +73,7 @@ impl OwnedOp {
             label: String::new(),
             number: 0,
             holder_ttl: false,
+            restore: false,
             permits: 0,
             waiter: None,
         };
@@ -96,7 +99,17 @@ impl OwnedOp {
                 owned.line = line.to_vec();
                 owned.waiter = own(waiter);
             }
-            Op::Extend { key, token, ttl_ms } => one(Kind::Extend, key, token, ttl_ms),
+            Op::Extend {
+                key,
+                token,
+                label,
+                ttl_ms,
+                restore,
+            } => {
+                one(Kind::Extend, key, token, ttl_ms);
+                owned.label = label.to_owned();
+                owned.restore = restore;
+            }
             Op::Release {
                 key,
                 token,
@@ -268,7 +281,13 @@ impl OwnedOp {
                 line,
                 waiter,
             },
-            Kind::Extend => Op::Extend { key, token, ttl_ms },
+            Kind::Extend => Op::Extend {
+                key,
+                token,
+                label,
+                ttl_ms,
+                restore: self.restore,
+            },
             Kind::Release => Op::Release {
                 key,
                 token,

@@ -41,10 +41,20 @@ impl Store {
                     }
                 },
             },
-            Op::Extend { key, token, ttl_ms } => match self.live(key, now) {
+            Op::Extend {
+                key,
+                token,
+                label,
+                ttl_ms,
+                restore,
+            } => match self.live(key, now) {
                 Some(e) if e.is_text(token) => {
                     e.extend(now, ttl_ms);
                     Reply::Done
+                }
+                None if restore => {
+                    self.set(key, Entry::text(&labeled(token, label), now, ttl_ms));
+                    Reply::Restored
                 }
                 _ => Reply::NotHeld,
             },
