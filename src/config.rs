@@ -19,6 +19,7 @@ use crate::link::tls;
 use crate::master::{RedisNode, Servers};
 use crate::node::Node;
 use crate::proto::keys::KeyLayout;
+use crate::proto::retry::Budget;
 use crate::pubsub;
 use crate::quorum::{DEFAULT_NODE_TIMEOUT, DriftFactor, MAX_TTL_MS, quorum};
 use crate::telemetry::NodeTelemetry;
@@ -27,8 +28,7 @@ use crate::wakeup::{Hub, Open};
 /// How long one connection attempt may take, unless
 /// [`Builder::connect_timeout`] says otherwise.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-/// The longest connect timeout accepted.
-pub const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(3600);
+pub use crate::proto::input::MAX_CONNECT_TIMEOUT;
 
 /// Options of one lock call: how long to wait for the lock, whether it
 /// carries a fencing token, and — for [`Redlock::run_with`](crate::Redlock::run_with) — how the lease
@@ -82,12 +82,10 @@ impl LockOptions {
 
     /// The rounds these options allow: the retry policy's, or until the
     /// wait is over, from now.
-    pub(crate) fn attempts(&self) -> crate::driver::Attempts {
+    pub(crate) fn attempts(&self) -> Budget<tokio::time::Instant> {
         match self.max_wait() {
-            None => crate::driver::Attempts::Attempts,
-            Some(wait) => {
-                crate::driver::Attempts::Until(tokio::time::Instant::now().checked_add(wait))
-            }
+            None => Budget::Attempts,
+            Some(wait) => Budget::Until(tokio::time::Instant::now().checked_add(wait)),
         }
     }
 

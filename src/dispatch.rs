@@ -33,7 +33,7 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Waker};
 
 use futures::stream::FuturesUnordered;
@@ -44,6 +44,7 @@ use crate::ballot::Ballot;
 use crate::claim::Claim;
 use crate::cluster::ClusterNode;
 use crate::error::NodeError;
+use crate::in_flight::InFlight;
 use crate::link::{Pending, Sink, Ticket, Work};
 use crate::master::RedisNode;
 use crate::node::{Node, Reply};
@@ -121,25 +122,6 @@ impl fmt::Debug for Member {
     }
 }
 
-/// A node's calls in flight, and the event of one ending.
-#[derive(Debug, Default)]
-struct InFlight {
-    calls: AtomicUsize,
-    /// Woken each time a call ends.
-    ended: tokio::sync::Notify,
-}
-
-/// A slot of [`Limits::max_in_flight`], given back when the call that holds
-/// it ends (answered, given up, or dropped).
-pub(crate) struct Place(Arc<InFlight>);
-
-impl Drop for Place {
-    fn drop(&mut self) {
-        self.0.calls.fetch_sub(1, Ordering::AcqRel);
-        self.0.ended.notify_waiters();
-    }
-}
-
 /// A custom node's call that did not finish at its first poll, and where its
 /// outcome goes.
 type Delivery = (Pin<Box<dyn Future<Output = Outcome> + Send>>, Pending);
@@ -204,7 +186,7 @@ impl Dispatcher {
 
     /// Calls in flight right now.
     pub(crate) fn in_flight(&self) -> usize {
-        self.in_flight.calls.load(Ordering::Relaxed)
+        self.in_flight.calls()
     }
 
     /// Refuses every call from now on (the client was shut down); the calls
@@ -219,7 +201,7 @@ impl Dispatcher {
     /// grace). Every call ends by its grace, which bounds this too.
     pub(crate) async fn drained(&self) {
         loop {
-            let ended = self.in_flight.ended.notified();
+            let ended = self.in_flight.ended();
             tokio::pin!(ended);
             ended.as_mut().enable();
             if self.in_flight() == 0 {
@@ -261,19 +243,13 @@ impl Dispatcher {
             Step::Release | Step::Undo => self.limits.max_in_flight * CLEANUP_ROOM,
             _ => self.limits.max_in_flight,
         };
-        let took = self
-            .in_flight
-            .calls
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < limit).then_some(n + 1)
-            });
-        if took.is_err() {
+        let Some(place) = self.in_flight.take(limit) else {
             return refuse(NodeError::Overloaded(limit));
-        }
+        };
         self.telemetry.started();
         let ticket = Ticket {
             telemetry: Arc::clone(&self.telemetry),
-            _slot: Place(Arc::clone(&self.in_flight)),
+            _slot: place,
         };
         let sink = Sink::Ballot {
             ballot: Arc::clone(ballot),

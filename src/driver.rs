@@ -19,7 +19,6 @@ use tokio::time::Instant;
 
 use crate::ballot::{Ballot, Mask, Until};
 use crate::claim::{Claim, Keys};
-use crate::config::LockOptions;
 use crate::dispatch::{Dispatcher, Member};
 use crate::error::{Answer, InputError, LockError, NodeError, Votes};
 use crate::node::Snapshot;
@@ -31,7 +30,6 @@ use crate::proto::quorum::{self, DriftFactor, MAX_TTL_MS};
 use crate::proto::retry::{Budget, Retry};
 use crate::proto::round::{Step, Tally, refusal};
 use crate::telemetry::ClientTelemetry;
-use crate::wait::{GiveUp, Waiting};
 use crate::wakeup::Hub;
 
 mod extend;
@@ -306,55 +304,12 @@ impl Driver {
         }
     }
 
-    /// The label of a call's holds: the one its options give, checked,
-    /// else the client's.
-    pub(crate) fn label(&self, options: &LockOptions) -> Result<Option<Arc<str>>, InputError> {
-        match options.label_given() {
+    /// The label of a call's holds: the one its options give (`given`),
+    /// checked, else the client's.
+    pub(crate) fn label(&self, given: Option<&str>) -> Result<Option<Arc<str>>, InputError> {
+        match given {
             Some(label) => crate::claim::check_label(label).map(Some),
             None => Ok(self.settings.label.clone()),
-        }
-    }
-
-    /// Rounds until one grants or `attempts` runs out ([`Waiting`]), each
-    /// hold labelled `label`.
-    pub(crate) async fn acquire_repeatedly(
-        &self,
-        keys: Keys,
-        owner: Option<&str>,
-        label: Option<&Arc<str>>,
-        ttl: Ttl,
-        attempts: Attempts,
-    ) -> Result<Held, LockError> {
-        let channels = [keys.first().to_owned()];
-        let mut waiting = Waiting::new(self, attempts, &channels);
-        // Taken back if this future is dropped while it waits (a caller
-        // that stops waiting gives up).
-        let mut give_up = GiveUp::new(self, ttl.ms);
-        let mut keys = Some(keys);
-        loop {
-            let claim = match owner {
-                Some(owner) => Claim::owned(keys.take().expect("keys"), owner)?,
-                None => Claim::new(keys.take().expect("keys")), // a fresh token every round
-            };
-            let claim = Arc::new(claim.in_line(waiting.in_line()).labeled(label));
-            waiting.before_attempt();
-            let error = match self.acquire(&claim, ttl, waiting.holder_ttl()).await {
-                Ok(held) => {
-                    // The lock's release takes back the rest (its place in
-                    // line, its intent); earlier rounds' marks were
-                    // replaced by later ones.
-                    give_up.got_it();
-                    return Ok(held);
-                }
-                Err(e) => e,
-            };
-            give_up.refused(&claim);
-            if let Err(e) = waiting.after(error).await {
-                give_up.give_up();
-                return Err(e);
-            }
-            // Only a retry pays for a copy of the keys.
-            keys = Some(claim.keys().clone());
         }
     }
 

@@ -129,10 +129,7 @@ impl Election {
         ttl: Duration,
         options: &LockOptions,
     ) -> Result<Leadership, LockError> {
-        let mut options = options.clone().fenced();
-        if options.max_wait().is_none() {
-            options = options.wait(Duration::MAX);
-        }
+        let options = campaign_options(options);
         let lock = self.redlock.lock_with(&self.name, ttl, &options).await?;
         let keep = lock.keep_alive_with(&options)?;
         Ok(Leadership { keep })
@@ -175,23 +172,11 @@ impl Election {
         F: FnOnce(Lease) -> Fut,
         Fut: Future<Output = T>,
     {
-        let leadership = self.campaign(ttl, options).await?;
-        let lease = leadership.lease().clone();
-        let lost = lease.lost();
-        let out = tokio::select! {
-            biased;
-            () = lost => None,
-            out = work(lease.clone()) => Some(out),
-        };
-        match out {
-            Some(out) => {
-                leadership.resign().await?;
-                Ok(out)
-            }
-            None => Err(LockError::Lost {
-                resource: self.name.clone(),
-            }),
-        }
+        // A lease on the fenced lock: `run_with`'s keeper, loss and
+        // release, with the campaign's options.
+        self.redlock
+            .run_with(&self.name, ttl, &campaign_options(options), work)
+            .await
     }
 
     /// Each change of leader, as [`leader`](Self::leader) reads it: the
@@ -229,6 +214,16 @@ impl Election {
             let state = observer.next_change().await;
             Some((state, observer))
         })
+    }
+}
+
+/// A candidate's options: fenced (the term), and waiting forever unless
+/// they bound the wait.
+fn campaign_options(options: &LockOptions) -> LockOptions {
+    let options = options.clone().fenced();
+    match options.max_wait() {
+        Some(_) => options,
+        None => options.wait(Duration::MAX),
     }
 }
 

@@ -5,8 +5,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::config::MAX_CONNECT_TIMEOUT;
-use crate::proto::input::Pow2;
+use crate::proto::input::{MAX_CONNECT_TIMEOUT, Pow2};
 use crate::proto::quorum::MAX_TTL_MS;
 
 pub use crate::proto::error::{Answer, LockError, NodeError, Votes};

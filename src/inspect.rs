@@ -38,10 +38,14 @@ use std::time::Duration;
 
 use crate::claim::{Claim, Keys};
 use crate::error::{InputError, LockError, NodeError};
-use crate::node::{KEPT, READERS_TURN, Snapshot, Stored};
+use crate::node::{Snapshot, Stored};
 use crate::proto::verdict::{self, Read};
 use crate::redlock::Redlock;
 use crate::semaphore::Semaphore;
+
+mod read;
+
+use read::{holding, readers};
 
 /// A resource's verdict: held by one [`Holder`] on a quorum, free, or
 /// neither (see [`crate::verdict`]).
@@ -532,90 +536,4 @@ fn named(resource: &str) -> Result<&str, InputError> {
         return Err(InputError::EmptyResource);
     }
     Ok(resource)
-}
-
-/// A lock key as a holding (its fence unknown yet).
-fn holding(key: Option<&Stored>) -> Result<Holding, NodeError> {
-    let text = |value: &[u8]| String::from_utf8_lossy(value).into_owned();
-    let (holder, pttl_ms, holds, label) = match key {
-        None => return Err(NodeError::Protocol("a key missing in a snapshot".into())),
-        Some(Stored::Absent) => {
-            return Ok(Holding {
-                holder: None,
-                time_left: None,
-                holds: None,
-                fence: None,
-                label: None,
-            });
-        }
-        Some(Stored::Text { value, pttl_ms }) => {
-            let value = text(value);
-            if value == READERS_TURN {
-                (Holder::Kept("readers".into()), *pttl_ms, None, None)
-            } else if let Some(waiter) = value.strip_prefix(KEPT) {
-                (Holder::Kept(waiter.to_owned()), *pttl_ms, None, None)
-            } else {
-                // The token, and after a NUL byte the holder's label.
-                let (token, label) = match value.split_once('\0') {
-                    Some((token, label)) => (token.to_owned(), Some(label.to_owned())),
-                    None => (value, None),
-                };
-                (Holder::Token(token), *pttl_ms, None, label)
-            }
-        }
-        // A reentrant lock: its owner's count, beside one field per hold
-        // (named byte 255 and the hold's token) and its label (byte 254).
-        Some(Stored::Hash { fields, pttl_ms }) => {
-            let label = fields
-                .iter()
-                .find(|(name, _)| name.as_slice() == [0xfe])
-                .map(|(_, label)| text(label));
-            match fields
-                .iter()
-                .find(|(name, _)| !matches!(name.first(), Some(0xfe | 0xff)))
-            {
-                Some((owner, count)) => (
-                    Holder::Owner(text(owner)),
-                    *pttl_ms,
-                    text(count).parse().ok(),
-                    label,
-                ),
-                None => (Holder::Foreign("hash".into()), *pttl_ms, None, None),
-            }
-        }
-        Some(Stored::Scored { pttl_ms, .. }) => {
-            (Holder::Foreign("zset".into()), *pttl_ms, None, None)
-        }
-        Some(Stored::Other { kind }) => (Holder::Foreign(kind.clone()), None, None, None),
-    };
-    Ok(Holding {
-        holder: Some(holder),
-        time_left: Some(TimeLeft::of(pttl_ms)),
-        holds,
-        fence: None,
-        label,
-    })
-}
-
-/// The live readers in a read/write lock's snapshot (`[writer, readers,
-/// intent]`): a reader lives while its score is at least the node's time,
-/// as `acquire_read.lua` counts them.
-fn readers(snapshot: &Snapshot) -> Result<Vec<(String, Duration)>, NodeError> {
-    match snapshot.keys.get(1) {
-        Some(Stored::Scored { members, .. }) => Ok(members
-            .iter()
-            .filter(|(_, expiry)| *expiry >= snapshot.now_ms)
-            .map(|(token, expiry)| {
-                (
-                    String::from_utf8_lossy(token).into_owned(),
-                    Duration::from_millis(expiry - snapshot.now_ms),
-                )
-            })
-            .collect()),
-        Some(Stored::Absent) => Ok(Vec::new()),
-        Some(other) => Err(NodeError::Server(
-            format!("the readers key is not a sorted set: {other:?}").into(),
-        )),
-        None => Err(NodeError::Protocol("a key missing in a snapshot".into())),
-    }
 }

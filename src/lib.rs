@@ -138,6 +138,7 @@ mod dispatch;
 mod driver;
 pub mod election;
 mod error;
+mod in_flight;
 pub mod inspect;
 mod lease;
 mod link;

@@ -370,7 +370,7 @@ impl Redlock {
         options: &LockOptions,
     ) -> Result<Lock, LockError> {
         let ttl = self.driver.admit(&keys, ttl)?;
-        let label = self.driver.label(options)?;
+        let label = self.driver.label(options.label_given())?;
         let attempts = options.attempts();
         self.acquire_repeatedly(keys, owner, label.as_ref(), ttl, attempts)
             .await
@@ -384,7 +384,8 @@ impl Redlock {
     }
 
     /// Rounds until one grants or `attempts` runs out (see
-    /// [`Driver::acquire_repeatedly`]), as a [`Lock`].
+    /// [`wait::acquire_repeatedly`](crate::wait::acquire_repeatedly)), as a
+    /// [`Lock`].
     async fn acquire_repeatedly(
         &self,
         keys: Keys,
@@ -395,10 +396,8 @@ impl Redlock {
     ) -> Result<Lock, LockError> {
         let kind = keys.kind();
         let start = Instant::now();
-        let held = self
-            .driver
-            .acquire_repeatedly(keys, owner, label, ttl, attempts)
-            .await;
+        let held =
+            crate::wait::acquire_repeatedly(&self.driver, keys, owner, label, ttl, attempts).await;
         let waited = attempts.waits().then(|| start.elapsed());
         self.driver.telemetry.acquired(kind, &held, waited);
         Ok(Lock::new(Arc::clone(&self.driver), held?))

@@ -248,7 +248,7 @@ impl Semaphore {
         // Its place in line, taken back if it gives up or is dropped.
         let ttl_ms = driver.check_ttl(ttl)?.ms;
         let mut give_up = GiveUp::new(driver, ttl_ms);
-        let label = driver.label(options)?;
+        let label = driver.label(options.label_given())?;
         loop {
             waiting.before_attempt();
             let (in_line, holder_ttl) = (waiting.in_line(), waiting.holder_ttl());

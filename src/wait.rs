@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::claim::{Claim, InLine};
-use crate::driver::{Attempts, Driver};
+use crate::claim::{Claim, InLine, Keys};
+use crate::driver::{Attempts, Driver, Held, Ttl};
 use crate::error::{LockError, Votes};
 use crate::proto::retry::{AfterRound, Backoff, Last, WAKE_SPREAD};
 use crate::wakeup::Interest;
@@ -143,6 +143,50 @@ impl<'a> Waiting<'a> {
             tokio::time::sleep(retry.jitter(WAKE_SPREAD, driver.draw())).await;
         }
         Ok(())
+    }
+}
+
+/// Acquire rounds on `driver` until one grants or `attempts` runs out,
+/// each hold labelled `label`: the waiting loop of every lock kind but the
+/// semaphore's, which tries its slots in turn ([`Waiting`]).
+pub(crate) async fn acquire_repeatedly(
+    driver: &Driver,
+    keys: Keys,
+    owner: Option<&str>,
+    label: Option<&Arc<str>>,
+    ttl: Ttl,
+    attempts: Attempts,
+) -> Result<Held, LockError> {
+    let channels = [keys.first().to_owned()];
+    let mut waiting = Waiting::new(driver, attempts, &channels);
+    // Taken back if this future is dropped while it waits (a caller
+    // that stops waiting gives up).
+    let mut give_up = GiveUp::new(driver, ttl.ms);
+    let mut keys = Some(keys);
+    loop {
+        let claim = match owner {
+            Some(owner) => Claim::owned(keys.take().expect("keys"), owner)?,
+            None => Claim::new(keys.take().expect("keys")), // a fresh token every round
+        };
+        let claim = Arc::new(claim.in_line(waiting.in_line()).labeled(label));
+        waiting.before_attempt();
+        let error = match driver.acquire(&claim, ttl, waiting.holder_ttl()).await {
+            Ok(held) => {
+                // The lock's release takes back the rest (its place in
+                // line, its intent); earlier rounds' marks were
+                // replaced by later ones.
+                give_up.got_it();
+                return Ok(held);
+            }
+            Err(e) => e,
+        };
+        give_up.refused(&claim);
+        if let Err(e) = waiting.after(error).await {
+            give_up.give_up();
+            return Err(e);
+        }
+        // Only a retry pays for a copy of the keys.
+        keys = Some(claim.keys().clone());
     }
 }
 

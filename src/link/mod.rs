@@ -209,7 +209,7 @@ impl Drop for Outstanding {
 /// (given back when the ticket is dropped) and its node's instruments.
 pub(crate) struct Ticket {
     pub(crate) telemetry: Arc<NodeTelemetry>,
-    pub(crate) _slot: crate::dispatch::Place,
+    pub(crate) _slot: crate::in_flight::Place,
 }
 
 impl Drop for Ticket {

@@ -4,8 +4,14 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::keys::MAX_KEY_PREFIX;
 use super::quorum::MAX_TTL_MS;
+
+/// The longest key prefix accepted, in bytes.
+pub const MAX_KEY_PREFIX: usize = 256;
+
+/// The longest connect timeout accepted (a builder setting: its error is
+/// `ConfigError`'s, but the bound is input's, stated where every limit is).
+pub const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// The most permits a semaphore may have (each is a slot key per node, and
 /// an acquisition tries up to all of them).

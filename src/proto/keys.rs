@@ -29,9 +29,7 @@
 //! ```
 
 use super::input::InputError;
-
-/// The longest key prefix accepted, in bytes.
-pub const MAX_KEY_PREFIX: usize = 256;
+pub use super::input::MAX_KEY_PREFIX;
 
 /// How resources map to Redis keys: an optional prefix, and whether plain
 /// locks use interop keys (see the [module docs](self)).

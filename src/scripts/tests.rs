@@ -1,7 +1,7 @@
 //! The commands each operation is written as, checked.
 
 use super::*;
-use crate::node::Waiter;
+use crate::node::{Op, Waiter};
 
 #[test]
 fn loaded_scripts_go_as_functions_of_a_versioned_library() {
