@@ -20,6 +20,7 @@
 //! let acquire = |token| Op::Acquire {
 //!     key: "{r}:lock",
 //!     token,
+//!     label: "",
 //!     ttl_ms: 100,
 //!     holder_ttl: true,
 //!     line: &[],
