@@ -196,7 +196,10 @@ impl Lock {
             // release must cover the longer TTL.
             self.ttl_ms = self.ttl_ms.max(ttl.ms);
         }
-        let extended = self.driver.extend(&self.claim, ttl, self.deadline).await;
+        let extended = self
+            .driver
+            .extend(&self.claim, ttl, self.deadline, &mut self.made)
+            .await;
         self.driver.telemetry.extended(&extended);
         self.deadline = extended?;
         Ok(())

@@ -232,6 +232,12 @@ impl Keys {
         self.flavor == Flavor::Write
     }
 
+    /// Whether an extension may set the key again on a node that lost it
+    /// (plain and fenced locks: docs/design.md §4).
+    pub(crate) fn restorable(&self) -> bool {
+        matches!(self.flavor, Flavor::Plain | Flavor::Fenced)
+    }
+
     /// The first lock key (for logs).
     pub(crate) fn first(&self) -> &str {
         &self.lock.as_slice()[0]

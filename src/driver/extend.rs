@@ -19,12 +19,15 @@ const EXTEND: Step = Step::Extend { restore: false };
 impl Driver {
     /// Extends `claim` to `ttl` from now, if it is still valid at
     /// `deadline`: the new deadline (the later of the two) once a quorum
-    /// confirmed before it.
+    /// confirmed before it. `made` marks the nodes the lock's calls were
+    /// made to (what its release goes to); a node its key is restored on
+    /// joins them.
     pub(crate) async fn extend(
         &self,
         claim: &Arc<Claim>,
         ttl: Ttl,
         deadline: Instant,
+        made: &mut Mask,
     ) -> Result<Instant, LockError> {
         let t1 = Instant::now();
         if t1 >= deadline {
@@ -44,13 +47,15 @@ impl Driver {
                 self.votes(claim, EXTEND, tally.answers),
             ));
         }
-        let lost: Vec<bool> = tally
-            .answers
-            .iter()
-            .map(|a| matches!(a, Answer::NotHeld))
-            .collect();
-        if lost.contains(&true) {
-            self.restore(claim, ttl.ms, &lost, per_node).await;
+        let lost = |a: &Answer| matches!(a, Answer::NotHeld);
+        if claim.keys().restorable() && tally.answers.iter().any(lost) {
+            let lost: Mask = tally.answers.iter().map(lost).collect();
+            // Marked before the calls are made: a restored key, even one
+            // whose answer is never heard, goes with the lock's release.
+            for (made, lost) in made.iter_mut().zip(&lost) {
+                *made |= *lost;
+            }
+            self.restore(claim, ttl.ms, lost, per_node).await;
         }
         Ok(deadline.max(new_deadline))
     }
@@ -62,15 +67,14 @@ impl Driver {
     /// node: docs/design.md §4 says why it is as safe, and why only after a
     /// quorum confirmed (an operator who deleted the keys everywhere, or a
     /// lease that lapsed, is never brought back). Changes no deadline.
-    async fn restore(&self, claim: &Arc<Claim>, ttl_ms: u64, lost: &[bool], per_node: Duration) {
+    async fn restore(&self, claim: &Arc<Claim>, ttl_ms: u64, lost: Mask, per_node: Duration) {
         let timer = Instant::now() + per_node;
-        let mask: Mask = lost.iter().copied().collect();
         let round = self.submit(
             claim,
             Step::Extend { restore: true },
             ttl_ms,
-            Some(lost),
-            Until::Nodes(mask),
+            Some(&lost.clone()),
+            Until::Nodes(lost),
         );
         let tally = self.collect(&round, timer).await;
         if tally.restored > 0 {
