@@ -31,8 +31,11 @@ pub(crate) enum Until {
     Nodes(Mask),
 }
 
+/// What a round does with an answer cast after it stopped listening (an
+/// extension's restore of a key a node lost: `crate::driver`).
+pub(crate) type Late = Arc<dyn Fn(usize, &Result<Reply, NodeError>) + Send + Sync>;
+
 /// One round's ballot box.
-#[derive(Debug)]
 pub(crate) struct Ballot {
     inner: Mutex<Inner>,
     /// The round's span: every answer is logged in it, and the nodes' names
@@ -41,6 +44,17 @@ pub(crate) struct Ballot {
     names: Option<Arc<[Arc<str>]>>,
     /// When the calls were made.
     made: Instant,
+    /// Hears the answers cast after the round stopped listening.
+    late: Option<Late>,
+}
+
+impl std::fmt::Debug for Ballot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ballot")
+            .field("inner", &self.inner)
+            .field("late", &self.late.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug)]
@@ -55,18 +69,20 @@ struct Inner {
 
 impl Ballot {
     /// A box for a round of `step` on the nodes marked in `asked`,
-    /// listening `until`.
+    /// listening `until`; `late` hears the answers that come after.
     pub(crate) fn new(
         step: Step,
         asked: &[bool],
         until: Until,
         span: tracing::Span,
         names: &Arc<[Arc<str>]>,
+        late: Option<Late>,
     ) -> Arc<Self> {
         let names = (!span.is_disabled()).then(|| Arc::clone(names));
         Arc::new(Ballot {
             names,
             made: Instant::now(),
+            late,
             inner: Mutex::new(Inner {
                 tally: Some(Round::new(step, asked)),
                 until,
@@ -86,12 +102,16 @@ impl Ballot {
         self.names.as_ref().map_or("", |names| &names[i])
     }
 
-    /// Node `node`'s answer. Wakes the round if it may now stop listening.
-    pub(crate) fn cast(&self, node: usize, outcome: Result<Reply, NodeError>) {
+    /// Node `node`'s answer, from a node `quarantined` or not (see
+    /// [`Round::on_reply`]). Wakes the round if it may now stop listening.
+    pub(crate) fn cast(&self, node: usize, outcome: Result<Reply, NodeError>, quarantined: bool) {
         let mut inner = self.lock();
         let Some(tally) = &mut inner.tally else {
             let after = inner.decided.map(|t| t.elapsed());
             drop(inner);
+            if let Some(late) = &self.late {
+                late(node, &outcome);
+            }
             if !self.span.is_disabled() {
                 tracing::debug!(
                     parent: &self.span,
@@ -103,7 +123,7 @@ impl Ballot {
             }
             return;
         };
-        tally.on_reply(node, outcome);
+        tally.on_reply(node, outcome, quarantined);
         if !self.span.is_disabled() {
             tracing::debug!(
                 parent: &self.span,

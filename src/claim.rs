@@ -23,6 +23,9 @@ pub(crate) struct Claim {
     waiter: Option<InLine>,
     /// The holder's label, stored with the token where the keys carry one.
     label: Option<std::sync::Arc<str>>,
+    /// A release was made: no restore may follow it (see
+    /// [`unless_released`](Claim::unless_released)).
+    released: std::sync::Mutex<bool>,
 }
 
 /// A wait's place in line (fair waiting; see [`Waiter`]): drawn once per
@@ -78,6 +81,7 @@ impl Claim {
             mark: Mark::Random(Token::random()),
             waiter: None,
             label: None,
+            released: std::sync::Mutex::default(),
         }
     }
 
@@ -108,6 +112,7 @@ impl Claim {
             },
             waiter: None,
             label: None,
+            released: std::sync::Mutex::default(),
         })
     }
 
@@ -127,7 +132,32 @@ impl Claim {
             mark: Mark::Given(mark.into()),
             waiter: None,
             label: None,
+            released: std::sync::Mutex::default(),
         })
+    }
+
+    /// Marks the claim released, before its release is made: a restore
+    /// made after this point would set the key again behind the release.
+    pub(crate) fn release_begins(&self) {
+        *self
+            .released
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = true;
+    }
+
+    /// Runs `make` (which makes a restore's calls) unless the claim's
+    /// release has begun, and so before that release is made: on every
+    /// node the restore comes before the release. Whether it ran.
+    pub(crate) fn unless_released(&self, make: impl FnOnce()) -> bool {
+        let released = self
+            .released
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *released {
+            return false;
+        }
+        make();
+        true
     }
 
     /// The token of this hold (a reentrant claim's own; otherwise the token).

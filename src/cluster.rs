@@ -39,7 +39,8 @@ use tokio::sync::Notify;
 use crate::address::Address;
 use crate::error::{ConfigError, NodeError};
 use crate::link::{
-    First, Limits, Link, LinkHandle, Options, Outstanding, Pending, Route, Work, tls,
+    Checks, First, Limits, Link, LinkHandle, Options, Outstanding, Pending, Route, Standing, Work,
+    tls,
 };
 use crate::master::Servers;
 use crate::proto::slot::{SLOTS, slot};
@@ -81,6 +82,8 @@ struct Shared {
     address: Address,
     tls: tls::Configs,
     limits: Limits,
+    /// What each master's connections check.
+    checks: Checks,
     /// The seed, asked for the map first.
     seed: LinkHandle,
     map: Mutex<Map>,
@@ -153,7 +156,7 @@ impl Shared {
         let (host, port) = split_host_port(at)?;
         let options = Options {
             limits: self.limits,
-            library: true,
+            checks: Some(self.checks.clone()),
             identity: None,
         };
         Ok(Link::start(
@@ -218,6 +221,7 @@ impl ClusterNode {
         servers: Arc<Servers>,
         tls: tls::Configs,
         limits: Limits,
+        checks: Checks,
         wait: Duration,
     ) -> Result<(Self, Option<NodeError>), ConfigError> {
         let name = Arc::clone(address.name());
@@ -226,7 +230,7 @@ impl ClusterNode {
             tls.clone(),
             Options {
                 limits,
-                library: false,
+                checks: None,
                 identity: None,
             },
         );
@@ -245,6 +249,7 @@ impl ClusterNode {
             address,
             tls,
             limits,
+            checks,
             seed,
             map: Mutex::new(Map::empty()),
             refresh: Notify::new(),
@@ -310,6 +315,34 @@ impl ClusterNode {
             .find_map(|(_, master)| master.server())
             .or_else(|| self.shared.seed.server())?;
         Some(format!("{server}, cluster of {} masters", map.masters.len()).into())
+    }
+
+    /// Whether any of its masters is quarantined now.
+    pub(crate) fn quarantined(&self) -> bool {
+        let map = self.shared.map();
+        map.masters.iter().any(|(_, master)| master.quarantined())
+    }
+
+    /// What its masters' connections told of them, taken together: the
+    /// longest quarantine, the first evicting policy; durable only if every
+    /// master is.
+    pub(crate) fn standing(&self) -> Standing {
+        let map = self.shared.map();
+        let mut all = Standing {
+            durable: Some(true),
+            ..Standing::default()
+        };
+        for (_, master) in &map.masters {
+            let one = master.standing();
+            all.quarantine = all.quarantine.max(one.quarantine);
+            all.evicting = all.evicting.or(one.evicting);
+            all.replica |= one.replica;
+            all.durable = match (all.durable, one.durable) {
+                (Some(a), Some(b)) => Some(a && b),
+                _ => None,
+            };
+        }
+        all
     }
 
     /// One `PING` to every master at once; the first failure, if any.

@@ -15,7 +15,7 @@ use crate::cluster::ClusterNode;
 use crate::dispatch::{DEFAULT_MAX_IN_FLIGHT, Dispatcher, Limits, Member};
 use crate::driver::{Driver, Settings};
 use crate::error::{ConfigError, InputError, NodeError};
-use crate::link::tls;
+use crate::link::{Checks, tls};
 use crate::master::{RedisNode, Servers};
 use crate::node::Node;
 use crate::proto::keys::KeyLayout;
@@ -24,6 +24,11 @@ use crate::pubsub;
 use crate::quorum::{DEFAULT_NODE_TIMEOUT, DriftFactor, MAX_TTL_MS, quorum};
 use crate::telemetry::NodeTelemetry;
 use crate::wakeup::{Hub, Open};
+
+/// The longest TTL a lock may have unless [`Builder::max_ttl`] says
+/// otherwise, and so how long a node that restarted without persistence
+/// counts toward no new grant.
+pub const DEFAULT_MAX_TTL: Duration = Duration::from_secs(60);
 
 /// How long one connection attempt may take, unless
 /// [`Builder::connect_timeout`] says otherwise.
@@ -204,6 +209,12 @@ pub struct Builder {
     unfair: bool,
     /// The label of every hold that names none.
     label: Option<String>,
+    /// The deployment's longest TTL (`max_ttl`).
+    max_ttl: Option<Duration>,
+    /// The delayed restart is off (`restart_quarantine(false)`).
+    no_quarantine: bool,
+    /// Nodes that may evict lock keys are refused (`strict`).
+    strict: bool,
 }
 
 impl fmt::Debug for Builder {
@@ -225,6 +236,9 @@ impl fmt::Debug for Builder {
             .field("connect_timeout", &self.connect_timeout)
             .field("fair_waiting", &!self.unfair)
             .field("label", &self.label)
+            .field("max_ttl", &self.max_ttl)
+            .field("restart_quarantine", &!self.no_quarantine)
+            .field("strict", &self.strict)
             .finish()
     }
 }
@@ -520,6 +534,79 @@ impl Builder {
     /// ```
     pub fn require_quorum(mut self, on: bool) -> Self {
         self.require_quorum = on;
+        self
+    }
+
+    /// The deployment's longest TTL (default [`DEFAULT_MAX_TTL`], 60 s): a
+    /// lock, lease, permit or leadership asked with a longer TTL is refused
+    /// ([`InputError::TtlAboveMax`]), and a node that restarted without
+    /// persisting every write counts toward no new grant until it has been
+    /// up this long (see [`restart_quarantine`](Builder::restart_quarantine)).
+    /// Every client of the same nodes should use the same value, at least
+    /// the longest TTL any of them asks for.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use std::time::Duration;
+    /// use redquorum::{InputError, LockError, Redlock};
+    ///
+    /// let nodes = (0..3).map(|i| redquorum::testing::MemoryNode::new(i) as _);
+    /// let redlock = Redlock::builder()
+    ///     .custom_nodes(nodes)
+    ///     .max_ttl(Duration::from_secs(30))
+    ///     .build()
+    ///     .await
+    ///     .unwrap();
+    /// let too_long = redlock.try_lock("job", Duration::from_secs(31)).await;
+    /// assert!(matches!(too_long, Err(LockError::Input(InputError::TtlAboveMax { .. }))));
+    /// # }
+    /// ```
+    pub fn max_ttl(mut self, ttl: Duration) -> Self {
+        self.max_ttl = Some(ttl);
+        self
+    }
+
+    /// The delayed restart, kept by the client (default: on). A node that
+    /// may have forgotten keys — new to the client or restarted (its
+    /// `run_id` changed), not persisting every write (`appendonly yes` with
+    /// `appendfsync always`), or whose dataset was wiped — and that has
+    /// been up for less than [`max_ttl`](Builder::max_ttl) is
+    /// *quarantined* until it has: it gets every call, but its yes counts
+    /// toward no new grant of any kind. This is what keeps a lock exclusive
+    /// when nodes restart empty one after another (the Redlock
+    /// specification's delayed restart; docs/design.md §4b).
+    ///
+    /// A fresh node cannot be told from a restarted one, so nodes without
+    /// persistence also wait out the quarantine after their first start:
+    /// with five nodes started together, no lock is granted for `max_ttl`.
+    ///
+    /// **Off (`false`), a node that restarted empty counts at once: two
+    /// holders of one lock at the same time become possible** when a
+    /// majority of nodes restart within a TTL (or one does, while other
+    /// nodes are down). Turn it off only where every node persists every
+    /// write, or for throwaway nodes in tests. The CLI's
+    /// `--no-restart-quarantine` (`REDQUORUM_NO_RESTART_QUARANTINE=1`).
+    ///
+    /// ```
+    /// let builder = redquorum::Redlock::builder().restart_quarantine(false);
+    /// ```
+    pub fn restart_quarantine(mut self, on: bool) -> Self {
+        self.no_quarantine = !on;
+        self
+    }
+
+    /// Refuses, at connect, a node that may evict lock keys — a memory
+    /// limit (`maxmemory`) with an evicting `maxmemory-policy` (any but
+    /// `noeviction`): [`ConfigError::Evicting`] (default: off, a warning in
+    /// the log, `redquorum nodes` and the metric `redquorum_node_evicting`).
+    /// An evicted lock key can be granted to a second holder while the
+    /// first's lock is valid. CLI `--strict`.
+    ///
+    /// ```
+    /// let builder = redquorum::Redlock::builder().strict(true);
+    /// ```
+    pub fn strict(mut self, on: bool) -> Self {
+        self.strict = on;
         self
     }
 }

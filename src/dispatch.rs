@@ -101,6 +101,16 @@ impl Member {
         }
     }
 
+    /// Whether the member is quarantined now: it restarted without
+    /// persistence within the longest TTL (`crate::proto::restart`).
+    pub(crate) fn quarantined(&self) -> bool {
+        match self {
+            Member::Redis(node) => node.link().quarantined(),
+            Member::Cluster(node) => node.quarantined(),
+            Member::Custom(node) => node.quarantined(),
+        }
+    }
+
     /// Resolves at the member's next change of connection state (`None`:
     /// a node of your own, which has none).
     pub(crate) fn changed(&self) -> Option<tokio::sync::futures::Notified<'_>> {
@@ -229,7 +239,7 @@ impl Dispatcher {
     ) -> bool {
         let refuse = |error: NodeError| {
             self.telemetry.refused(&error);
-            ballot.cast(node, Err(error));
+            ballot.cast(node, Err(error), false);
             false
         };
         if self.closed.load(Ordering::Acquire) {
@@ -274,7 +284,7 @@ impl Dispatcher {
 
     /// A call to a node of your own: polled once now (which sends it, in
     /// the order calls are made), then driven by the node's delivery task.
-    fn call_custom(&self, node: Arc<dyn Node>, call: Pending) {
+    fn call_custom(&self, node: Arc<dyn Node>, mut call: Pending) {
         let Work::Op {
             claim,
             step,
@@ -285,6 +295,7 @@ impl Dispatcher {
             unreachable!("a round's call is an operation")
         };
         let (claim, step, ttl_ms, grace) = (Arc::clone(claim), *step, *ttl_ms, self.limits.grace);
+        call.quarantined = node.quarantined();
         let mut future: Pin<Box<dyn Future<Output = Outcome> + Send>> =
             Box::pin(tokio::task::coop::unconstrained(async move {
                 let op = claim.op(step, ttl_ms);

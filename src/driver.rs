@@ -47,6 +47,8 @@ pub(crate) struct Settings {
     pub(crate) fair: bool,
     /// The label of holds that name none (`Builder::label`), checked.
     pub(crate) label: Option<Arc<str>>,
+    /// The longest TTL a call may ask for (`Builder::max_ttl`).
+    pub(crate) max_ttl: Duration,
 }
 
 /// A checked TTL and the validity it leaves.
@@ -203,11 +205,16 @@ impl Driver {
     }
 
     /// Checks a TTL: 1 ms to 2^40 ms (sub-millisecond parts are dropped, as
-    /// Redis would), and longer than its drift allowance.
+    /// Redis would), at most the longest TTL (`Builder::max_ttl`), and
+    /// longer than its drift allowance.
     pub(crate) fn check_ttl(&self, ttl: Duration) -> Result<Ttl, InputError> {
         let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
         if ms == 0 || ms > MAX_TTL_MS {
             return Err(InputError::InvalidTtl(ttl));
+        }
+        let max_ttl = self.settings.max_ttl;
+        if Duration::from_millis(ms) > max_ttl {
+            return Err(InputError::TtlAboveMax { ttl, max_ttl });
         }
         let factor = self.settings.drift_factor;
         let validity = factor.validity(ms).ok_or(InputError::TtlNotAboveDrift {
@@ -337,6 +344,7 @@ impl Driver {
         until: Until,
         only: Option<&[bool]>,
     ) -> Tally {
+        claim.release_begins();
         self.give_back(Step::Release, claim, ttl_ms, until, only)
             .await
     }
@@ -390,6 +398,7 @@ impl Driver {
     /// (the keys expire at their TTL).
     pub(crate) fn release_detached(&self, claim: &Arc<Claim>, ttl_ms: u64, only: Option<&[bool]>) {
         if tokio::runtime::Handle::try_current().is_ok() {
+            claim.release_begins();
             drop(self.submit(claim, Step::Release, ttl_ms, only, Until::Decision));
         }
     }
@@ -458,6 +467,23 @@ impl Driver {
         only: Option<&[bool]>,
         until: Until,
     ) -> Sent {
+        self.submit_each(claim, step, ttl_ms, only, until, None, |_| step)
+    }
+
+    /// [`submit`](Self::submit), node `i`'s call being `each(i)` (a round of
+    /// `step` counts them all alike), and `late` hearing the answers that
+    /// come after the round stopped listening.
+    #[allow(clippy::too_many_arguments)]
+    fn submit_each(
+        &self,
+        claim: &Arc<Claim>,
+        step: Step,
+        ttl_ms: u64,
+        only: Option<&[bool]>,
+        until: Until,
+        late: Option<crate::ballot::Late>,
+        each: impl Fn(usize) -> Step,
+    ) -> Sent {
         let asked: Mask = (0..self.nodes.len())
             .map(|i| only.is_none_or(|only| only[i]))
             .collect();
@@ -467,13 +493,13 @@ impl Driver {
             key = claim.keys().first(),
             nodes = self.nodes.len()
         );
-        let ballot = Ballot::new(step, &asked, until, span, &self.names);
+        let ballot = Ballot::new(step, &asked, until, span, &self.names, late);
         let made = self
             .nodes
             .iter()
             .zip(&asked)
             .enumerate()
-            .map(|(i, (node, &asked))| asked && node.call(&ballot, i, claim, step, ttl_ms))
+            .map(|(i, (node, &asked))| asked && node.call(&ballot, i, claim, each(i), ttl_ms))
             .collect();
         Sent { ballot, made }
     }

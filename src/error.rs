@@ -79,6 +79,27 @@ pub enum ConfigError {
         /// The URL, redacted.
         url: String,
     },
+    /// The user may not run commands the library needs on a node (found at
+    /// connect, before any lock is taken): grant them (docs/operations.md
+    /// lists them).
+    Permission {
+        /// The node, with any password masked.
+        node: String,
+        /// The commands denied, as the node names them (`fcall`, `set`…),
+        /// or the node's refusal.
+        message: String,
+    },
+    /// [`Builder::strict`](crate::Builder::strict): a node may evict lock
+    /// keys (a memory limit with an evicting `maxmemory-policy`).
+    Evicting {
+        /// The node, with any password masked.
+        node: String,
+        /// Its `maxmemory-policy`.
+        policy: String,
+    },
+    /// A longest TTL ([`Builder::max_ttl`](crate::Builder::max_ttl)) of
+    /// zero, or above [`MAX_TTL_MS`](crate::quorum::MAX_TTL_MS).
+    InvalidMaxTtl(Duration),
     /// A setting the protocol refuses (a drift factor, a key prefix).
     Input(InputError),
 }
@@ -131,6 +152,22 @@ impl fmt::Display for ConfigError {
                 f,
                 "{url}: #insecure would turn certificate verification off; give the nodes' CA with \
          Builder::tls_ca, or opt in with Builder::danger_accept_invalid_certificates"
+            ),
+            ConfigError::Permission { node, message } => write!(
+                f,
+                "node {node} does not let this user run what redquorum needs ({message}): grant \
+                 it (ACL SETUSER; docs/operations.md lists the commands)"
+            ),
+            ConfigError::Evicting { node, policy } => write!(
+                f,
+                "node {node} may evict lock keys (maxmemory-policy {policy} with a memory \
+                 limit), and a lock whose keys are evicted can be granted twice: set \
+                 maxmemory-policy noeviction (docs/operations.md, eviction)"
+            ),
+            ConfigError::InvalidMaxTtl(t) => write!(
+                f,
+                "the longest TTL {t:?} must be between 1 ms and {} ms",
+                Pow2(MAX_TTL_MS)
             ),
             ConfigError::Input(e) => write!(f, "{e}"),
         }

@@ -167,7 +167,7 @@ pub use lease::{KeepAlive, Lease, LeaseEnd};
 pub use lock::Lock;
 pub use probe::NodeHealth;
 pub use proto::keys::KeyLayout;
-pub use proto::{keys, quorum, verdict};
+pub use proto::{keys, quorum, restart, verdict};
 pub use redlock::Redlock;
 pub use semaphore::{Permit, Semaphore};
 

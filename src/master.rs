@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use crate::address::Address;
 use crate::error::{ConfigError, NodeError};
-use crate::link::{First, Hello, Identity, Limits, Link, LinkHandle, Options, tls};
+use crate::link::{
+    Checks, First, Hello, Identity, Limits, Link, LinkHandle, Options, Standing, tls,
+};
 
 /// Which server each Redis member is, by the `run_id` it last reported:
 /// shared by the members of one client, so that one server never votes
@@ -82,11 +84,12 @@ impl RedisNode {
         identity: Option<Identity>,
         tls: tls::Configs,
         limits: Limits,
+        checks: Checks,
         wait: Duration,
     ) -> Result<(Self, Option<NodeError>), ConfigError> {
         let options = Options {
             limits,
-            library: true,
+            checks: Some(checks),
             identity,
         };
         let link = Link::start(address, tls, options);
@@ -100,6 +103,7 @@ impl RedisNode {
                 first: first.to_string(),
                 second: node.name().to_string(),
             }),
+            Some(Err(First::Misconfigured(error))) => Err(error),
             Some(Err(First::Failed(error))) => Ok((node, Some(error))),
             Some(Ok(())) | None => Ok((node, None)),
         }
@@ -123,6 +127,11 @@ impl RedisNode {
     /// The server and version its last connection reported.
     pub(crate) fn server(&self) -> Option<Arc<str>> {
         self.link.server()
+    }
+
+    /// What its connections told of it.
+    pub(crate) fn standing(&self) -> Standing {
+        self.link.standing()
     }
 
     /// One `PING` (for readiness probes; the caller bounds it).

@@ -70,6 +70,15 @@ pub trait Node: Send + Sync + fmt::Debug + 'static {
     fn listen(&self) -> Option<BoxFuture<'static, Result<Box<dyn Listener>, NodeError>>> {
         None
     }
+
+    /// Whether the node may have forgotten keys it held less than the
+    /// longest TTL ago (it restarted without persisting its writes): its
+    /// yes then counts toward no new grant, though it still gets every
+    /// call ([`restart`](crate::restart)). Asked as each call is made.
+    /// Default: `false` (the node keeps what it is told).
+    fn quarantined(&self) -> bool {
+        false
+    }
 }
 
 /// A release a node reported: the waiters on `channel` may try again.

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use crate::dispatch::Member;
 use crate::error::NodeError;
+use crate::link::Standing;
 use crate::redlock::Redlock;
 
 /// One node's health, as [`Redlock::probe`] saw it.
@@ -27,6 +28,18 @@ pub struct NodeHealth {
     pub server: Option<String>,
     /// Calls to the node queued or awaiting an answer now.
     pub in_flight: usize,
+    /// How much longer the node's yes counts toward no new grant: it
+    /// restarted without persistence (or lost its data) less than the
+    /// longest TTL ago ([`Builder::restart_quarantine`](crate::Builder::restart_quarantine)).
+    pub quarantined_for: Option<Duration>,
+    /// Whether the node persists every write (`appendonly yes`,
+    /// `appendfsync always`), as its last connection read; `None`: unknown.
+    pub durable: Option<bool>,
+    /// The node's `maxmemory-policy` where it may evict lock keys (a memory
+    /// limit with an evicting policy): an evicted key can be granted twice.
+    pub evicting: Option<String>,
+    /// The node is a replica: a lock node must be an independent master.
+    pub replica: bool,
 }
 
 impl NodeHealth {
@@ -61,16 +74,28 @@ impl Redlock {
             .driver()
             .members()
             .map(|(member, in_flight)| async move {
-                let (reachable, server) = match member {
-                    Member::Redis(node) => (timed(node.ping(), timeout).await, node.server()),
-                    Member::Cluster(node) => (timed(node.ping(), timeout).await, node.server()),
-                    Member::Custom(_) => (Ok(Duration::ZERO), None),
+                let (reachable, server, standing) = match member {
+                    Member::Redis(node) => (
+                        timed(node.ping(), timeout).await,
+                        node.server(),
+                        node.standing(),
+                    ),
+                    Member::Cluster(node) => (
+                        timed(node.ping(), timeout).await,
+                        node.server(),
+                        node.standing(),
+                    ),
+                    Member::Custom(_) => (Ok(Duration::ZERO), None, Standing::default()),
                 };
                 NodeHealth {
                     node: member.name().to_string(),
                     reachable,
                     server: server.map(|s| s.to_string()),
                     in_flight,
+                    quarantined_for: standing.quarantined_for(Instant::now()),
+                    durable: standing.durable,
+                    evicting: standing.evicting.map(|p| p.to_string()),
+                    replica: standing.replica,
                 }
             });
         futures::future::join_all(probes).await

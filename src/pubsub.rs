@@ -52,7 +52,7 @@ pub(crate) fn listen(
     Box::pin(async move {
         let endpoint = address.endpoint();
         let mut stream = open::dial(endpoint, &tls).await?;
-        open::handshake(&mut stream, endpoint, false).await?;
+        open::handshake(&mut stream, endpoint, None).await?;
         let (half, writer) = tokio::io::split(stream);
         let writer = Arc::new(Mutex::new(writer));
         let (notices_tx, notices) = mpsc::unbounded_channel();

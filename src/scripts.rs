@@ -215,9 +215,10 @@ lua!(
     "scripts/line.lua"
 );
 lua!(INSPECT, "scripts/inspect.lua", "inspect", READ_ONLY);
+lua!(PROBE, "scripts/probe.lua", "probe", READ_ONLY);
 
 /// Every script.
-const ALL: [&Lua; 20] = [
+const ALL: [&Lua; 21] = [
     &ACQUIRE,
     &EXTEND,
     &RELEASE,
@@ -238,6 +239,7 @@ const ALL: [&Lua; 20] = [
     &EXTEND_PERMIT,
     &RELEASE_PERMIT,
     &INSPECT,
+    &PROBE,
 ];
 
 /// The library's body: each script's source, unchanged, as a function
@@ -256,7 +258,7 @@ fn body() -> String {
 }
 
 /// The functions' names, in the order of [`ALL`].
-const NAMES: [&str; 20] = [
+const NAMES: [&str; 21] = [
     "acquire",
     "extend",
     "release",
@@ -277,6 +279,7 @@ const NAMES: [&str; 20] = [
     "extend_permit",
     "release_permit",
     "inspect",
+    "probe",
 ];
 
 /// 12 hex digits of a 64-bit FNV-1a hash of the whole library (sources,
@@ -298,3 +301,54 @@ pub(crate) static LIBRARY: LazyLock<String> = LazyLock::new(|| {
         v = &*VERSION
     )
 });
+
+/// Every command the scripts call (but `PUBLISH`, which they call through
+/// `pcall`: denied, waiters poll), the native acquire's `SET`, and `INFO`,
+/// which tells a restarted node: what a connection's permission probe
+/// checks the user may run (the scripts' own `FCALL` or `EVAL` is checked
+/// by running the probe).
+pub(crate) const COMMANDS: [&str; 25] = [
+    "set",
+    "get",
+    "del",
+    "exists",
+    "type",
+    "time",
+    "incr",
+    "pexpire",
+    "pexpireat",
+    "pttl",
+    "hdel",
+    "hexists",
+    "hgetall",
+    "hincrby",
+    "hset",
+    "hsetnx",
+    "zadd",
+    "zcard",
+    "zincrby",
+    "zrange",
+    "zrangebyscore",
+    "zrem",
+    "zremrangebyscore",
+    "zscore",
+    "info",
+];
+
+/// Writes the permission probe into `out`: `FCALL` of its function where
+/// the library is `loaded`, else `EVAL` of its source, with
+/// [`COMMANDS`] as arguments. Its reply lists the commands the user may
+/// not run (`NOPERM` if the script command itself is denied).
+pub(crate) fn encode_probe(loaded: bool, out: &mut Vec<u8>) {
+    let mut args: Vec<&[u8]> = Vec::with_capacity(COMMANDS.len() + 3);
+    if loaded {
+        args.push(b"FCALL");
+        args.push(PROBE.function.as_bytes());
+    } else {
+        args.push(b"EVAL");
+        args.push(PROBE.source.as_bytes());
+    }
+    args.push(b"0");
+    args.extend(COMMANDS.iter().map(|c| c.as_bytes()));
+    out.extend(crate::resp::encode(&args));
+}

@@ -43,6 +43,16 @@ pub const EXPIRATIONS: &str = "redquorum_expirations_total";
 pub const RESTORATIONS: &str = "redquorum_restorations_total";
 /// Leases lost while their work ran.
 pub const LEASES_LOST: &str = "redquorum_leases_lost_total";
+/// Quarantines begun: a node met (new, or restarted) that may have
+/// forgotten keys, whose yes counts toward no new grant for the longest
+/// TTL (`node`).
+pub const NODE_QUARANTINES: &str = "redquorum_node_quarantines_total";
+/// Seconds of quarantine left when a node's connection was made (`node`;
+/// 0 when it counts): set at each connection.
+pub const NODE_QUARANTINE: &str = "redquorum_node_quarantine_seconds";
+/// 1 where the node may evict lock keys (a memory limit with an evicting
+/// `maxmemory-policy`), else 0, as of its last connection (`node`).
+pub const NODE_EVICTING: &str = "redquorum_node_evicting";
 /// How long waiting acquisitions waited, in seconds (`result`: `granted`,
 /// `timeout`, `refused`).
 pub const WAIT: &str = "redquorum_wait_seconds";
@@ -70,6 +80,19 @@ pub(crate) fn describe() {
         "Lock keys an extension set again on nodes that had lost them"
     );
     describe_counter!(LEASES_LOST, "Leases lost while their work ran");
+    describe_counter!(
+        NODE_QUARANTINES,
+        "Nodes met that may have forgotten keys (restarted without persistence)"
+    );
+    describe_gauge!(
+        NODE_QUARANTINE,
+        Unit::Seconds,
+        "Quarantine left at the node's last connection"
+    );
+    describe_gauge!(
+        NODE_EVICTING,
+        "1 where the node may evict lock keys (maxmemory-policy)"
+    );
     describe_histogram!(
         WAIT,
         Unit::Seconds,
@@ -490,4 +513,14 @@ impl ClientTelemetry {
             .get_or_init(|| counter!(LEASES_LOST))
             .increment(1);
     }
+}
+
+/// What a node's connection found of it: a quarantine begun (`left`), and
+/// whether it may evict lock keys. Once per connection.
+pub(crate) fn node_checked(node: &str, left: Option<std::time::Duration>, evicting: bool) {
+    if left.is_some() {
+        counter!(NODE_QUARANTINES, "node" => node.to_owned()).increment(1);
+    }
+    gauge!(NODE_QUARANTINE, "node" => node.to_owned()).set(left.map_or(0.0, |l| l.as_secs_f64()));
+    gauge!(NODE_EVICTING, "node" => node.to_owned()).set(f64::from(u8::from(evicting)));
 }

@@ -15,7 +15,8 @@ Exit codes:
   70       internal error (EX_SOFTWARE)
   71       cannot start the runtime or signal handling (EX_OSERR)
   75       exec: the lock was not had in time: held elsewhere (EX_TEMPFAIL)
-  77       a node rejected the credentials (EX_NOPERM)
+  77       a node rejected the credentials, or does not let the user run
+           what redquorum needs (EX_NOPERM), before any command runs
   79       exec: the lease was lost (or about to be) and the command was stopped
   126/127  exec: the command could not be run / was not found
   128+N    exec: the command died of signal N, or redquorum got signal N
@@ -98,6 +99,26 @@ pub struct Global {
         default_value = ""
     )]
     pub key_prefix: String,
+
+    /// The deployment's longest TTL [default: 60s]: a longer --ttl is
+    /// refused, and a node that restarted without persistence counts toward
+    /// no new lock until it has been up this long. Every client of the
+    /// nodes should use the same value. (Environment: REDQUORUM_MAX_TTL.)
+    #[arg(long, env = "REDQUORUM_MAX_TTL", global = true, value_parser = humantime::parse_duration, value_name = "D")]
+    pub max_ttl: Option<Duration>,
+
+    /// Count a node that restarted without persistence at once, instead of
+    /// after --max-ttl: UNSAFE where nodes restart empty (two holders at
+    /// once become possible); only for nodes that persist every write, or
+    /// throwaway ones. (Environment: REDQUORUM_NO_RESTART_QUARANTINE=1.)
+    #[arg(long, env = "REDQUORUM_NO_RESTART_QUARANTINE", global = true, value_parser = clap::builder::FalseyValueParser::new())]
+    pub no_restart_quarantine: bool,
+
+    /// Refuse nodes that may evict lock keys (maxmemory with an evicting
+    /// maxmemory-policy) instead of warning (exit 64).
+    /// (Environment: REDQUORUM_STRICT=1.)
+    #[arg(long, env = "REDQUORUM_STRICT", global = true, value_parser = clap::builder::FalseyValueParser::new())]
+    pub strict: bool,
 
     /// Print nothing of redquorum's own but usage errors (the exit code says
     /// what happened).

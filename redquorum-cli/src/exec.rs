@@ -312,6 +312,13 @@ fn not_acquired(error: &LockError, args: &ExecArgs, ui: &Ui) -> Code {
             ));
             exit::TEMPFAIL
         }
+        LockError::Unavailable { votes } if crate::denied(votes) => {
+            ui.error(format_args!(
+                "cannot lock {resource}: the nodes refuse this user ({votes}); grant the \
+                 commands docs/operations.md lists, or fix the credentials"
+            ));
+            exit::NOPERM
+        }
         LockError::Unavailable { votes } => {
             ui.error(format_args!(
                 "too few nodes answered to lock {resource}{after}: {votes}"

@@ -120,7 +120,12 @@ pub(crate) async fn connect_with(
         .nodes(nodes)
         .retry(retry)
         .interop_keys(global.interop_keys)
-        .key_prefix(&global.key_prefix);
+        .key_prefix(&global.key_prefix)
+        .restart_quarantine(!global.no_restart_quarantine)
+        .strict(global.strict);
+    if let Some(max_ttl) = global.max_ttl {
+        builder = builder.max_ttl(max_ttl);
+    }
     if let Some(timeout) = node_timeout {
         builder = builder.node_timeout(timeout);
     }
@@ -155,10 +160,25 @@ pub(crate) fn tls_files(global: &Global) -> Result<TlsFiles, ConfigError> {
     Ok(TlsFiles { ca, client })
 }
 
+/// Whether the nodes refused a round for want of permission or
+/// credentials, not for being down: a quorum could not answer because
+/// too many refused this user.
+pub(crate) fn denied(votes: &redquorum::Votes) -> bool {
+    let refused = votes.count(|a| {
+        matches!(
+            a,
+            redquorum::Answer::Failed(
+                redquorum::NodeError::NoPermission(_) | redquorum::NodeError::Auth(_)
+            )
+        )
+    });
+    refused > votes.len() - votes.len() / 2 - 1
+}
+
 /// The exit code and message for a client that could not be built.
 pub(crate) fn config_failure(ui: &Ui, error: &ConfigError) -> Code {
     match error {
-        ConfigError::Auth { .. } => {
+        ConfigError::Auth { .. } | ConfigError::Permission { .. } => {
             ui.error(format_args!("{error}"));
             exit::NOPERM
         }

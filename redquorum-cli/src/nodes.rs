@@ -32,6 +32,10 @@ pub async fn nodes(global: &Global, urls: &[String], args: &NodesArgs, ui: &Ui) 
                     "error": h.reachable.as_ref().err().map(ToString::to_string),
                     "server": h.server,
                     "in_flight": h.in_flight,
+                    "quarantined_ms": h.quarantined_for.map(|d| d.as_millis() as u64),
+                    "durable": h.durable,
+                    "evicting": h.evicting,
+                    "replica": h.replica,
                 })
             })
             .collect();
@@ -44,8 +48,8 @@ pub async fn nodes(global: &Global, urls: &[String], args: &NodesArgs, ui: &Ui) 
         println!("{out}");
     } else {
         println!(
-            "{:<32} {:<6} {:>10} {:<16} {:>9}  ERROR",
-            "NODE", "STATE", "LATENCY", "SERVER", "IN-FLIGHT"
+            "{:<32} {:<6} {:>10} {:<16} {:>9}  {:<16} ERROR",
+            "NODE", "STATE", "LATENCY", "SERVER", "IN-FLIGHT", "WARNING"
         );
         for h in &health {
             let (state, latency, error) = match &h.reachable {
@@ -57,14 +61,38 @@ pub async fn nodes(global: &Global, urls: &[String], args: &NodesArgs, ui: &Ui) 
                 Err(e) => ("down", "-".to_owned(), e.to_string()),
             };
             println!(
-                "{:<32} {:<6} {:>10} {:<16} {:>9}  {}",
+                "{:<32} {:<6} {:>10} {:<16} {:>9}  {:<16} {}",
                 h.node,
                 state,
                 latency,
                 h.server.as_deref().unwrap_or("-"),
                 h.in_flight,
+                warning(h),
                 error
             );
+        }
+        for h in &health {
+            if let Some(left) = h.quarantined_for {
+                println!(
+                    "{}: restarted without persistence; counts toward no new lock for {} more \
+                     (docs/operations.md, restarts)",
+                    h.node,
+                    humantime::format_duration(Duration::from_secs(left.as_secs().max(1)))
+                );
+            }
+            if let Some(policy) = &h.evicting {
+                println!(
+                    "{}: maxmemory-policy {policy} with a memory limit may evict lock keys \
+                     (a lock then can be granted twice): set noeviction",
+                    h.node
+                );
+            }
+            if h.replica {
+                println!(
+                    "{}: a replica; a lock node must be an independent master",
+                    h.node
+                );
+            }
         }
         println!("{reachable} of {} reachable, quorum {quorum}", health.len());
     }
@@ -72,5 +100,27 @@ pub async fn nodes(global: &Global, urls: &[String], args: &NodesArgs, ui: &Ui) 
         0
     } else {
         exit::UNAVAILABLE
+    }
+}
+
+/// The WARNING column: what makes the node unsafe or unready for locks now.
+fn warning(h: &redquorum::NodeHealth) -> String {
+    let mut parts = Vec::new();
+    if let Some(left) = h.quarantined_for {
+        parts.push(format!("quarantine {}s", left.as_secs().max(1)));
+    }
+    if let Some(policy) = &h.evicting {
+        parts.push(format!("evicts:{policy}"));
+    }
+    if h.replica {
+        parts.push("replica".to_owned());
+    }
+    if h.durable == Some(false) {
+        parts.push("no-fsync".to_owned());
+    }
+    if parts.is_empty() {
+        "-".to_owned()
+    } else {
+        parts.join(",")
     }
 }

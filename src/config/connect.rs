@@ -10,12 +10,25 @@ impl Builder {
             Some(f) => DriftFactor::new(f).ok_or(InputError::InvalidDriftFactor(f))?,
         };
         let longest = Duration::from_millis(MAX_TTL_MS);
+        let layout = KeyLayout::new(&self.key_prefix, self.interop_keys)?;
         if self
             .node_timeout
             .is_some_and(|t| t < Duration::from_millis(1) || t > longest)
         {
             return Err(ConfigError::InvalidNodeTimeout);
         }
+        let max_ttl = self.max_ttl.unwrap_or(DEFAULT_MAX_TTL);
+        if max_ttl < Duration::from_millis(1) || max_ttl > longest {
+            return Err(ConfigError::InvalidMaxTtl(max_ttl));
+        }
+        let max_ttl_ms = u64::try_from(max_ttl.as_millis()).unwrap_or(MAX_TTL_MS);
+        // The quarantine is the longest TTL measured by the node's clock:
+        // the client's may run slower by the drift factor.
+        let checks = Checks {
+            quarantine: (!self.no_quarantine).then(|| max_ttl + drift_factor.drift(max_ttl_ms)),
+            strict: self.strict,
+            mark: layout.dataset_mark().into(),
+        };
         let connect_timeout = self.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
         if connect_timeout < Duration::from_millis(1) || connect_timeout > MAX_CONNECT_TIMEOUT {
             return Err(ConfigError::InvalidConnectTimeout(connect_timeout));
@@ -26,7 +39,6 @@ impl Builder {
         if self.retry.attempts() == 0 {
             return Err(ConfigError::InvalidRetry);
         }
-        let layout = KeyLayout::new(&self.key_prefix, self.interop_keys)?;
         let label = self
             .label
             .as_deref()
@@ -96,16 +108,17 @@ impl Builder {
         let connected = futures::future::join_all(targets.into_iter().enumerate().map(|(i, t)| {
             let servers = Arc::clone(&servers);
             let tls = tls.clone();
+            let checks = checks.clone();
             async move {
                 let telemetry = Arc::new(NodeTelemetry::new(t.name()));
                 let member = if t.is_cluster() {
                     let (node, first) =
-                        ClusterNode::connect(t, i, servers, tls, limits, wait).await?;
+                        ClusterNode::connect(t, i, servers, tls, limits, checks, wait).await?;
                     (Member::Cluster(Arc::new(node)), first)
                 } else {
                     let identity = servers.identity(i, Arc::clone(t.name()));
                     let (node, first) =
-                        RedisNode::connect(t, Some(identity), tls, limits, wait).await?;
+                        RedisNode::connect(t, Some(identity), tls, limits, checks, wait).await?;
                     (Member::Redis(Arc::new(node)), first)
                 };
                 Ok::<_, ConfigError>((member, telemetry))
@@ -165,6 +178,7 @@ impl Builder {
                 connect_timeout,
                 fair: !self.unfair,
                 label,
+                max_ttl,
             },
             layout,
             hub,

@@ -30,9 +30,11 @@ use tokio::time::{Instant, Sleep};
 
 use super::open::{self, Stream};
 use super::{
-    BACKOFF_MAX, BACKOFF_MIN, Hello, IDLE_PING, Link, Pending, State, Work, redirection, refusal,
+    BACKOFF_MAX, BACKOFF_MIN, Hello, IDLE_PING, Link, Pending, Standing, State, Work, redirection,
+    refusal,
 };
-use crate::error::NodeError;
+use crate::error::{ConfigError, NodeError};
+use crate::proto::restart;
 use crate::resp::{self, Frame};
 
 /// Redirections one call follows at most (a cluster's `MOVED` and `ASK`).
@@ -105,9 +107,9 @@ pub(super) async fn run(link: Arc<Link>) {
                 continue;
             }
         };
-        link.up(&hello);
+        let quarantine = link.up(&hello);
         let connected = Instant::now();
-        let mut io = Io::new(stream, hello.loaded, &link);
+        let mut io = Io::new(stream, hello.loaded, quarantine, &link);
         let ended = poll_fn(|cx| io.poll(&link, cx)).await;
         match ended {
             Ended::Closing => return,
@@ -148,7 +150,8 @@ fn slow(link: &Link) -> NodeError {
 async fn connect(link: &Link) -> Result<(Stream, Hello), NodeError> {
     let endpoint = link.address.endpoint();
     let mut stream = open::dial(endpoint, &link.tls).await?;
-    let hello = open::handshake(&mut stream, endpoint, link.library).await?;
+    let mark = link.checks.as_ref().map(|checks| &*checks.mark);
+    let hello = open::handshake(&mut stream, endpoint, mark).await?;
     if let Some(identity) = &link.identity
         && let Err(other) = identity(&hello)
     {
@@ -157,20 +160,103 @@ async fn connect(link: &Link) -> Result<(Stream, Hello), NodeError> {
             format!("same server as member {other}").into(),
         ));
     }
+    if let Some(checks) = &link.checks {
+        let node = link.name.to_string();
+        let refused = if !hello.denied.is_empty() {
+            let message = format!("denied {}", hello.denied.join(", "));
+            let error = NodeError::NoPermission(message.clone().into());
+            Some((ConfigError::Permission { node, message }, error))
+        } else if let (true, Some(policy)) = (checks.strict, &hello.evicting) {
+            let error = NodeError::Server(
+                format!("maxmemory-policy {policy} may evict lock keys (strict)").into(),
+            );
+            let policy = policy.clone();
+            Some((ConfigError::Evicting { node, policy }, error))
+        } else {
+            None
+        };
+        if let Some((config, error)) = refused {
+            link.lock().misconfigured = Some(config);
+            return Err(error);
+        }
+    }
     Ok((stream, hello))
 }
 
 impl Link {
-    /// Connected: calls go out.
-    fn up(&self, hello: &Hello) {
+    /// Connected: calls go out. Returns until when the node is
+    /// quarantined (see [`check`](Self::check)).
+    fn up(&self, hello: &Hello) -> Option<Instant> {
         let mut shared = self.lock();
         shared.state = State::Up;
         shared.same_as = None;
+        shared.misconfigured = None;
         if let Some(server) = &hello.server {
             shared.server = Some(server.as_str().into());
         }
+        let quarantine = self.check(&mut shared.standing, hello);
         drop(shared);
         self.changed.notify_waiters();
+        quarantine
+    }
+
+    /// What a lock connection's handshake tells of the node, kept in
+    /// `standing`: a process that may have forgotten keys is quarantined
+    /// ([`restart::quarantine`]; one already running is kept across
+    /// reconnections to the same process), and the operator is told, once
+    /// per connection. Returns until when the node is quarantined.
+    fn check(&self, standing: &mut Standing, hello: &Hello) -> Option<Instant> {
+        let checks = self.checks.as_ref()?;
+        let now = Instant::now();
+        let same = hello.run_id.is_some() && hello.run_id == standing.run_id;
+        let begun = checks.quarantine.and_then(|max_ttl| {
+            restart::quarantine(&hello.facts, standing.run_id.as_deref(), max_ttl)
+        });
+        standing.quarantine = match begun {
+            Some(left) if !same => Some(now + left),
+            _ if same => standing.quarantine,
+            _ => None,
+        };
+        standing.run_id.clone_from(&hello.run_id);
+        standing.durable = hello.facts.durable;
+        standing.evicting = hello.evicting.as_deref().map(Into::into);
+        standing.replica = hello.replica;
+        let left = standing.quarantined_for(now);
+        if let Some(left) = left {
+            let uptime = hello.facts.uptime.map_or(-1, |u| u.as_secs() as i64);
+            tracing::warn!(
+                node = %self.name,
+                uptime_s = uptime,
+                quarantine_left_ms = left.as_millis() as u64,
+                durable = ?hello.facts.durable,
+                "node restarted without persistence (or its data was lost): its yes counts toward \
+                 no new lock until it has been up for the longest TTL (docs/operations.md, restarts)"
+            );
+        }
+        if let Some(policy) = &hello.evicting {
+            tracing::warn!(
+                node = %self.name,
+                policy = %policy,
+                "node may evict lock keys (maxmemory with an evicting maxmemory-policy): a lock \
+                 whose keys are evicted can be granted twice; set maxmemory-policy noeviction"
+            );
+        }
+        if hello.replica {
+            tracing::warn!(
+                node = %self.name,
+                "node is a replica: a lock node must be an independent master"
+            );
+        }
+        crate::telemetry::node_checked(
+            &self.name,
+            begun.filter(|_| !same),
+            hello.evicting.is_some(),
+        );
+        if left.is_some() {
+            standing.quarantine
+        } else {
+            None
+        }
     }
 
     /// An attempt failed: the node is down, and every call queued for it
@@ -202,6 +288,9 @@ struct Io {
     stream: Stream,
     /// The function library is loaded on it: scripts go by `FCALL`.
     loaded: bool,
+    /// The node is quarantined until then: calls written before count
+    /// toward no new grant (`crate::proto::restart`).
+    quarantine: Option<Instant>,
     /// Calls just taken from the link's queue.
     taken: VecDeque<Pending>,
     /// The task let others run once before taking the queue.
@@ -229,12 +318,13 @@ struct Io {
 }
 
 impl Io {
-    fn new(stream: Stream, loaded: bool, link: &Link) -> Self {
+    fn new(stream: Stream, loaded: bool, quarantine: Option<Instant>, link: &Link) -> Self {
         let now = Instant::now();
         let armed = now + IDLE_PING;
         Io {
             stream,
             loaded,
+            quarantine,
             taken: VecDeque::new(),
             yielded: false,
             out: Vec::with_capacity(4096),
@@ -320,7 +410,15 @@ impl Io {
     }
 
     /// Appends `call`'s command to the output.
-    fn encode(&mut self, call: Pending) {
+    fn encode(&mut self, mut call: Pending) {
+        if let Some(until) = self.quarantine {
+            // The clock is read only while a quarantine runs.
+            if Instant::now() < until {
+                call.quarantined = true;
+            } else {
+                self.quarantine = None;
+            }
+        }
         let start = self.out.len();
         if call.asking {
             self.out.extend_from_slice(b"*1\r\n$6\r\nASKING\r\n");

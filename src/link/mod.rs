@@ -66,7 +66,7 @@ use tokio::time::Instant;
 use crate::address::Address;
 use crate::ballot::Ballot;
 use crate::claim::Claim;
-use crate::error::NodeError;
+use crate::error::{ConfigError, NodeError};
 use crate::node::Reply;
 use crate::proto::round::Step;
 use crate::resp::Frame;
@@ -84,15 +84,9 @@ pub(crate) const IDLE_PING: Duration = Duration::from_secs(1);
 const BACKOFF_MIN: Duration = Duration::from_millis(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
-/// A node error reply as the error it means: credentials refused are
-/// [`NodeError::Auth`], any other [`NodeError::Server`].
+/// A node error reply as the error it means ([`NodeError::from_reply`]).
 pub(crate) fn refusal(text: &str) -> NodeError {
-    let code = text.split(' ').next().unwrap_or_default();
-    if matches!(code, "NOAUTH" | "WRONGPASS" | "NOPERM") || text.contains("invalid password") {
-        NodeError::Auth(text.into())
-    } else {
-        NodeError::Server(text.into())
-    }
+    NodeError::from_reply(text)
 }
 
 /// A `MOVED` or `ASK` reply: whether `ASK`, the slot and where to.
@@ -162,6 +156,8 @@ pub(crate) enum Work {
 #[derive(Debug, Clone)]
 pub(crate) enum First {
     Failed(NodeError),
+    /// The node's settings or the user's permissions do not do.
+    Misconfigured(ConfigError),
     /// The server is already a member, under this name.
     SameAs(Arc<str>),
 }
@@ -231,6 +227,9 @@ pub(crate) struct Pending {
     pub(crate) asking: bool,
     /// Already counted as late.
     pub(crate) late: bool,
+    /// Written while its node was quarantined (`crate::proto::restart`):
+    /// a yes counts toward no new grant.
+    pub(crate) quarantined: bool,
 }
 
 impl Pending {
@@ -244,6 +243,7 @@ impl Pending {
             redirects: 0,
             asking: false,
             late: false,
+            quarantined: false,
         }
     }
 
@@ -271,7 +271,7 @@ impl Pending {
                     (_, Err(e)) => Err(e),
                 };
                 self.account(outcome.as_ref(), late);
-                ballot.cast(node, outcome);
+                ballot.cast(node, outcome, self.quarantined);
             }
             Sink::Nobody => {}
         }
@@ -282,7 +282,7 @@ impl Pending {
     pub(crate) fn finish_reply(mut self, outcome: Result<Reply, NodeError>, late: Duration) {
         self.account(outcome.as_ref(), late);
         if let Sink::Ballot { ballot, node } = std::mem::replace(&mut self.sink, Sink::Nobody) {
-            ballot.cast(node, outcome);
+            ballot.cast(node, outcome, self.quarantined);
         }
     }
 
@@ -323,6 +323,11 @@ struct Shared {
     same_as: Option<Arc<str>>,
     /// A probe asked for an attempt now, not after the backoff.
     kicked: bool,
+    /// What the node's connections told of it.
+    standing: Standing,
+    /// The last attempt failed on the node's settings or the user's
+    /// permissions: a configuration error, reported as such at connect.
+    misconfigured: Option<ConfigError>,
 }
 
 /// One node's connection: its queue, its state and its task.
@@ -331,9 +336,9 @@ pub(crate) struct Link {
     address: Address,
     tls: tls::Configs,
     limits: Limits,
-    /// Lock connections load the function library; others (a cluster's
-    /// seed, used for its map) need not.
-    library: bool,
+    /// Lock connections load the function library and check their node;
+    /// others (a cluster's seed, used for its map) need not.
+    checks: Option<Checks>,
     /// Checks the server is no other member (by `run_id`) when connected:
     /// `Err` names the member it already is.
     identity: Option<Identity>,
@@ -383,8 +388,51 @@ impl Drop for LinkHandle {
 /// Options of a new link.
 pub(crate) struct Options {
     pub(crate) limits: Limits,
-    pub(crate) library: bool,
+    /// A lock connection: loads the function library and checks its node
+    /// (`Some`); a cluster's seed, used for its map, needs neither.
+    pub(crate) checks: Option<Checks>,
     pub(crate) identity: Option<Identity>,
+}
+
+/// What a lock connection checks of its node, at every connection (never
+/// per call): docs/operations.md.
+#[derive(Debug, Clone)]
+pub(crate) struct Checks {
+    /// The delayed restart: a node that may have forgotten counts toward
+    /// no new grant until it has been up this long (the longest TTL plus
+    /// the clock's drift over it); `None`: off
+    /// (`Builder::restart_quarantine(false)`).
+    pub(crate) quarantine: Option<Duration>,
+    /// A node that may evict lock keys is refused (`Builder::strict`).
+    pub(crate) strict: bool,
+    /// The key of redquorum's dataset mark: which process its dataset was
+    /// born in (`crate::proto::restart::Facts::born_here`).
+    pub(crate) mark: Arc<str>,
+}
+
+/// What a node's connections have told of it, for the rounds and for
+/// `nodes`: the process, the quarantine, persistence and memory policy.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Standing {
+    /// The process last connected to.
+    pub(crate) run_id: Option<String>,
+    /// Quarantined until then (`crate::proto::restart`).
+    pub(crate) quarantine: Option<Instant>,
+    /// Persists every write (`None`: unknown).
+    pub(crate) durable: Option<bool>,
+    /// May evict lock keys: its `maxmemory-policy`.
+    pub(crate) evicting: Option<Arc<str>>,
+    /// It is a replica.
+    pub(crate) replica: bool,
+}
+
+impl Standing {
+    /// How much longer the node is quarantined at `now`.
+    pub(crate) fn quarantined_for(&self, now: Instant) -> Option<Duration> {
+        self.quarantine
+            .map(|until| until.saturating_duration_since(now))
+            .filter(|left| !left.is_zero())
+    }
 }
 
 /// Whether a connected server is no other member: `Err` names the member it
@@ -400,7 +448,7 @@ impl Link {
             address,
             tls,
             limits: options.limits,
-            library: options.library,
+            checks: options.checks,
             identity: options.identity,
             shared: Mutex::new(Shared {
                 state: State::First,
@@ -410,6 +458,8 @@ impl Link {
                 running: true,
                 same_as: None,
                 kicked: false,
+                standing: Standing::default(),
+                misconfigured: None,
             }),
             wake: AtomicWaker::new(),
             scheduled: AtomicBool::new(false),
@@ -438,7 +488,11 @@ impl Link {
                 "no tokio runtime: the runtime that ran this client's connections has ended".into(),
             )
         } else if let State::Down(why) = &shared.state {
-            NodeError::NotConnected(why.to_string().into())
+            match why {
+                // A configuration problem keeps its name: it is no outage.
+                NodeError::NoPermission(_) | NodeError::Auth(_) => why.clone(),
+                _ => NodeError::NotConnected(why.to_string().into()),
+            }
         } else {
             shared.queue.push_back(call);
             drop(shared);
@@ -503,9 +557,10 @@ impl Link {
                 match &shared.state {
                     State::First => {}
                     State::Down(why) => {
-                        return Some(Err(match &shared.same_as {
-                            Some(other) => First::SameAs(Arc::clone(other)),
-                            None => First::Failed(why.clone()),
+                        return Some(Err(match (&shared.same_as, &shared.misconfigured) {
+                            (Some(other), _) => First::SameAs(Arc::clone(other)),
+                            (None, Some(error)) => First::Misconfigured(error.clone()),
+                            (None, None) => First::Failed(why.clone()),
                         }));
                     }
                     State::Up | State::Reconnecting => return Some(Ok(())),
@@ -520,6 +575,17 @@ impl Link {
     /// The server and version its last connection reported.
     pub(crate) fn server(&self) -> Option<Arc<str>> {
         self.lock().server.clone()
+    }
+
+    /// What the node's connections told of it.
+    pub(crate) fn standing(&self) -> Standing {
+        self.lock().standing.clone()
+    }
+
+    /// Whether the node is quarantined now (`crate::proto::restart`).
+    pub(crate) fn quarantined(&self) -> bool {
+        let until = self.lock().standing.quarantine;
+        until.is_some_and(|until| Instant::now() < until)
     }
 
     /// One command outside any round, on the current connection (queued

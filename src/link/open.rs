@@ -14,6 +14,7 @@ use tokio::net::TcpStream;
 
 use crate::address::{Endpoint, Target};
 use crate::error::NodeError;
+use crate::proto::restart::{Facts, evicting, info_field};
 use crate::resp::{self, Frame};
 use crate::scripts;
 
@@ -96,6 +97,16 @@ pub(crate) struct Hello {
     pub(crate) server: Option<String>,
     /// The function library is loaded: scripts go by `FCALL`.
     pub(crate) loaded: bool,
+    /// What the node says of its process, persistence and dataset (lock
+    /// connections only).
+    pub(crate) facts: Facts,
+    /// The node may evict lock keys: its `maxmemory-policy`.
+    pub(crate) evicting: Option<String>,
+    /// The node is a replica (`role:slave`).
+    pub(crate) replica: bool,
+    /// Commands the user may not run that the library needs (lock
+    /// connections only; empty where the server cannot say).
+    pub(crate) denied: Vec<String>,
 }
 
 /// Opens the transport to `endpoint`.
@@ -171,15 +182,19 @@ fn tls_text(e: &io::Error) -> String {
     }
 }
 
-/// Logs in on `stream` and asks who the server is; with `library`, loads
-/// the function library. Refusals: a wrong password or user is
+/// Logs in on `stream` and asks who the server is; for a lock connection
+/// (`mark`: `Some`), also loads the function library, reads what the node
+/// says of its persistence and memory, checks the user's permissions and
+/// reads (and sets) the dataset mark at `mark` — in two pipelined round
+/// trips however far the node is. Refusals: a wrong password or user is
 /// [`NodeError::Auth`], any other refusal of `AUTH`, `SELECT` or `PING`
-/// [`NodeError::Server`].
+/// the error it means ([`NodeError::from_reply`]).
 pub(crate) async fn handshake(
     stream: &mut Stream,
     endpoint: &Endpoint,
-    library: bool,
+    mark: Option<&str>,
 ) -> Result<Hello, NodeError> {
+    let library = mark.is_some();
     let mut out = Vec::new();
     let mut asked = 0;
     if let Some(password) = &endpoint.password {
@@ -202,19 +217,35 @@ pub(crate) async fn handshake(
     }
     let checks = asked;
     out.extend(resp::encode(&[b"PING"]));
-    out.extend(resp::encode(&[b"INFO", b"server"]));
+    // `INFO` with no section: server, persistence, memory and replication
+    // among the defaults, on every version.
+    if library {
+        out.extend(resp::encode(&[b"INFO"]));
+    } else {
+        out.extend(resp::encode(&[b"INFO", b"server"]));
+    }
     asked += 2;
     if library {
+        out.extend(resp::encode(&[b"CONFIG", b"GET", b"appendfsync"]));
         out.extend(resp::encode(&[
             b"FUNCTION",
             b"LOAD",
             scripts::LIBRARY.as_bytes(),
         ]));
-        asked += 1;
+        scripts::encode_probe(true, &mut out);
+        asked += 3;
     }
-    stream.write_all(&out).await.map_err(|e| io_error(&e))?;
-    stream.flush().await.map_err(|e| io_error(&e))?;
-    let replies = read_replies(stream, asked).await?;
+    // A node that refuses the connection (max clients) says why and
+    // closes: what it said is worth more than the write's broken pipe.
+    let written = async {
+        stream.write_all(&out).await?;
+        stream.flush().await
+    }
+    .await;
+    let replies = match (read_replies(stream, asked).await, written) {
+        (Ok(replies), _) => replies,
+        (Err(e), _) => return Err(e),
+    };
     // AUTH, SELECT, then PING: the first refusal says why (a PING refused
     // with NOAUTH: credentials missing).
     for reply in &replies[..checks + 1] {
@@ -226,18 +257,97 @@ pub(crate) async fn handshake(
         Frame::Bulk(text) => String::from_utf8_lossy(text).into_owned(),
         _ => String::new(),
     };
-    // "Already exists": this version, loaded before. Any other refusal (an
-    // older server, no rights): `EVAL` on this connection.
-    let loaded = library
-        && match &replies[checks + 2] {
-            Frame::Error(text) => text.contains("already exists"),
-            _ => true,
-        };
-    Ok(Hello {
+    let mut hello = Hello {
         run_id: run_id(&info),
         server: server(&info),
-        loaded,
-    })
+        ..Hello::default()
+    };
+    let Some(mark) = mark else {
+        return Ok(hello);
+    };
+    let [fsync, load, probe] = &replies[checks + 2..] else {
+        unreachable!("three replies asked");
+    };
+    let fsync = match fsync {
+        Frame::Array(pair) => match pair.get(1) {
+            Some(Frame::Bulk(v)) => Some(String::from_utf8_lossy(v).into_owned()),
+            _ => None,
+        },
+        _ => None,
+    };
+    hello.facts = Facts::from_info(&info, fsync.as_deref());
+    hello.evicting = evicting(&info).map(str::to_owned);
+    hello.replica = info_field(&info, "role") == Some("slave");
+    // "Already exists": this version, loaded before. Any other refusal (an
+    // older server, no rights): `EVAL` on this connection.
+    hello.loaded = match load {
+        Frame::Error(text) => text.contains("already exists"),
+        _ => true,
+    };
+    // The second round trip: the probe by `EVAL` where the library is not
+    // loaded, and the dataset mark (where `INFO` named the process and the
+    // node is no cluster shard, whose slots the mark's key may miss).
+    let mut out = Vec::new();
+    let mut second = 0;
+    if !hello.loaded {
+        scripts::encode_probe(false, &mut out);
+        second += 1;
+    }
+    let cluster = info_field(&info, "cluster_enabled") == Some("1");
+    let marking = match (&hello.facts.run_id, cluster) {
+        (Some(id), false) => {
+            out.extend(resp::encode(&[
+                b"SET",
+                mark.as_bytes(),
+                id.as_bytes(),
+                b"NX",
+                b"GET",
+            ]));
+            second += 1;
+            true
+        }
+        _ => false,
+    };
+    let more = if second > 0 {
+        stream.write_all(&out).await.map_err(|e| io_error(&e))?;
+        stream.flush().await.map_err(|e| io_error(&e))?;
+        read_replies(stream, second).await?
+    } else {
+        Vec::new()
+    };
+    let probe = if hello.loaded { probe } else { &more[0] };
+    hello.denied = denied(probe, hello.loaded);
+    if marking {
+        // Absent (set now), or set in this process: born here.
+        hello.facts.born_here = match more.last() {
+            Some(Frame::Nil) => Some(true),
+            Some(Frame::Bulk(v)) => {
+                Some(hello.facts.run_id.as_deref().map(str::as_bytes) == Some(&v[..]))
+            }
+            _ => None,
+        };
+    }
+    Ok(hello)
+}
+
+/// The commands a permission probe's reply says are denied: the probe's
+/// list, or the script command itself where that was refused (`NOPERM`).
+/// Anything else (an older server without `redis.acl_check_cmd`) says
+/// nothing.
+fn denied(reply: &Frame, loaded: bool) -> Vec<String> {
+    match reply {
+        Frame::Array(missing) => missing
+            .iter()
+            .filter_map(|m| match m {
+                Frame::Bulk(name) => Some(String::from_utf8_lossy(name).into_owned()),
+                _ => None,
+            })
+            .collect(),
+        Frame::Error(text) if text.starts_with("NOPERM") => {
+            vec![if loaded { "fcall" } else { "eval" }.to_owned()]
+        }
+        _ => Vec::new(),
+    }
 }
 
 /// Reads `count` replies.
@@ -255,6 +365,13 @@ async fn read_replies(stream: &mut Stream, count: usize) -> Result<Vec<Frame>, N
                 let mut chunk = [0u8; 4096];
                 let n = stream.read(&mut chunk).await.map_err(|e| io_error(&e))?;
                 if n == 0 {
+                    // A node that refuses a connection says why, then
+                    // closes.
+                    if let Some(Frame::Error(text)) =
+                        replies.iter().find(|r| matches!(r, Frame::Error(_)))
+                    {
+                        return Err(super::refusal(text));
+                    }
                     return Err(NodeError::Connection(
                         "the node closed the connection".into(),
                     ));

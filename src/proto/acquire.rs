@@ -79,7 +79,7 @@ mod tests {
         let mut c = Round::new(step, &vec![true; replies.len()]);
         for (i, reply) in replies.into_iter().enumerate() {
             if let Some(reply) = reply {
-                c.on_reply(i, reply);
+                c.on_reply(i, reply, false);
             }
         }
         c.on_timeout();

@@ -104,12 +104,26 @@ pub enum NodeError {
     NotConnected(Arc<str>),
     /// The node did not answer within the per-node timeout.
     TimedOut,
-    /// The node answered with an error (e.g. `OOM`, `READONLY`; a denied
-    /// command or key, `NOPERM`, is [`NodeError::Auth`]).
+    /// The node answered with an error this library has no name for (its
+    /// text as the node gave it).
     Server(Arc<str>),
-    /// The node rejected our credentials (`NOAUTH`, `WRONGPASS`), or denied
-    /// the user a command, key or channel (`NOPERM`).
+    /// The node rejected our credentials (`NOAUTH`, `WRONGPASS`).
     Auth(Arc<str>),
+    /// The user may not run a command the library needs (`NOPERM`): grant
+    /// it (`ACL SETUSER`; docs/operations.md lists the commands).
+    NoPermission(Arc<str>),
+    /// The node is out of memory (`OOM`: `maxmemory` reached under
+    /// `noeviction`): new locks are refused there until memory is freed.
+    OutOfMemory(Arc<str>),
+    /// The node refused the connection: it has `maxclients` connections
+    /// already.
+    MaxClients(Arc<str>),
+    /// The node is loading its dataset after a start (`LOADING`): it
+    /// answers once it has.
+    Loading(Arc<str>),
+    /// The node is a replica (`READONLY`): a lock node must be a master,
+    /// and independent of the others.
+    ReadOnly(Arc<str>),
     /// The connection failed while the request was in flight.
     Connection(Arc<str>),
     /// The node answered something this library did not expect.
@@ -145,6 +159,12 @@ pub enum Answer {
     Failed(NodeError),
     /// The round was decided before this node answered.
     Undecided,
+    /// The node granted, but restarted without persistence less than the
+    /// longest TTL ago (`Builder::max_ttl`): it may have forgotten another
+    /// holder's key, so its yes counts toward no new grant until it has
+    /// been up that long (docs/operations.md, restarts). What it set is
+    /// released like any grant.
+    Quarantined,
     /// A semaphore's live holders on the node were granted under this
     /// permit count, not the one asked with ([`LockError::PermitCount`]).
     PermitsDiffer {
@@ -277,7 +297,8 @@ impl Votes {
         }
     }
 
-    pub(crate) fn count(&self, f: impl Fn(&Answer) -> bool) -> usize {
+    /// How many nodes' answers satisfy `f`.
+    pub fn count(&self, f: impl Fn(&Answer) -> bool) -> usize {
         self.nodes.iter().filter(|(_, a)| f(a)).count()
     }
 }
@@ -294,6 +315,9 @@ impl fmt::Display for Answer {
             Answer::NotHeld => f.write_str("not held by us"),
             Answer::Failed(e) => write!(f, "{e}"),
             Answer::Undecided => f.write_str("not waited for (the round had decided)"),
+            Answer::Quarantined => f.write_str(
+                "yes, but it restarted without persistence within the longest TTL: not counted",
+            ),
             Answer::PermitsDiffer { permits } => {
                 write!(f, "its holders have {permits} permits")
             }
@@ -370,15 +394,39 @@ impl LockError {
                     ),
                 }
             }
-            LockError::Unavailable { votes } => write!(
-                f,
-                "{}: only {} of {} nodes answered in time, {} needed: check the nodes \
-                 (Redlock::probe, `redquorum nodes`) or raise the node timeout",
-                votes.subject(),
-                votes.len() - votes.failed() - votes.count(|a| matches!(a, Answer::Undecided)),
-                votes.len(),
-                votes.len() / 2 + 1
-            ),
+            LockError::Unavailable { votes } => {
+                write!(
+                    f,
+                    "{}: only {} of {} nodes answered yes, {} needed",
+                    votes.subject(),
+                    votes.yes(),
+                    votes.len(),
+                    votes.len() / 2 + 1
+                )?;
+                let quarantined = votes.count(|a| matches!(a, Answer::Quarantined));
+                if quarantined > 0 {
+                    write!(
+                        f,
+                        "; {quarantined} restarted without persistence and count toward no \
+                         new lock until they have been up for the longest TTL \
+                         (docs/operations.md, restarts)"
+                    )?;
+                }
+                // One piece of advice per kind of failure, in node order.
+                let mut advice: Vec<&str> = Vec::new();
+                for (_, answer) in votes.iter() {
+                    if let Answer::Failed(e) = answer
+                        && let Some(a) = e.advice()
+                        && !advice.contains(&a)
+                    {
+                        advice.push(a);
+                    }
+                }
+                if !advice.is_empty() {
+                    write!(f, ": {}", advice.join("; "))?;
+                }
+                Ok(())
+            }
             LockError::Expired { votes } if votes.is_empty() => write!(
                 f,
                 "{}: the lock's validity had ended before the call; it is no longer held",
@@ -454,7 +502,12 @@ impl fmt::Display for NodeError {
             NodeError::NotConnected(a) => write!(f, "not connected ({0})", a),
             NodeError::TimedOut => write!(f, "timed out"),
             NodeError::Server(a) => write!(f, "node error: {0}", a),
-            NodeError::Auth(a) => write!(f, "not permitted: {0}", a),
+            NodeError::Auth(a) => write!(f, "credentials refused: {0}", a),
+            NodeError::NoPermission(a) => write!(f, "not permitted: {0}", a),
+            NodeError::OutOfMemory(a) => write!(f, "out of memory: {0}", a),
+            NodeError::MaxClients(a) => write!(f, "connection refused: {0}", a),
+            NodeError::Loading(a) => write!(f, "loading its dataset: {0}", a),
+            NodeError::ReadOnly(a) => write!(f, "a replica, not a master: {0}", a),
             NodeError::Connection(a) => write!(f, "connection error: {0}", a),
             NodeError::Protocol(a) => write!(f, "unexpected reply: {0}", a),
             NodeError::Tls(a) => write!(f, "TLS: {0}", a),
@@ -474,6 +527,61 @@ impl From<InputError> for LockError {
 }
 
 impl std::error::Error for NodeError {}
+
+impl NodeError {
+    /// An error reply (`-NOPERM …`, `-OOM …`) as the error it means; the
+    /// text is kept as the node gave it.
+    ///
+    /// ```
+    /// use redquorum::NodeError;
+    /// assert!(matches!(NodeError::from_reply("OOM command not allowed"), NodeError::OutOfMemory(_)));
+    /// assert!(matches!(NodeError::from_reply("WRONGPASS invalid username-password pair"), NodeError::Auth(_)));
+    /// assert!(matches!(NodeError::from_reply("ERR max number of clients reached"), NodeError::MaxClients(_)));
+    /// assert!(matches!(NodeError::from_reply("ERR unknown command"), NodeError::Server(_)));
+    /// ```
+    pub fn from_reply(text: &str) -> NodeError {
+        let code = text.split(' ').next().unwrap_or_default();
+        let text: Arc<str> = text.into();
+        match code {
+            "NOAUTH" | "WRONGPASS" => NodeError::Auth(text),
+            "NOPERM" => NodeError::NoPermission(text),
+            "OOM" => NodeError::OutOfMemory(text),
+            "LOADING" => NodeError::Loading(text),
+            "READONLY" => NodeError::ReadOnly(text),
+            _ if text.contains("max number of clients reached") => NodeError::MaxClients(text),
+            _ if text.contains("invalid password") => NodeError::Auth(text),
+            _ => NodeError::Server(text),
+        }
+    }
+
+    /// What to do about it, where something can be done: a sentence for
+    /// an error's message.
+    pub(crate) fn advice(&self) -> Option<&'static str> {
+        Some(match self {
+            NodeError::TimedOut => {
+                "raise the node timeout (Builder::node_timeout) if the nodes are far or loaded"
+            }
+            NodeError::NotConnected(_) | NodeError::Connection(_) => {
+                "check that the nodes are up (Redlock::probe, `redquorum nodes`)"
+            }
+            NodeError::Auth(_) => "check the user and password in the node URLs",
+            NodeError::NoPermission(_) => {
+                "grant the user the commands docs/operations.md lists (ACL SETUSER)"
+            }
+            NodeError::OutOfMemory(_) => {
+                "free memory on the node or raise its maxmemory (locks need a few hundred bytes each)"
+            }
+            NodeError::MaxClients(_) => "raise the node's maxclients, or close idle connections",
+            NodeError::Loading(_) => "wait for the node to load its dataset",
+            NodeError::ReadOnly(_) => {
+                "list masters only: this node is a replica (a lock node must be an independent master)"
+            }
+            NodeError::Tls(_) => "check the TLS settings (CA, client certificate, rediss://)",
+            NodeError::Overloaded(_) => "raise Builder::max_in_flight, or make fewer calls at once",
+            NodeError::Server(_) | NodeError::Protocol(_) => return None,
+        })
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -554,10 +662,33 @@ mod tests {
             ),
         };
         assert!(
-            unavailable
-                .to_string()
-                .starts_with("\"orders:42\": only 2 of 5 nodes answered in time, 3 needed"),
+            unavailable.to_string().starts_with(
+                "\"orders:42\": only 2 of 5 nodes answered yes, 3 needed: raise the node timeout"
+            ),
             "{unavailable}"
+        );
+        // The advice follows what the nodes said: "raise the node timeout"
+        // only where they timed out.
+        let oom = Answer::Failed(NodeError::from_reply("OOM command not allowed"));
+        let denied = Answer::Failed(NodeError::from_reply("NOPERM no permissions to run 'eval'"));
+        let refused = LockError::Unavailable {
+            votes: votes(
+                &[oom.clone(), oom, denied, Answer::Quarantined, Answer::Yes],
+                lock("plain", "extend"),
+            ),
+        }
+        .to_string();
+        assert!(!refused.contains("node timeout"), "{refused}");
+        assert!(refused.contains("raise its maxmemory"), "{refused}");
+        assert!(refused.contains("grant the user"), "{refused}");
+        assert!(
+            refused.contains("1 restarted without persistence"),
+            "{refused}"
+        );
+        assert_eq!(
+            refused.matches("maxmemory").count(),
+            1,
+            "advice once per kind"
         );
         let late = LockError::Expired {
             votes: votes(

@@ -42,6 +42,16 @@ pub enum InputError {
         /// `ceil(ttl × drift_factor) + 2 ms`.
         drift: Duration,
     },
+    /// The TTL is longer than the deployment's longest TTL
+    /// ([`Builder::max_ttl`](crate::Builder::max_ttl)), which a node that
+    /// restarted without persistence waits out before it counts again: a
+    /// longer lock could outlive that wait (docs/operations.md, restarts).
+    TtlAboveMax {
+        /// The TTL given.
+        ttl: Duration,
+        /// The longest TTL configured.
+        max_ttl: Duration,
+    },
     /// The resource name is empty.
     EmptyResource,
     /// A multi-resource lock over no resources.
@@ -105,6 +115,11 @@ impl fmt::Display for InputError {
             InputError::TtlNotAboveDrift { drift, ttl, .. } => write!(
                 f,
                 "TTL {ttl:?} is not above the clock-drift allowance {drift:?}"
+            ),
+            InputError::TtlAboveMax { ttl, max_ttl } => write!(
+                f,
+                "TTL {ttl:?} is above the longest TTL {max_ttl:?}: raise Builder::max_ttl \
+                 (CLI --max-ttl), which a node restarted without persistence waits out"
             ),
             InputError::EmptyResource => write!(f, "resource name is empty"),
             InputError::NoResources => write!(f, "no resources given"),

@@ -95,6 +95,19 @@ impl KeyLayout {
         format!("{}{{{resource}}}:lock", self.prefix)
     }
 
+    /// The key of redquorum's dataset mark, `{prefix}redquorum:dataset`: the
+    /// `run_id` of the process the node's dataset was born in, set where
+    /// absent at each connection, never expiring (docs/operations.md,
+    /// restarts).
+    ///
+    /// ```
+    /// let layout = redquorum::KeyLayout::new("app:", false).unwrap();
+    /// assert_eq!(layout.dataset_mark(), "app:redquorum:dataset");
+    /// ```
+    pub fn dataset_mark(&self) -> String {
+        format!("{}redquorum:dataset", self.prefix)
+    }
+
     /// The fencing counter's key of `resource`: `{prefix}{R}:fence`.
     pub fn fence_key(&self, resource: &str) -> String {
         format!("{}{{{resource}}}:fence", self.prefix)

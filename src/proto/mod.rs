@@ -19,6 +19,9 @@
 //!   operator's log;
 //! - [`verdict`]: what a quorum says about a resource from what each node
 //!   holds (an inspection's verdict);
+//! - [`restart`]: when a node that restarted may count toward a new grant
+//!   again (the delayed restart, kept by the client), and what its `INFO`
+//!   says of its persistence and memory policy;
 //! - [`retry`]: the retry policy, and the pause before the next round as a
 //!   function of the last outcome, the time left and a random draw.
 //!
@@ -34,6 +37,7 @@ pub mod lease;
 pub mod op;
 pub mod per_node;
 pub mod quorum;
+pub mod restart;
 pub mod retry;
 pub mod round;
 pub mod slot;

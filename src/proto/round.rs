@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! Round::new(step, asked)         nodes not asked count as no
-//!   on_reply(i, reply)  ...           a reply is a vote (see `vote`)
+//!   on_reply(i, reply, quarantined)   a reply is a vote (see `vote`)
 //!   on_timeout()                      every silent node counts as timed out
 //!   is_done(wait)                     stop listening? (a decision, or named nodes heard)
 //! finish() -> Tally                   decision, answers, fence
@@ -44,6 +44,12 @@ pub(crate) enum Step {
 }
 
 impl Step {
+    /// Whether a yes to this step makes a new grant (an acquire, a fenced
+    /// write-back): what a quarantined node's yes does not count toward.
+    pub(crate) fn grants(self) -> bool {
+        matches!(self, Step::Acquire { .. } | Step::WriteBack(_))
+    }
+
     pub(crate) fn name(self) -> &'static str {
         match self {
             Step::Acquire { .. } => "acquire",
@@ -128,11 +134,29 @@ impl Round {
     }
 
     /// Node `i` replied (once per node; a second reply is ignored).
-    pub(crate) fn on_reply(&mut self, i: usize, reply: Result<Reply, NodeError>) {
+    /// `quarantined`: the node restarted without persistence within the
+    /// longest TTL, so its yes counts toward no new grant
+    /// ([`restart`](crate::proto::restart)); it is still what the node did
+    /// (released with the rest if the round fails).
+    pub(crate) fn on_reply(
+        &mut self,
+        i: usize,
+        reply: Result<Reply, NodeError>,
+        quarantined: bool,
+    ) {
         if !self.waiting(i) {
             return;
         }
-        self.round.record(vote(self.step, &reply));
+        let vote = vote(self.step, &reply);
+        if quarantined && self.step.grants() && vote == Vote::Yes {
+            self.round.record(Vote::No);
+            if let Ok(Reply::Fence(counter)) = reply {
+                self.fence = self.fence.max(Some(counter));
+            }
+            self.answers[i] = Answer::Quarantined;
+            return;
+        }
+        self.round.record(vote);
         let reply = match reply {
             Ok(Reply::Fence(counter)) => {
                 self.fence = self.fence.max(Some(counter));
@@ -227,6 +251,7 @@ fn may_have_applied(answer: &Answer) -> bool {
     matches!(
         answer,
         Answer::Yes
+            | Answer::Quarantined
             | Answer::Undecided
             | Answer::Failed(
                 NodeError::TimedOut | NodeError::Connection(_) | NodeError::Protocol(_)
@@ -275,11 +300,11 @@ mod tests {
     fn decides_at_the_quorum_and_keeps_every_answer() {
         let step = Step::Acquire { holder_ttl: false };
         let mut c = Round::new(step, &[true; 5]);
-        c.on_reply(0, Ok(Reply::Done));
-        c.on_reply(1, Ok(Reply::Done));
+        c.on_reply(0, Ok(Reply::Done), false);
+        c.on_reply(1, Ok(Reply::Done), false);
         assert!(!c.is_done(Wait::Decision));
-        c.on_reply(1, held()); // a second reply changes nothing
-        c.on_reply(2, Ok(Reply::Done));
+        c.on_reply(1, held(), false); // a second reply changes nothing
+        c.on_reply(2, Ok(Reply::Done), false);
         assert!(c.is_done(Wait::Decision));
         assert!(!c.is_done(Wait::Nodes(&[false, false, false, true, false])));
         c.on_timeout();
@@ -295,19 +320,56 @@ mod tests {
     fn nodes_not_asked_vote_no_and_are_never_waited_for() {
         let mut c = Round::new(Step::Release, &[true, false, true]);
         assert!(!c.waiting(1));
-        c.on_reply(0, Ok(Reply::NotHeld)); // gone already: a yes for a release
-        c.on_reply(2, Ok(Reply::Done));
+        c.on_reply(0, Ok(Reply::NotHeld), false); // gone already: a yes for a release
+        c.on_reply(2, Ok(Reply::Done), false);
         assert!(c.is_done(Wait::Nodes(&[true, true, true])));
         assert_eq!(c.finish().decision, Decision::Granted);
+    }
+
+    #[test]
+    fn a_quarantined_yes_counts_toward_no_grant_but_toward_extensions() {
+        let acquire = Step::Acquire { holder_ttl: false };
+        let mut c = Round::new(acquire, &[true; 5]);
+        for i in 0..3 {
+            c.on_reply(i, Ok(Reply::Done), true);
+        }
+        c.on_reply(3, Ok(Reply::Done), false);
+        c.on_reply(4, held(), false);
+        let tally = c.finish();
+        assert_eq!(tally.decision, Decision::Refused);
+        assert_eq!(tally.answers[0], Answer::Quarantined);
+        // What the quarantined nodes set is released with the rest.
+        assert_eq!(*tally.touched(), [true, true, true, true, false]);
+        assert_eq!(*tally.granted(), [false, false, false, true, false]);
+        // A fenced write-back is part of a grant too.
+        let mut c = Round::new(Step::WriteBack(7), &[true; 3]);
+        c.on_reply(0, Ok(Reply::Done), true);
+        c.on_reply(1, Ok(Reply::Done), true);
+        c.on_reply(2, Ok(Reply::Done), false);
+        assert_eq!(c.finish().decision, Decision::Refused);
+        // An extension (or a restore) on a quarantined node counts: the key
+        // there is the holder's, and no one else can count that node.
+        let mut c = Round::new(Step::Extend { restore: true }, &[true; 3]);
+        c.on_reply(0, Ok(Reply::Restored), true);
+        c.on_reply(1, Ok(Reply::Done), true);
+        assert!(c.is_done(Wait::Decision));
+        assert_eq!(c.finish().decision, Decision::Granted);
+        // Refusals from quarantined nodes are refusals.
+        let mut c = Round::new(acquire, &[true; 3]);
+        c.on_reply(0, held(), true);
+        c.on_reply(1, held(), false);
+        let tally = c.finish();
+        assert_eq!(tally.decision, Decision::Refused);
+        assert!(matches!(tally.answers[0], Answer::Held { .. }));
     }
 
     #[test]
     fn fences_keep_the_maximum_and_refusals_are_classified() {
         let step = Step::Acquire { holder_ttl: true };
         let mut c = Round::new(step, &[true; 3]);
-        c.on_reply(0, Ok(Reply::Fence(7)));
-        c.on_reply(1, Ok(Reply::Fence(9)));
-        c.on_reply(2, Err(NodeError::NotConnected("down".into())));
+        c.on_reply(0, Ok(Reply::Fence(7)), false);
+        c.on_reply(1, Ok(Reply::Fence(9)), false);
+        c.on_reply(2, Err(NodeError::NotConnected("down".into())), false);
         let tally = c.finish();
         assert_eq!(tally.fence, Some(9));
         // Refused before it was sent: nothing to release there.

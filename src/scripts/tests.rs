@@ -173,3 +173,30 @@ fn comments_are_stripped_and_code_kept() {
         assert!(lua.source.contains("redis.call"));
     }
 }
+
+/// The permission probe checks every command a script calls with
+/// `redis.call` (a denied one would fail mid-work), and the native `SET`.
+#[test]
+fn the_probe_checks_every_command_the_scripts_call() {
+    for lua in ALL {
+        for part in lua.source.split("redis.call('").skip(1) {
+            let command = part.split('\'').next().unwrap().to_ascii_lowercase();
+            assert!(
+                COMMANDS.contains(&command.as_str()),
+                "{command} is called but not probed"
+            );
+        }
+    }
+    assert!(COMMANDS.contains(&"set") && COMMANDS.contains(&"info"));
+    let mut out = Vec::new();
+    encode_probe(true, &mut out);
+    let text = String::from_utf8_lossy(&out).into_owned();
+    assert!(text.contains("FCALL") && text.contains(PROBE.function.as_str()));
+    assert_eq!(
+        crate::resp::parse(&out).unwrap().map(|(_, used)| used),
+        Some(out.len())
+    );
+    out.clear();
+    encode_probe(false, &mut out);
+    assert!(String::from_utf8_lossy(&out).contains("acl_check_cmd"));
+}

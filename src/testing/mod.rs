@@ -76,6 +76,8 @@ pub struct MemoryNode {
     queue: mpsc::UnboundedSender<(OwnedOp, oneshot::Sender<Result<Reply, NodeError>>)>,
     gate: watch::Sender<bool>,
     store: Arc<Mutex<Store>>,
+    /// Reports itself quarantined ([`Node::quarantined`]).
+    quarantined: std::sync::atomic::AtomicBool,
     /// Bumped after every applied operation, so tests can wait for state.
     applied: watch::Sender<u64>,
 }
@@ -113,6 +115,7 @@ impl MemoryNode {
             queue,
             gate: gate.clone(),
             store: store.clone(),
+            quarantined: std::sync::atomic::AtomicBool::new(false),
             applied: applied.clone(),
         });
         let mut gate_rx = gate.subscribe();
@@ -148,6 +151,37 @@ impl MemoryNode {
     /// Applies the operations held back, in order, and every later one.
     pub fn thaw(&self) {
         self.gate.send_replace(true);
+    }
+
+    /// Forgets every key now, as a node restarted without persistence
+    /// would (operations held back by [`freeze`](Self::freeze) still apply
+    /// after).
+    pub fn wipe(&self) {
+        self.store().clear();
+    }
+
+    /// Reports the node quarantined, or no longer
+    /// ([`Node::quarantined`]): its yes then counts toward no new grant, as
+    /// a Redis node's that restarted without persistence within the
+    /// longest TTL.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    /// use redquorum::{Answer, LockError, testing::{self, MemoryNode}};
+    /// let nodes: Vec<_> = (0..3).map(MemoryNode::new).collect();
+    /// let redlock = testing::redlock_over(&nodes).await;
+    /// nodes[0].quarantine(true);
+    /// nodes[1].quarantine(true);
+    /// let refused = redlock.try_lock("job", Duration::from_secs(5)).await.unwrap_err();
+    /// let votes = refused.votes().unwrap();
+    /// assert_eq!(votes.count(|a| *a == Answer::Quarantined), 2);
+    /// # }
+    /// ```
+    pub fn quarantine(&self, on: bool) {
+        self.quarantined
+            .store(on, std::sync::atomic::Ordering::Release);
     }
 
     /// The token (or reentrant owner) under `key`, if it is set and not
@@ -186,6 +220,11 @@ impl MemoryNode {
         self.store().set_text(fence_key, &n.to_string());
     }
 
+    /// How many operations the node has applied so far.
+    pub fn applied(&self) -> u64 {
+        *self.applied.borrow()
+    }
+
     /// Resolves once `f` holds of this node, checked now and after every
     /// operation it applies. Bound it with `tokio::time::timeout`.
     pub async fn wait_until(&self, f: impl Fn(&Self) -> bool) {
@@ -212,5 +251,9 @@ impl Node for MemoryNode {
             rx.await
                 .map_err(|_| NodeError::Connection("node stopped".into()))?
         })
+    }
+
+    fn quarantined(&self) -> bool {
+        self.quarantined.load(std::sync::atomic::Ordering::Acquire)
     }
 }

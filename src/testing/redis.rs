@@ -23,7 +23,7 @@ pub fn redis_node(url: &str, node_timeout: Duration) -> Result<Arc<dyn Node>, Co
     let tls = tls::Configs::new(&TlsMaterial::default(), [address.endpoint().tls])?;
     let options = Options {
         limits: Limits::new(64, node_timeout, node_timeout),
-        library: false,
+        checks: None,
         identity: None,
     };
     let link = Link::start(address, tls, options);
