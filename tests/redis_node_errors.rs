@@ -80,12 +80,13 @@ impl Drop for ConfigSet {
     }
 }
 
-/// The nodes' own error, for a vote that failed with `Server(msg)`.
-fn server_errors(votes: &redquorum::Votes) -> Vec<String> {
+/// The nodes' own error, for a vote that failed with an error of the kind
+/// `kind` picks (its text as the node gave it).
+fn node_errors(votes: &redquorum::Votes, kind: impl Fn(&NodeError) -> Option<&str>) -> Vec<String> {
     votes
         .iter()
         .filter_map(|(_, a)| match a {
-            Answer::Failed(NodeError::Server(msg)) => Some(msg.to_string()),
+            Answer::Failed(e) => kind(e).map(str::to_owned),
             _ => None,
         })
         .collect()
@@ -107,10 +108,19 @@ async fn out_of_memory_nodes_give_typed_server_errors() {
         .await;
         match redlock.try_lock(&resource, Duration::from_secs(5)).await {
             Err(LockError::Unavailable { votes }) => {
-                let errors = server_errors(&votes);
+                let errors = node_errors(&votes, |e| match e {
+                    NodeError::OutOfMemory(m) => Some(m),
+                    _ => None,
+                });
                 assert!(errors.len() >= 3, "{votes}");
                 assert!(errors.iter().all(|m| m.contains("OOM")), "{errors:?}");
+                // Its own advice, not the node timeout's.
                 assert_eq!(votes.held(), 0);
+                let text = LockError::Unavailable { votes }.to_string();
+                assert!(
+                    text.contains("maxmemory") && !text.contains("node timeout"),
+                    "{text}"
+                );
             }
             other => panic!("expected Unavailable, got {other:?}"),
         }
@@ -196,7 +206,10 @@ async fn read_only_replicas_give_typed_server_errors() {
         }
         match redlock.try_lock(&resource, Duration::from_secs(5)).await {
             Err(LockError::Unavailable { votes }) => {
-                let errors = server_errors(&votes);
+                let errors = node_errors(&votes, |e| match e {
+                    NodeError::ReadOnly(m) => Some(m),
+                    _ => None,
+                });
                 assert!(errors.len() >= 3, "{votes}");
                 assert!(
                     errors
@@ -451,6 +464,7 @@ async fn least_privilege_acl_user_can_lock() {
             "~{*}:intent",
             "~{*}:rw:*",
             "~{*}:permit*",
+            "~redquorum:dataset",
             "resetchannels",
             "&{*}:lock",
             "&{*}:writer",
@@ -458,6 +472,7 @@ async fn least_privilege_acl_user_can_lock() {
             "-@all",
             "+ping",
             "+info",
+            "+config|get",
             "+fcall",
             "+function|load",
             "+eval",

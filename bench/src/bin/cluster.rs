@@ -17,6 +17,7 @@ use redquorum_bench::lone::{CYCLES, lone, p};
 
 async fn build(urls: Vec<String>, what: &str) -> Redlock {
     Redlock::builder()
+        .restart_quarantine(false)
         .nodes(urls)
         .node_timeout(Duration::from_secs(1))
         .retry(Retry::none())

@@ -39,6 +39,7 @@ async fn client(urls: &[String], retry: Retry) -> (Vec<Proxy>, Redlock) {
         proxies.push(Proxy::start(url.trim_start_matches("redis://")).await);
     }
     let redlock = Redlock::builder()
+        .restart_quarantine(false)
         .nodes(proxies.iter().map(Proxy::url))
         .retry(retry)
         .node_timeout(Duration::from_millis(50))
@@ -160,6 +161,7 @@ async fn main() {
     // Straight to the nodes first: what a deployment sees.
     let direct = || async {
         let redlock = Redlock::builder()
+            .restart_quarantine(false)
             .nodes(&urls)
             .node_timeout(Duration::from_millis(50))
             .build()

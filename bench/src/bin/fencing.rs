@@ -30,7 +30,12 @@ fn main() {
         .build()
         .expect("runtime");
     runtime.block_on(async move {
-        let redlock = Redlock::connect(nodes.split(',')).await.expect("connect");
+        let redlock = Redlock::builder()
+            .restart_quarantine(false)
+            .nodes(nodes.split(','))
+            .build()
+            .await
+            .expect("connect");
         let ttl = Duration::from_secs(10);
         let (mut plain, mut fenced) = (Vec::new(), Vec::new());
         for i in 0..cycles + 20 {

@@ -34,6 +34,7 @@ async fn run(urls: &[String], notify: bool, secs: u64) {
     for _ in 0..CLIENTS {
         // One client each, as separate processes would have.
         let redlock = Redlock::builder()
+            .restart_quarantine(false)
             .nodes(urls)
             .notify_waiters(notify)
             .retry(Retry::default()) // the peers' 200 ms polling ceiling

@@ -33,8 +33,18 @@ fn main() {
         .build()
         .expect("runtime");
     runtime.block_on(async {
-        let holder = Redlock::connect(&urls).await.expect("connect");
-        let waiter = Redlock::connect(&urls).await.expect("connect");
+        let holder = Redlock::builder()
+            .restart_quarantine(false)
+            .nodes(&urls)
+            .build()
+            .await
+            .expect("connect");
+        let waiter = Redlock::builder()
+            .restart_quarantine(false)
+            .nodes(&urls)
+            .build()
+            .await
+            .expect("connect");
         let mut conns = listening::connections(&urls).await;
         let mut healthy = handoffs(&holder, &waiter, &mut conns, "healthy").await;
         let mut rw_healthy = rw_handoffs(&holder, &waiter, &mut conns, "healthy").await;

@@ -53,6 +53,7 @@ fn nodes_script(args: &[&str]) {
 
 async fn client(urls: &[String], node_timeout: Duration) -> Redlock {
     Redlock::builder()
+        .restart_quarantine(false)
         .nodes(urls)
         .node_timeout(node_timeout)
         .retry(Retry::none())
@@ -192,6 +193,7 @@ async fn frozen(urls: &[String], healthy_secs: u64) {
 async fn churn(urls: &[String]) {
     let holder = client(urls, Duration::from_secs(1)).await;
     let shared = Redlock::builder()
+        .restart_quarantine(false)
         .nodes(urls)
         .node_timeout(Duration::from_secs(1))
         .retry(Retry::new(3, Duration::from_secs(5)))

@@ -23,7 +23,7 @@ fn main() {
     };
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
-        let tls = Redlock::builder()
+        let tls = Redlock::builder().restart_quarantine(false)
             .nodes((1..=5).map(|n| format!("rediss://127.0.0.1:{}", 7100 + n)))
             .tls_ca(read("ca.crt"))
             .tls_client_cert(read("client.crt"), read("client.key"))
@@ -33,7 +33,7 @@ fn main() {
             .build()
             .await
             .expect("TLS nodes");
-        let plain = Redlock::builder()
+        let plain = Redlock::builder().restart_quarantine(false)
             .nodes((1..=5).map(|n| format!("redis://127.0.0.1:{}", 7110 + n)))
             .node_timeout(Duration::from_secs(1))
             .retry(Retry::none())

@@ -137,6 +137,7 @@ impl Client {
         match which {
             Which::Redquorum => {
                 let mut builder = Redlock::builder()
+                    .restart_quarantine(false)
                     .nodes(urls)
                     .retry(Retry::new(3, RETRY_MAX));
                 if let Some(timeout) = profiling_timeout() {

@@ -1,0 +1,160 @@
+//! What the `redquorum` binary checks of the nodes before it runs anything:
+//! a user who may not run the scripts exits 77 before the command starts,
+//! a TTL above `--max-ttl` is bad usage, and `nodes` names a node that may
+//! evict lock keys.
+//!
+//! Needs real nodes: built only with the `redis-tests` feature, which
+//! `scripts/test` turns on (it starts the nodes).
+#![cfg(feature = "redis-tests")]
+
+mod support;
+
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use support::*;
+use tokio::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_redquorum");
+/// No single CLI run in these tests may take longer.
+const BOUND: Duration = Duration::from_secs(30);
+
+async fn run(nodes: &[String], args: &[&str]) -> Output {
+    let child = Command::new(BIN)
+        .arg("--nodes")
+        .arg(nodes.join(","))
+        .args(["--node-timeout", "1s"])
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn redquorum");
+    tokio::time::timeout(BOUND, child.wait_with_output())
+        .await
+        .expect("redquorum did not finish in time")
+        .expect("wait for redquorum")
+}
+
+/// `ACL args…` on every node.
+fn acl_all(args: &[&str]) {
+    for url in node_urls() {
+        let mut conn = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_connection_with_timeout(Duration::from_secs(5))
+            .unwrap();
+        let _: redis::Value = redis::cmd("ACL").arg(args).query(&mut conn).unwrap();
+    }
+}
+
+/// A user on every node, deleted on drop.
+struct User(String);
+
+impl Drop for User {
+    fn drop(&mut self) {
+        acl_all(&["DELUSER", &self.0]);
+    }
+}
+
+/// Before: the user's plain acquire (a native SET) succeeded, the command
+/// started, and the first extension (a script) got NOPERM: exit 79, the key
+/// left for its TTL. Now: exit 77 before the command runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_user_without_script_permissions_exits_77_before_the_command() {
+    let user = User(format!("cli-noscripts-{:08x}", rand::random::<u32>()));
+    acl_all(&[
+        "SETUSER",
+        &user.0,
+        "on",
+        ">pw",
+        "~*",
+        "&*",
+        "+@all",
+        "-fcall",
+        "-function|load",
+        "-eval",
+    ]);
+    let urls: Vec<String> = node_urls()
+        .iter()
+        .map(|u| u.replacen("redis://", &format!("redis://{}:pw@", user.0), 1))
+        .collect();
+    let touched = std::env::temp_dir().join(format!("redquorum-77-{:08x}", rand::random::<u32>()));
+    let resource = unique("cli-noperm");
+    let out = run(
+        &urls,
+        &[
+            "exec",
+            "--ttl",
+            "3s",
+            &resource,
+            "--",
+            "touch",
+            touched.to_str().unwrap(),
+        ],
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(77), "{stderr}");
+    assert!(stderr.contains("eval"), "{stderr}");
+    assert!(
+        !stderr.contains(":pw@"),
+        "a password in the output: {stderr}"
+    );
+    assert!(!touched.exists(), "the command ran");
+}
+
+/// A TTL above the longest one is refused as bad usage, with the setting
+/// to change.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_ttl_above_max_ttl_is_bad_usage() {
+    let out = run(
+        &node_urls(),
+        &[
+            "--max-ttl",
+            "10s",
+            "exec",
+            "--ttl",
+            "11s",
+            "r",
+            "--",
+            "true",
+        ],
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains("--max-ttl"), "{stderr}");
+}
+
+/// `nodes` names a node whose policy may evict lock keys; `--strict`
+/// refuses it (exit 64).
+#[tokio::test(flavor = "multi_thread")]
+async fn nodes_names_an_evicting_policy() {
+    let url = &node_urls()[1];
+    let config = |name: &str, value: &str| {
+        let mut conn = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_connection_with_timeout(Duration::from_secs(5))
+            .unwrap();
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(name)
+            .arg(value)
+            .query(&mut conn)
+            .unwrap();
+    };
+    config("maxmemory", "1gb");
+    config("maxmemory-policy", "allkeys-lru");
+    let listed = run(&node_urls(), &["nodes"]).await;
+    let strict = run(&node_urls(), &["--strict", "exec", "r", "--", "true"]).await;
+    config("maxmemory-policy", "noeviction");
+    config("maxmemory", "0");
+    let stdout = String::from_utf8_lossy(&listed.stdout);
+    assert!(stdout.contains("evicts:allkeys-lru"), "{stdout}");
+    assert!(stdout.contains("may evict lock keys"), "{stdout}");
+    let stderr = String::from_utf8_lossy(&strict.stderr);
+    assert_eq!(strict.status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains("allkeys-lru"), "{stderr}");
+}

@@ -1,0 +1,332 @@
+//! Nodes that restart and forget, on the five real nodes: the delayed
+//! restart kept by the client. Nodes restarted empty and without
+//! persistence (`scripts/nodes bare-restart N`) are quarantined for the
+//! longest TTL, so a contender is refused while a holder's keys are gone
+//! from a majority; a lease is kept through every node restarting empty one
+//! after another; with the quarantine off (the negative control) a second
+//! holder gets in. Also: missing permissions and evicting policies are
+//! found at connect.
+//!
+//! The tests change the shared nodes, so they take turns, and every node
+//! they restart bare is restarted durable (and empty) again by a guard, so
+//! that later tests meet durable nodes.
+//!
+//! Needs real nodes: built only with the `redis-tests` feature, which
+//! `scripts/test` turns on (it starts the nodes).
+#![cfg(feature = "redis-tests")]
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use redquorum::{ConfigError, Redlock};
+use support::acl::AclUser;
+use support::*;
+use tokio::sync::Mutex;
+
+static TURN: Mutex<()> = Mutex::const_new(());
+
+/// Nodes (1-based) restarted bare for as long as this lives; restarted
+/// durable and empty on drop, even when the test fails.
+struct Bare(Vec<usize>);
+
+impl Bare {
+    fn restart(&mut self, node: usize) {
+        nodes_script(&["bare-restart", &node.to_string()]);
+        self.0.push(node);
+    }
+}
+
+impl Drop for Bare {
+    fn drop(&mut self) {
+        for node in &self.0 {
+            wipe_restart(*node);
+        }
+    }
+}
+
+/// Waits (at most 10 s) until `redlock` has reconnected to `nodes` (1-based)
+/// and sees each quarantined.
+async fn until_quarantined(redlock: &Redlock, nodes: &[usize]) {
+    let start = Instant::now();
+    loop {
+        let health = redlock.probe(Duration::from_secs(1)).await;
+        if nodes
+            .iter()
+            .all(|n| health[n - 1].quarantined_for.is_some())
+        {
+            for n in nodes {
+                assert_eq!(health[n - 1].durable, Some(false), "{:?}", health[n - 1]);
+            }
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "nodes {nodes:?} not seen quarantined: {health:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A holds a lock (TTL 30 s); nodes 1, 2 and 3 restart empty in quick
+/// succession, so A's key is gone from a majority. A contender — one
+/// connected before the restarts, and one connecting after — is refused:
+/// the restarted nodes' yes does not count. A's extension restores its key
+/// there and counts it. With the quarantine off, the contender gets the
+/// lock while A's is valid: what the quarantine prevents (seen before it).
+#[tokio::test]
+async fn a_contender_is_refused_after_three_empty_restarts() {
+    let _turn = TURN.lock().await;
+    let mut bare = Bare(Vec::new());
+    let holder = redlock().await;
+    let before = redlock().await;
+    let unguarded = patient().restart_quarantine(false).build().await.unwrap();
+    let resource = unique("restarts-contender");
+    let ttl = Duration::from_secs(30);
+    let mut lock = holder
+        .lock(&resource, ttl)
+        .await
+        .expect("healthy nodes grant");
+    for node in 1..=3 {
+        bare.restart(node);
+    }
+    let after = redlock().await;
+    for contender in [&before, &after] {
+        until_quarantined(contender, &[1, 2, 3]).await;
+        let refused = contender.try_lock(&resource, ttl).await;
+        let error = refused.expect_err("a contender got the lock while the holder's is valid");
+        let votes = error.votes().expect("votes");
+        assert_eq!(
+            votes.count(|a| *a == redquorum::Answer::Quarantined),
+            3,
+            "{error}"
+        );
+    }
+    assert!(lock.is_valid());
+    until_quarantined(&holder, &[1, 2, 3]).await;
+    lock.extend(ttl)
+        .await
+        .expect("the holder's extension counts its restores");
+    let key = lock_key(&resource);
+    assert_eq!(holding_token(&key, lock.token()).await, 5);
+    lock.release().await.unwrap();
+
+    // The negative control: the same, the quarantine off (for the holder
+    // too, which could not take a new lock with three nodes quarantined).
+    let unguarded_holder = patient().restart_quarantine(false).build().await.unwrap();
+    let lock = unguarded_holder.lock(&resource, ttl).await.unwrap();
+    for node in 1..=3 {
+        bare.restart(node);
+    }
+    let start = Instant::now();
+    let second = loop {
+        if let Ok(second) = unguarded.try_lock(&resource, ttl).await {
+            break second;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the control never got in"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        lock.is_valid() && second.is_valid(),
+        "two valid holders at once"
+    );
+    second.release().await.unwrap();
+    drop(lock);
+}
+
+/// How many of the five nodes hold `token` under `key`.
+async fn holding_token(key: &str, token: &str) -> usize {
+    let mut held = 0;
+    for mut conn in raw_all().await {
+        let value: Option<String> = redis::AsyncCommands::get(&mut conn, key).await.unwrap();
+        held += usize::from(value.as_deref() == Some(token));
+    }
+    held
+}
+
+/// Durable nodes, then each restarted empty and bare, one after another
+/// 1 s apart, under a keep-alive lease and a `run` lease (TTL 10 s) while a
+/// contender tries both all the time: both leases are kept, and the
+/// contender never holds either while a lease is valid. Runs
+/// `REDQUORUM_RESTART_RUNS` times (default 1; the figures in
+/// docs/operations.md are from 20).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_are_kept_through_a_rolling_empty_restart() {
+    let _turn = TURN.lock().await;
+    let runs: usize = std::env::var("REDQUORUM_RESTART_RUNS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(1);
+    let ttl = Duration::from_secs(10);
+    let (mut kept, mut second) = (0, 0);
+    for run in 0..runs {
+        let mut bare = Bare(Vec::new());
+        let holder = redlock().await;
+        let contender = redlock().await;
+        let kept_alive = unique("restarts-keepalive");
+        let ran = unique("restarts-run");
+        let keep = holder
+            .lock(&kept_alive, ttl)
+            .await
+            .unwrap()
+            .keep_alive()
+            .unwrap();
+        let done = Arc::new(AtomicBool::new(false));
+        let seconds = Arc::new(AtomicUsize::new(0));
+        // The contender: both resources, all the time once both leases are
+        // held (before, it may win the `run` lease's first round fairly).
+        let (leased_tx, leased_rx) = tokio::sync::oneshot::channel::<()>();
+        let trying = {
+            let (done, seconds) = (Arc::clone(&done), Arc::clone(&seconds));
+            let resources = [kept_alive.clone(), ran.clone()];
+            async move {
+                let _ = leased_rx.await;
+                while !done.load(Ordering::Acquire) {
+                    for r in &resources {
+                        if let Ok(lock) = contender.try_lock(r, ttl).await {
+                            seconds.fetch_add(1, Ordering::AcqRel);
+                            drop(lock);
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        };
+        let restarts = async {
+            for node in 1..=5 {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                tokio::task::block_in_place(|| bare.restart(node));
+            }
+            // One more extension of each lease after the last restart.
+            tokio::time::sleep(ttl / 2).await;
+        };
+        let leased = holder.run(&ran, ttl, |lease| async move {
+            let _ = leased_tx.send(());
+            restarts.await;
+            lease.is_valid()
+        });
+        let ((), leased) = tokio::join!(trying_until(&done, trying), async {
+            let out = leased.await;
+            done.store(true, Ordering::Release);
+            out
+        });
+        let ok = matches!(leased, Ok(true)) && keep.lease().is_valid() && !keep.lease().is_lost();
+        kept += usize::from(ok);
+        second += seconds.load(Ordering::Acquire);
+        eprintln!(
+            "run {run}: run lease {leased:?}, keep-alive valid {}, contender grants {}",
+            keep.lease().is_valid(),
+            seconds.load(Ordering::Acquire)
+        );
+        keep.release().await.unwrap();
+        drop(bare);
+    }
+    eprintln!(
+        "rolling empty restarts: leases kept in {kept} of {runs} runs, {second} grants to the contender"
+    );
+    assert_eq!(kept, runs, "a lease was lost");
+    assert_eq!(
+        second, 0,
+        "the contender held a lock while a lease was valid"
+    );
+}
+
+async fn trying_until(done: &AtomicBool, trying: impl std::future::Future<Output = ()>) {
+    trying.await;
+    assert!(done.load(Ordering::Acquire));
+}
+
+/// A user who may not run the scripts: the client refuses to build, naming
+/// the node and the command, before any lock is taken (the CLI exits 77).
+#[tokio::test]
+async fn a_user_without_script_permissions_is_refused_at_connect() {
+    let user = AclUser::create(
+        "noscripts",
+        &[
+            "on",
+            ">pw",
+            "~*",
+            "&*",
+            "+@all",
+            "-fcall",
+            "-function|load",
+            "-eval",
+        ],
+    )
+    .await;
+    let built = Redlock::builder()
+        .nodes(user.urls("pw"))
+        .connect_timeout(Duration::from_secs(5))
+        .require_quorum(true)
+        .build()
+        .await;
+    match built {
+        Err(ConfigError::Permission { node, message }) => {
+            assert!(message.contains("eval"), "{message}");
+            assert!(node.starts_with("redis://"), "{node}");
+            assert!(!node.contains("pw"));
+        }
+        other => panic!("expected a permission error, got {other:?}"),
+    }
+    // A command called inside the scripts, denied: named too.
+    let user = AclUser::create("nopexpire", &["on", ">pw", "~*", "&*", "+@all", "-pexpire"]).await;
+    let built = Redlock::builder()
+        .nodes(user.urls("pw"))
+        .connect_timeout(Duration::from_secs(5))
+        .require_quorum(true)
+        .build()
+        .await;
+    match built {
+        Err(ConfigError::Permission { message, .. }) => {
+            assert!(message.contains("pexpire"), "{message}");
+        }
+        other => panic!("expected a permission error, got {other:?}"),
+    }
+}
+
+/// A node with a memory limit and an evicting policy is named at connect
+/// (`probe`, the metric, the log), and refused under `strict`.
+#[tokio::test]
+async fn an_evicting_policy_is_named_at_connect_and_refused_when_strict() {
+    let _turn = TURN.lock().await;
+    let mut conn = raw(0).await;
+    let set = |conn: &mut redis::aio::MultiplexedConnection, name: &str, value: &str| {
+        let mut cmd = redis::cmd("CONFIG");
+        cmd.arg("SET").arg(name).arg(value);
+        let conn = conn.clone();
+        async move {
+            let mut conn = conn;
+            let _: () = cmd.query_async(&mut conn).await.unwrap();
+        }
+    };
+    set(&mut conn, "maxmemory", "1gb").await;
+    set(&mut conn, "maxmemory-policy", "volatile-lru").await;
+    let redlock = redlock().await;
+    let health = redlock.probe(Duration::from_secs(1)).await;
+    let strict = patient()
+        .strict(true)
+        .connect_timeout(Duration::from_secs(5))
+        .require_quorum(true)
+        .build()
+        .await;
+    set(&mut conn, "maxmemory-policy", "noeviction").await;
+    set(&mut conn, "maxmemory", "0").await;
+    assert_eq!(
+        health[0].evicting.as_deref(),
+        Some("volatile-lru"),
+        "{health:?}"
+    );
+    assert!(health[1..].iter().all(|h| h.evicting.is_none()));
+    match strict {
+        Err(ConfigError::Evicting { node, policy }) => {
+            assert_eq!(policy, "volatile-lru");
+            assert_eq!(node, node_urls()[0]);
+        }
+        other => panic!("expected an eviction refusal, got {other:?}"),
+    }
+}
