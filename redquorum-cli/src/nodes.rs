@@ -71,28 +71,8 @@ pub async fn nodes(global: &Global, urls: &[String], args: &NodesArgs, ui: &Ui) 
                 error
             );
         }
-        for h in &health {
-            if let Some(left) = h.quarantined_for {
-                println!(
-                    "{}: restarted without persistence; counts toward no new lock for {} more \
-                     (docs/operations.md, restarts)",
-                    h.node,
-                    humantime::format_duration(Duration::from_secs(left.as_secs().max(1)))
-                );
-            }
-            if let Some(policy) = &h.evicting {
-                println!(
-                    "{}: maxmemory-policy {policy} with a memory limit may evict lock keys \
-                     (a lock then can be granted twice): set noeviction",
-                    h.node
-                );
-            }
-            if h.replica {
-                println!(
-                    "{}: a replica; a lock node must be an independent master",
-                    h.node
-                );
-            }
+        for line in health.iter().flat_map(warnings) {
+            println!("{line}");
         }
         println!("{reachable} of {} reachable, quorum {quorum}", health.len());
     }
@@ -123,4 +103,32 @@ fn warning(h: &redquorum::NodeHealth) -> String {
     } else {
         parts.join(",")
     }
+}
+
+/// What makes a node unsafe or unready for locks now, a sentence each (for
+/// `nodes`, and on stderr for `status`).
+pub fn warnings(h: &redquorum::NodeHealth) -> Vec<String> {
+    let mut lines = Vec::new();
+    if let Some(left) = h.quarantined_for {
+        lines.push(format!(
+            "{}: restarted without persistence; counts toward no new lock for {} more \
+             (docs/operations.md, restarts)",
+            h.node,
+            humantime::format_duration(Duration::from_secs(left.as_secs().max(1)))
+        ));
+    }
+    if let Some(policy) = &h.evicting {
+        lines.push(format!(
+            "{}: maxmemory-policy {policy} with a memory limit may evict lock keys (a lock \
+             then can be granted twice): set noeviction",
+            h.node
+        ));
+    }
+    if h.replica {
+        lines.push(format!(
+            "{}: a replica; a lock node must be an independent master",
+            h.node
+        ));
+    }
+    lines
 }

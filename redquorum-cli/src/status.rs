@@ -24,6 +24,12 @@ pub async fn status(global: &Global, nodes: &[String], args: &StatusArgs, ui: &U
         Ok(redlock) => redlock,
         Err(e) => return crate::config_failure(ui, &e),
     };
+    // What would make the answer below wrong soon: on stderr, before it.
+    for h in redlock.probe(timeout).await {
+        for line in crate::nodes::warnings(&h) {
+            ui.note(format_args!("{line}"));
+        }
+    }
     let code = match show(&redlock, args).await {
         Ok(code) => code,
         Err(LockError::Input(e)) => {

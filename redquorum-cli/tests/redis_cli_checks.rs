@@ -1,7 +1,7 @@
 //! What the `redquorum` binary checks of the nodes before it runs anything:
 //! a user who may not run the scripts exits 77 before the command starts,
-//! a TTL above `--max-ttl` is bad usage, and `nodes` names a node that may
-//! evict lock keys.
+//! a TTL above `--max-ttl` is bad usage, and `nodes` and `status` name a
+//! node that may evict lock keys.
 //!
 //! Needs real nodes: built only with the `redis-tests` feature, which
 //! `scripts/test` turns on (it starts the nodes).
@@ -148,12 +148,15 @@ async fn nodes_names_an_evicting_policy() {
     config("maxmemory", "1gb");
     config("maxmemory-policy", "allkeys-lru");
     let listed = run(&node_urls(), &["nodes"]).await;
+    let status = run(&node_urls(), &["status", "r"]).await;
     let strict = run(&node_urls(), &["--strict", "exec", "r", "--", "true"]).await;
     config("maxmemory-policy", "noeviction");
     config("maxmemory", "0");
     let stdout = String::from_utf8_lossy(&listed.stdout);
     assert!(stdout.contains("evicts:allkeys-lru"), "{stdout}");
     assert!(stdout.contains("may evict lock keys"), "{stdout}");
+    let noted = String::from_utf8_lossy(&status.stderr);
+    assert!(noted.contains("may evict lock keys"), "status: {noted}");
     let stderr = String::from_utf8_lossy(&strict.stderr);
     assert_eq!(strict.status.code(), Some(64), "{stderr}");
     assert!(stderr.contains("allkeys-lru"), "{stderr}");
