@@ -138,6 +138,7 @@ mod dispatch;
 mod driver;
 pub mod election;
 mod error;
+mod holds;
 mod in_flight;
 pub mod inspect;
 mod lease;
@@ -161,7 +162,7 @@ mod token;
 mod wait;
 mod wakeup;
 
-pub use config::{Builder, LockOptions, Retry};
+pub use config::{Builder, DEFAULT_MAX_TTL, LockOptions, Retry};
 pub use error::{Answer, ConfigError, InputError, LockError, NodeError, Votes};
 pub use lease::{KeepAlive, Lease, LeaseEnd};
 pub use lock::Lock;

@@ -344,13 +344,13 @@ async fn cancelled_acquisitions_leave_nothing_behind() {
 #[tokio::test]
 async fn cancelled_extend_keeps_the_lock() {
     let (nodes, redlock) = patient_cluster().await;
-    let mut lock = redlock.lock("job", Duration::from_secs(60)).await.unwrap();
+    let mut lock = redlock.lock("job", Duration::from_secs(30)).await.unwrap();
     let deadline = lock.deadline();
     for n in &nodes[2..] {
         n.freeze();
     }
     {
-        let mut extend = Box::pin(lock.extend(Duration::from_secs(120)));
+        let mut extend = Box::pin(lock.extend(Duration::from_secs(60)));
         assert!(futures::poll!(&mut extend).is_pending());
     }
     for n in &nodes {

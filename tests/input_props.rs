@@ -165,6 +165,11 @@ fn expected_lock(s: &Settings, name: &str, ttl: Duration) -> Result<Duration, In
     if ms == 0 || ms > MAX_TTL_MS {
         return Err(InputError::InvalidTtl(ttl));
     }
+    // No test sets Builder::max_ttl: its default.
+    let max_ttl = redquorum::DEFAULT_MAX_TTL;
+    if Duration::from_millis(ms) > max_ttl {
+        return Err(InputError::TtlAboveMax { ttl, max_ttl });
+    }
     let factor = s.drift_factor.unwrap_or(0.01);
     validity(ms, factor).ok_or(InputError::TtlNotAboveDrift {
         ttl,

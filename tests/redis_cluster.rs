@@ -302,7 +302,12 @@ async fn every_lock_kind_works_on_cluster_members() {
     // lets it in within seconds.
     let resource = support::unique("cluster-wake");
     let long = Duration::from_secs(600);
-    let held = redlock.try_lock(&resource, long).await.unwrap();
+    // The longest TTL a lock may have (Builder::max_ttl's default): far
+    // longer than the seconds a wake-up takes.
+    let held = redlock
+        .try_lock(&resource, Duration::from_secs(60))
+        .await
+        .unwrap();
     let waiter = Redlock::builder()
         .nodes(urls())
         .node_timeout(Duration::from_secs(1))
