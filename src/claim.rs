@@ -145,6 +145,14 @@ impl Claim {
             .unwrap_or_else(std::sync::PoisonError::into_inner) = true;
     }
 
+    /// Whether the claim's release has begun.
+    pub(crate) fn is_released(&self) -> bool {
+        *self
+            .released
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Runs `make` (which makes a restore's calls) unless the claim's
     /// release has begun, and so before that release is made: on every
     /// node the restore comes before the release. Whether it ran.

@@ -92,6 +92,10 @@ pub(crate) struct Driver {
     names: Arc<[Arc<str>]>,
     /// What the client counts of its locks.
     pub(crate) telemetry: ClientTelemetry,
+    /// The locks it holds now (released by `shutdown`).
+    pub(crate) holds: crate::holds::Holds,
+    /// `true` once `shutdown` began: leases end as lost.
+    closing: tokio::sync::watch::Sender<bool>,
 }
 
 impl fmt::Debug for Driver {
@@ -127,6 +131,8 @@ impl Driver {
             started: Instant::now(),
             names,
             telemetry: ClientTelemetry::default(),
+            holds: crate::holds::Holds::default(),
+            closing: tokio::sync::watch::Sender::new(false),
         }
     }
 
@@ -320,14 +326,29 @@ impl Driver {
         }
     }
 
-    /// Ends the client's work on the nodes: refuses every later call and
-    /// waits until every call already made has ended (answered, or given up
-    /// at its node's grace, which bounds the wait).
+    /// Ends the client's work on the nodes: every lock still held is
+    /// released — dropped ones whose release is not made yet, and those
+    /// owned by tasks still running, whose leases end as lost — then every
+    /// later call is refused, and it waits until every call already made
+    /// has ended (answered, or given up at its node's grace, which bounds
+    /// the wait).
     pub(crate) async fn shutdown(&self) {
+        self.closing.send_replace(true);
+        let ttl_ms = u64::try_from(self.settings.max_ttl.as_millis()).unwrap_or(MAX_TTL_MS);
+        for claim in self.holds.live() {
+            claim.release_begins();
+            drop(self.submit(&claim, Step::Release, ttl_ms, None, Until::Decision));
+        }
         for node in self.nodes.iter() {
             node.close();
         }
         futures::future::join_all(self.nodes.iter().map(Dispatcher::drained)).await;
+    }
+
+    /// Resolves once `shutdown` has begun.
+    pub(crate) async fn closing(&self) {
+        let mut closing = self.closing.subscribe();
+        let _ = closing.wait_for(|c| *c).await;
     }
 
     /// Releases `claim` on every node (or those marked in `only`). Returns
@@ -397,6 +418,9 @@ impl Driver {
     /// without waiting, for `Drop`. Outside a tokio runtime nothing is sent
     /// (the keys expire at their TTL).
     pub(crate) fn release_detached(&self, claim: &Arc<Claim>, ttl_ms: u64, only: Option<&[bool]>) {
+        if claim.is_released() {
+            return; // by `shutdown`
+        }
         if tokio::runtime::Handle::try_current().is_ok() {
             claim.release_begins();
             drop(self.submit(claim, Step::Release, ttl_ms, only, Until::Decision));

@@ -271,7 +271,14 @@ pub(crate) async fn keep(lock: &mut Lock, keeping: Keeping, lease: &Lease) {
             tokio::time::sleep_until(deadline).await;
             break "its extension cap was reached";
         }
-        tokio::time::sleep_until(next.min(deadline)).await;
+        let shut = tokio::select! {
+            biased;
+            () = lock.driver().closing() => true,
+            () = tokio::time::sleep_until(next.min(deadline)) => false,
+        };
+        if shut {
+            break "the client was shut down (Redlock::shutdown released it)";
+        }
         if Instant::now() >= deadline {
             break "no extension succeeded before the deadline";
         }

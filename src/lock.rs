@@ -40,6 +40,8 @@ pub struct Lock {
     /// The nodes its acquire was made to: the others hold nothing of it,
     /// and are sent no release.
     made: Mask,
+    /// Its place among the client's holds (released by `shutdown`).
+    slot: usize,
 }
 
 impl fmt::Debug for Lock {
@@ -58,7 +60,9 @@ impl fmt::Debug for Lock {
 
 impl Lock {
     pub(crate) fn new(driver: Arc<Driver>, held: Held) -> Self {
+        let slot = driver.holds.add(&held.claim);
         Lock {
+            slot,
             driver,
             claim: held.claim,
             ttl_ms: held.ttl_ms,
@@ -230,6 +234,10 @@ impl Lock {
         // Set before the release is handed over, in the same poll: from here
         // on `Drop` must not release a second time.
         self.released = true;
+        self.driver.holds.remove(self.slot);
+        if self.claim.is_released() {
+            return Ok(()); // by `Redlock::shutdown`
+        }
         if Instant::now() >= self.deadline {
             self.driver.telemetry.expired();
         }
@@ -249,6 +257,7 @@ impl Lock {
 impl Drop for Lock {
     fn drop(&mut self) {
         if !self.released {
+            self.driver.holds.remove(self.slot);
             self.driver
                 .release_detached(&self.claim, self.ttl_ms, Some(&self.made));
         }

@@ -50,6 +50,9 @@ pub const NODE_QUARANTINES: &str = "redquorum_node_quarantines_total";
 /// Seconds of quarantine left when a node's connection was made (`node`;
 /// 0 when it counts): set at each connection.
 pub const NODE_QUARANTINE: &str = "redquorum_node_quarantine_seconds";
+/// Releases sent again on a node's next connection, their connection
+/// having failed before their answer (`node`).
+pub const NODE_RESENDS: &str = "redquorum_node_resends_total";
 /// 1 where the node may evict lock keys (a memory limit with an evicting
 /// `maxmemory-policy`), else 0, as of its last connection (`node`).
 pub const NODE_EVICTING: &str = "redquorum_node_evicting";
@@ -88,6 +91,10 @@ pub(crate) fn describe() {
         NODE_QUARANTINE,
         Unit::Seconds,
         "Quarantine left at the node's last connection"
+    );
+    describe_counter!(
+        NODE_RESENDS,
+        "Releases sent again on the next connection, their connection having failed"
     );
     describe_gauge!(
         NODE_EVICTING,
@@ -523,4 +530,9 @@ pub(crate) fn node_checked(node: &str, left: Option<std::time::Duration>, evicti
     }
     gauge!(NODE_QUARANTINE, "node" => node.to_owned()).set(left.map_or(0.0, |l| l.as_secs_f64()));
     gauge!(NODE_EVICTING, "node" => node.to_owned()).set(f64::from(u8::from(evicting)));
+}
+
+/// `calls` releases of `node` are sent again on its next connection.
+pub(crate) fn resent(node: &str, calls: u64) {
+    counter!(NODE_RESENDS, "node" => node.to_owned()).increment(calls);
 }

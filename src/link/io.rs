@@ -189,6 +189,11 @@ impl Link {
     fn up(&self, hello: &Hello) -> Option<Instant> {
         let mut shared = self.lock();
         shared.state = State::Up;
+        // Releases kept from a connection that failed under them go first,
+        // in the order they were made.
+        while let Some(call) = shared.retained.pop_back() {
+            shared.queue.push_front(call);
+        }
         shared.same_as = None;
         shared.misconfigured = None;
         if let Some(server) = &hello.server {
@@ -262,14 +267,26 @@ impl Link {
     /// An attempt failed: the node is down, and every call queued for it
     /// fails (never sent).
     fn down(&self, error: NodeError) {
-        let queued = {
+        let now = Instant::now();
+        let mut failed = Vec::new();
+        {
             let mut shared = self.lock();
             shared.state = State::Down(error.clone());
-            std::mem::take(&mut shared.queue)
-        };
+            // Releases already sent once wait for the next connection (while
+            // their key may live); every other call fails, never sent.
+            let queued = std::mem::take(&mut shared.queue);
+            let retained = std::mem::take(&mut shared.retained);
+            for call in retained.into_iter().chain(queued) {
+                if call.resends > 0 && call.resendable(now) {
+                    shared.retained.push_back(call);
+                } else {
+                    failed.push(call);
+                }
+            }
+        }
         self.changed.notify_waiters();
         let refused = NodeError::NotConnected(error.to_string().into());
-        for call in queued {
+        for call in failed {
             call.finish(Err(refused.clone()), self.limits.late);
         }
     }
@@ -653,23 +670,38 @@ impl Io {
             NodeError::TimedOut => NodeError::TimedOut,
             other => NodeError::Connection(other.to_string().into()),
         };
-        for call in self.sent {
-            call.finish(Err(failed.clone()), self.late);
-        }
-        let mut unsent = Vec::new();
-        for (call, start, _) in self.encoded {
-            if start >= self.written {
-                unsent.push(call);
+        let now = Instant::now();
+        // In the order they were made: a release that may have left goes
+        // again (see `MAX_RESENDS`), any other call that may have left
+        // fails, one that never left goes again as it is.
+        let mut again = Vec::new();
+        let mut resent = 0;
+        let written = self.written;
+        let calls = self.sent.into_iter().map(|call| (call, true)).chain(
+            self.encoded
+                .into_iter()
+                .map(|(call, start, _)| (call, start < written)),
+        );
+        for (call, left) in calls {
+            if matches!(call.work, Work::Ping) {
+                continue;
+            }
+            if !left {
+                again.push(call);
+            } else if call.resendable(now) {
+                resent += 1;
+                again.push(call.again(now));
             } else {
                 call.finish(Err(failed.clone()), self.late);
             }
         }
+        if resent > 0 {
+            tracing::debug!(node = %link.name, resent, "releases sent again on the next connection");
+            crate::telemetry::resent(&link.name, resent);
+        }
         let mut shared = link.lock();
         shared.state = State::Reconnecting;
-        for call in unsent.into_iter().rev() {
-            if matches!(call.work, Work::Ping) {
-                continue;
-            }
+        for call in again.into_iter().rev() {
             shared.queue.push_front(call);
         }
         drop(shared);

@@ -230,7 +230,19 @@ pub(crate) struct Pending {
     /// Written while its node was quarantined (`crate::proto::restart`):
     /// a yes counts toward no new grant.
     pub(crate) quarantined: bool,
+    /// When it was first made (`made` is reset when it is sent again).
+    pub(crate) born: Instant,
+    /// Times it was sent again after its connection failed under it.
+    pub(crate) resends: u8,
 }
+
+/// A release (or a refused round's undo) whose connection failed before
+/// its answer is sent again on the node's next connection, at most this
+/// many times, and only while the key it removes may still live (its TTL
+/// from when the call was first made): releases are idempotent
+/// (compare-and-delete; a reentrant release names its hold), so sending one
+/// twice changes nothing, and not sending it leaves the key for its TTL.
+pub(crate) const MAX_RESENDS: u8 = 3;
 
 impl Pending {
     /// A call of `work` answered into `sink`, made now.
@@ -244,7 +256,34 @@ impl Pending {
             asking: false,
             late: false,
             quarantined: false,
+            born: Instant::now(),
+            resends: 0,
         }
+    }
+
+    /// Whether the call may be sent again, at `now`, after its connection
+    /// failed under it: a release or undo, sent again fewer than
+    /// [`MAX_RESENDS`] times, whose key may still live.
+    pub(crate) fn resendable(&self, now: Instant) -> bool {
+        match &self.work {
+            Work::Op { step, ttl_ms, .. } => {
+                matches!(step, Step::Release | Step::Undo)
+                    && self.resends < MAX_RESENDS
+                    && now < self.born + Duration::from_millis(*ttl_ms)
+            }
+            Work::Raw(_) | Work::Ping => false,
+        }
+    }
+
+    /// The call, to be sent again on the next connection: its clocks start
+    /// again.
+    pub(crate) fn again(mut self, now: Instant) -> Self {
+        self.resends += 1;
+        self.made = now;
+        self.late = false;
+        self.asking = false;
+        self.quarantined = false;
+        self
     }
 
     /// Ends the call with the node's reply (or why there is none): parsed
@@ -325,6 +364,11 @@ struct Shared {
     kicked: bool,
     /// What the node's connections told of it.
     standing: Standing,
+    /// Releases to send again once a connection is up: their connection
+    /// failed under them and the next attempt failed too. Bounded by the
+    /// in-flight bound (each holds its slot) and by [`MAX_RESENDS`] and
+    /// the key's TTL.
+    retained: VecDeque<Pending>,
     /// The last attempt failed on the node's settings or the user's
     /// permissions: a configuration error, reported as such at connect.
     misconfigured: Option<ConfigError>,
@@ -459,6 +503,7 @@ impl Link {
                 same_as: None,
                 kicked: false,
                 standing: Standing::default(),
+                retained: VecDeque::new(),
                 misconfigured: None,
             }),
             wake: AtomicWaker::new(),

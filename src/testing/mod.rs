@@ -220,6 +220,13 @@ impl MemoryNode {
         self.store().set_text(fence_key, &n.to_string());
     }
 
+    /// How many keys with a time to live the node holds now: every key a
+    /// lock, permit, read/write hold or leadership sets (fencing counters
+    /// have none and are not counted).
+    pub fn live_keys(&self) -> usize {
+        self.store().live_keys(now_ms())
+    }
+
     /// How many operations the node has applied so far.
     pub fn applied(&self) -> u64 {
         *self.applied.borrow()

@@ -34,6 +34,11 @@ struct Shared {
     blackholed: AtomicU64,
     /// Bumped by `blackhole_now`: connections opened before are dead.
     generation: AtomicU64,
+    /// The next chunk the client sends that holds these bytes resets its
+    /// connection instead of reaching the node (once).
+    reset_on: std::sync::Mutex<Option<Vec<u8>>>,
+    /// Connections reset by `reset_on` so far.
+    resets: AtomicU64,
     start: Instant,
 }
 
@@ -80,6 +85,8 @@ impl Proxy {
             blackhole_idle_us: AtomicU64::new(0),
             blackholed: AtomicU64::new(0),
             generation: AtomicU64::new(0),
+            reset_on: std::sync::Mutex::new(None),
+            resets: AtomicU64::new(0),
             start: Instant::now(),
         });
         let accept = tokio::spawn(accept_loop(listener, shared.clone()));
@@ -131,6 +138,18 @@ impl Proxy {
         self.shared.cut.send_replace(cut);
     }
 
+    /// Resets the connection that next sends a chunk holding `pattern` (a
+    /// script's name: exactly that call), the chunk never reaching the node;
+    /// once.
+    pub fn reset_on(&self, pattern: &[u8]) {
+        *self.shared.reset_on.lock().unwrap() = Some(pattern.to_vec());
+    }
+
+    /// How many connections `reset_on` has reset.
+    pub fn resets(&self) -> u64 {
+        self.shared.resets.load(Ordering::Relaxed)
+    }
+
     /// Takes the node "down" (`true`: open connections are closed, new ones
     /// refused, as when the process is gone) or back up.
     pub fn set_down(&self, down: bool) {
@@ -164,8 +183,8 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
             activity
                 .last_us
                 .store(shared.start.elapsed().as_micros() as u64, Ordering::Relaxed);
-            tokio::spawn(pump(cr, sw, shared.clone(), activity.clone()));
-            tokio::spawn(pump(sr, cw, shared, activity));
+            tokio::spawn(pump(cr, sw, shared.clone(), activity.clone(), true));
+            tokio::spawn(pump(sr, cw, shared, activity, false));
         });
     }
 }
@@ -177,6 +196,7 @@ async fn pump(
     mut to: tokio::net::tcp::OwnedWriteHalf,
     shared: Arc<Shared>,
     activity: Arc<Activity>,
+    from_client: bool,
 ) {
     let (tx, mut rx) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
     let writer_shared = shared.clone();
@@ -192,6 +212,7 @@ async fn pump(
     });
     let mut buf = vec![0u8; 64 * 1024];
     let mut down = shared.down.subscribe();
+    let mut reset = false;
     loop {
         let read = tokio::select! {
             read = from.read(&mut buf) => read,
@@ -211,6 +232,10 @@ async fn pump(
                 if activity.dead.load(Ordering::Relaxed) {
                     continue; // swallowed: no FIN, no RST, no answer
                 }
+                if from_client && reset_here(&shared, &buf[..n]) {
+                    reset = true;
+                    break;
+                }
                 let latency = Duration::from_micros(shared.latency_us.load(Ordering::Relaxed));
                 if tx
                     .send((Instant::now() + latency, buf[..n].to_vec()))
@@ -222,8 +247,22 @@ async fn pump(
         }
     }
     drop(tx);
-    if *shared.down.borrow() {
+    if *shared.down.borrow() || reset {
         writer.abort(); // closes the write half at once
     }
     let _ = writer.await;
+}
+
+/// Whether `chunk` holds the pattern armed by `Proxy::reset_on` (disarmed
+/// when it does).
+fn reset_here(shared: &Shared, chunk: &[u8]) -> bool {
+    let mut armed = shared.reset_on.lock().unwrap();
+    let hit = armed
+        .as_ref()
+        .is_some_and(|p| chunk.windows(p.len()).any(|w| w == p.as_slice()));
+    if hit {
+        *armed = None;
+        shared.resets.fetch_add(1, Ordering::Relaxed);
+    }
+    hit
 }

@@ -1,0 +1,159 @@
+//! A release whose connection fails before its answer is sent again on the
+//! node's next connection: a proxy resets node 1's connection on exactly
+//! the release call (the bytes never reach the node), and node 1 must not
+//! keep the key for its TTL — for a held lock's release and for a refused
+//! acquisition's undo. Then the same with `CLIENT KILL` on the real nodes
+//! while locks are taken and released.
+//!
+//! Needs real nodes: built only with the `redis-tests` feature, which
+//! `scripts/test` turns on (it starts the nodes).
+#![cfg(feature = "redis-tests")]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use redis::AsyncCommands;
+use support::*;
+
+const TTL: Duration = Duration::from_secs(30);
+
+/// `CLIENT KILL` reaches every test's connections: one test at a time.
+static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// The release's name in its `FCALL` (or its source in an `EVAL`): what the
+/// proxy resets on.
+const RELEASE: &[u8] = b"redquorum_release_";
+
+/// Waits (at most 5 s; the key's TTL is 30 s) until node `i` (0-based) no
+/// longer has `key`.
+async fn until_gone(i: usize, key: &str) {
+    let mut conn = raw(i).await;
+    let start = Instant::now();
+    loop {
+        let value: Option<String> = conn.get(key).await.unwrap();
+        if value.is_none() {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "node {} kept {key} after its release was cut: {value:?}",
+            i + 1
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Before: `release()` returned Ok and node 1 kept the key for the whole
+/// TTL (the release died with its connection and was never sent again).
+#[tokio::test]
+async fn a_release_cut_with_its_connection_is_sent_again() {
+    let _turn = TURN.lock().await;
+    let (proxies, redlock) = proxied(Duration::from_secs(1)).await;
+    let resource = unique("resend-release");
+    let key = lock_key(&resource);
+    let lock = redlock
+        .lock_with(&resource, TTL, &redquorum::LockOptions::new().fenced())
+        .await
+        .expect("healthy nodes grant");
+    proxies[0].reset_on(RELEASE);
+    lock.release().await.expect("a quorum released");
+    assert_eq!(proxies[0].resets(), 1, "the release call was cut");
+    until_gone(0, &key).await;
+}
+
+/// The same for the undo of a refused acquisition: another holder on nodes
+/// 3–5, nodes 1 and 2 grant, the round is refused and takes back what
+/// nodes 1 and 2 granted; node 1's undo is cut.
+#[tokio::test]
+async fn a_refused_rounds_undo_cut_with_its_connection_is_sent_again() {
+    let _turn = TURN.lock().await;
+    let (proxies, redlock) = proxied(Duration::from_secs(1)).await;
+    let resource = unique("resend-undo");
+    let key = lock_key(&resource);
+    let mut conns = raw_all().await;
+    for conn in &mut conns[2..] {
+        let _: () = conn.set_ex(&key, "another-holder", 30).await.unwrap();
+    }
+    proxies[0].reset_on(RELEASE);
+    let refused = redlock
+        .lock_with(&resource, TTL, &redquorum::LockOptions::new().fenced())
+        .await;
+    assert!(
+        matches!(refused, Err(redquorum::LockError::Taken { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(proxies[0].resets(), 1, "the undo call was cut");
+    until_gone(0, &key).await;
+    for conn in &mut conns[2..] {
+        let _: () = conn.del(&key).await.unwrap();
+    }
+}
+
+/// `CLIENT KILL` of the client's connections every 100 ms on every node
+/// while 4 tasks lock and release (and drop) for 5 s: once the kills stop
+/// and the releases settle, no key is left on any node. Before, 3–20 keys
+/// were left per 20 s run (an outside review).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_key_is_left_when_connections_are_killed_under_releases() {
+    let _turn = TURN.lock().await;
+    let redlock = redlock().await;
+    let prefix = unique("resend-kill");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let killer = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut conns = raw_all().await;
+            while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                for conn in &mut conns {
+                    // Every client connection but this one (SKIPME yes).
+                    let _: redis::RedisResult<i64> = redis::cmd("CLIENT")
+                        .arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"][..])
+                        .query_async(conn)
+                        .await;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut tasks = Vec::new();
+    for t in 0..4 {
+        let (redlock, prefix) = (redlock.clone(), prefix.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0;
+            while Instant::now() < deadline {
+                let resource = format!("{prefix}:{t}:{n}");
+                n += 1;
+                if let Ok(lock) = redlock.try_lock(&resource, TTL).await {
+                    let _ = lock.release().await;
+                }
+            }
+            n
+        }));
+    }
+    let mut made = 0;
+    for task in tasks {
+        made += task.await.unwrap();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    killer.await.unwrap();
+    redlock.shutdown().await;
+    // Whatever is still on its way lands within a grace or two.
+    let start = Instant::now();
+    loop {
+        let mut left = 0;
+        for mut conn in raw_all().await {
+            let keys: Vec<String> = conn.keys(format!("{{{prefix}:*")).await.unwrap();
+            left += keys.len();
+        }
+        if left == 0 {
+            eprintln!("{made} locks under CLIENT KILL every 100 ms: 0 keys left");
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{left} keys left of {made} locks"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -1,0 +1,99 @@
+//! `Redlock::shutdown` settles everything the client still holds: dropped
+//! locks and keep-alives (whose aborted task drops its lock after the
+//! shutdown began), leases, permits, read/write holds and leaderships —
+//! including those owned by tasks still running, whose work sees the lease
+//! lost. In-memory nodes; the same code runs against Redis.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redquorum::node::Node;
+use redquorum::{LockError, LockOptions, Redlock};
+use support::memory::MemoryNode;
+
+const TTL: Duration = Duration::from_secs(30);
+
+async fn cluster() -> (Vec<Arc<MemoryNode>>, Redlock) {
+    let nodes: Vec<Arc<MemoryNode>> = (0..5).map(MemoryNode::new).collect();
+    let redlock = Redlock::builder()
+        .custom_nodes(nodes.iter().map(|n| n.clone() as Arc<dyn Node>))
+        .node_timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap();
+    (nodes, redlock)
+}
+
+fn keys_left(nodes: &[Arc<MemoryNode>]) -> usize {
+    nodes.iter().map(|n| n.live_keys()).sum()
+}
+
+/// Before: 20 dropped keep-alives left 20 keys on every node for their TTL
+/// (their tasks, aborted, dropped their locks after the shutdown had
+/// closed the nodes to calls).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_keep_alives_leave_nothing_after_shutdown() {
+    let (nodes, redlock) = cluster().await;
+    let mut kept = Vec::new();
+    for i in 0..20 {
+        let lock = redlock.lock(&format!("ka:{i}"), TTL).await.unwrap();
+        kept.push(lock.keep_alive().unwrap());
+    }
+    assert!(keys_left(&nodes) >= 60, "a quorum of each holds it");
+    drop(kept);
+    redlock.shutdown().await;
+    assert_eq!(keys_left(&nodes), 0);
+}
+
+/// Every kind, held by tasks that run on: each released by the shutdown,
+/// and each lease's work told it is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_of_every_kind_owned_by_running_tasks_are_released() {
+    let (nodes, redlock) = cluster().await;
+    let plain = redlock.lock("plain", TTL).await.unwrap();
+    let fenced = redlock.lock_fenced("fenced", TTL).await.unwrap();
+    let reentrant = redlock.lock_reentrant("re", TTL, "me").await.unwrap();
+    let many = redlock.lock_many(&["m1", "m2"], TTL).await.unwrap();
+    let read = redlock.read_lock("doc", TTL).await.unwrap();
+    let write = redlock.write_lock("other-doc", TTL).await.unwrap();
+    let permit = redlock
+        .semaphore("api", 2)
+        .unwrap()
+        .try_acquire(TTL)
+        .await
+        .unwrap();
+    let election = redlock.election("leader").unwrap();
+    let leadership = election.campaign(TTL, &LockOptions::new()).await.unwrap();
+    let (started_tx, started) = tokio::sync::oneshot::channel();
+    let worker = {
+        let redlock = redlock.clone();
+        tokio::spawn(async move {
+            redlock
+                .run("leased", TTL, |lease| async move {
+                    let _ = started_tx.send(());
+                    lease.lost().await;
+                })
+                .await
+        })
+    };
+    started.await.unwrap();
+    // Locks owned by a task that runs on past the shutdown.
+    let owner = tokio::spawn(async move {
+        let held = (
+            plain, fenced, reentrant, many, read, write, permit, leadership,
+        );
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        drop(held);
+    });
+    assert!(keys_left(&nodes) > 0);
+    redlock.shutdown().await;
+    assert_eq!(keys_left(&nodes), 0, "keys left after shutdown");
+    let ended = tokio::time::timeout(Duration::from_secs(5), worker)
+        .await
+        .expect("the lease's work was told")
+        .unwrap();
+    assert!(matches!(ended, Err(LockError::Lost { .. })), "{ended:?}");
+    owner.abort();
+}
