@@ -44,7 +44,7 @@ use crate::ballot::Ballot;
 use crate::claim::Claim;
 use crate::cluster::ClusterNode;
 use crate::error::NodeError;
-use crate::in_flight::InFlight;
+use crate::in_flight::{InFlight, Place};
 use crate::link::{Pending, Sink, Ticket, Work};
 use crate::master::RedisNode;
 use crate::node::{Node, Reply};
@@ -223,10 +223,47 @@ impl Dispatcher {
         }
     }
 
+    /// The bound on calls in flight for a call of `step`.
+    fn limit(&self, step: Step) -> usize {
+        match step {
+            Step::Release | Step::Undo => self.limits.max_in_flight * CLEANUP_ROOM,
+            _ => self.limits.max_in_flight,
+        }
+    }
+
+    /// A place for a call of `step`, unless the node has its bound of
+    /// calls in flight.
+    pub(crate) fn reserve(&self, step: Step) -> Option<Place> {
+        self.in_flight.take(self.limit(step))
+    }
+
+    /// Waits until a call of `step` may find room on the node, or `until`:
+    /// whether it may. Only worth it for a healthy node (connected, not
+    /// degraded, not closed): a frozen node's calls end only at their
+    /// grace, and a round must not wait for it.
+    pub(crate) async fn room(&self, step: Step, until: tokio::time::Instant) -> bool {
+        loop {
+            let ended = self.in_flight.ended();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if self.in_flight() < self.limit(step) {
+                return true;
+            }
+            if self.degraded()
+                || self.member.ready().is_err()
+                || self.closed.load(Ordering::Acquire)
+                || tokio::time::timeout_at(until, ended).await.is_err()
+            {
+                return false;
+            }
+        }
+    }
+
     /// Makes `step` on `claim` as node `node` of `ballot`: queued for the
     /// node, in the order calls are made, or refused at once — the client
     /// shut down, the node down, or [`Limits::max_in_flight`] calls already
-    /// in flight — and the refusal cast at once. Returns whether it was
+    /// in flight — and the refusal cast at once. `place`: one reserved for
+    /// it already ([`reserve`](Self::reserve)). Returns whether it was
     /// made: a call made reaches the node exactly once (unless the
     /// connection fails under it), whatever becomes of the round.
     pub(crate) fn call(
@@ -236,6 +273,7 @@ impl Dispatcher {
         claim: &Arc<Claim>,
         step: Step,
         ttl_ms: u64,
+        place: Option<Place>,
     ) -> bool {
         let refuse = |error: NodeError| {
             self.telemetry.refused(&error);
@@ -249,12 +287,15 @@ impl Dispatcher {
         // was made, so it may go past the bound: refused, it would leave that
         // acquire's key for its TTL. Each acquire has at most two of them
         // (a writer's undo and its give-up), hence the bound on all calls.
-        let limit = match step {
-            Step::Release | Step::Undo => self.limits.max_in_flight * CLEANUP_ROOM,
-            _ => self.limits.max_in_flight,
-        };
-        let Some(place) = self.in_flight.take(limit) else {
-            return refuse(NodeError::Overloaded(limit));
+        let Some(place) = place.or_else(|| self.reserve(step)) else {
+            // A node whose calls pile up is failing; a healthy one is full
+            // of this client's own calls.
+            let limit = self.limit(step);
+            return refuse(if self.degraded() || self.member.ready().is_err() {
+                NodeError::Overloaded(limit)
+            } else {
+                NodeError::Saturated(limit)
+            });
         };
         self.telemetry.started();
         let ticket = Ticket {

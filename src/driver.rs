@@ -96,6 +96,8 @@ pub(crate) struct Driver {
     pub(crate) holds: crate::holds::Holds,
     /// `true` once `shutdown` began: leases end as lost.
     closing: tokio::sync::watch::Sender<bool>,
+    /// One acquire round per resource at a time.
+    turns: crate::turns::Turns,
 }
 
 impl fmt::Debug for Driver {
@@ -133,6 +135,7 @@ impl Driver {
             telemetry: ClientTelemetry::default(),
             holds: crate::holds::Holds::default(),
             closing: tokio::sync::watch::Sender::new(false),
+            turns: crate::turns::Turns::default(),
         }
     }
 
@@ -249,15 +252,31 @@ impl Driver {
         ttl: Ttl,
         holder_ttl: bool,
     ) -> Result<Held, LockError> {
-        // Nodes still connecting for the first time are waited for before
-        // the round's clock starts.
+        // Nodes still connecting for the first time, this client's other
+        // round for the resource (crate::turns) and room among the calls in
+        // flight are waited for before the round's clock starts.
         self.first_connections().await;
+        let _turn = self.turns.take(claim.keys().first()).await;
+        let step = Step::Acquire { holder_ttl };
+        let wait = self
+            .settings
+            .node_timeout
+            .unwrap_or(quorum::DEFAULT_NODE_TIMEOUT);
+        let places = self.room(step, Instant::now() + wait).await;
         // The clock is read before the first request leaves.
         let t0 = Instant::now();
         let deadline = t0 + ttl.validity;
         let per_node = quorum::node_timeout(self.settings.node_timeout, ttl.ms, ttl.validity);
-        let step = Step::Acquire { holder_ttl };
-        let round = self.submit(claim, step, ttl.ms, None, Until::Decision);
+        let round = self.submit_each(
+            claim,
+            step,
+            ttl.ms,
+            None,
+            Until::Decision,
+            None,
+            |_| step,
+            Some(places),
+        );
         // If this future is dropped from here on, the guard releases whatever
         // the round may have set: on every node the acquire was handed to,
         // behind it. (A reentrant release names its hold, so where the hold
@@ -491,7 +510,26 @@ impl Driver {
         only: Option<&[bool]>,
         until: Until,
     ) -> Sent {
-        self.submit_each(claim, step, ttl_ms, only, until, None, |_| step)
+        self.submit_each(claim, step, ttl_ms, only, until, None, |_| step, None)
+    }
+
+    /// Places for a round of `step` on every node, waiting until `until`
+    /// for room on each healthy node that has its bound of calls in flight:
+    /// the client's own bound must not look like a node's failure, and
+    /// every reachable node gets every call. A node that is down, degraded
+    /// or still full by then gets no place (its call is refused,
+    /// `Overloaded`, at no cost to the round). Free when there is room.
+    pub(crate) async fn room(&self, step: Step, until: Instant) -> Places {
+        loop {
+            let places: Places = self.nodes.iter().map(|n| n.reserve(step)).collect();
+            let Some(full) = places.iter().position(Option::is_none) else {
+                return places;
+            };
+            drop(places);
+            if !self.nodes[full].room(step, until).await {
+                return self.nodes.iter().map(|n| n.reserve(step)).collect();
+            }
+        }
     }
 
     /// [`submit`](Self::submit), node `i`'s call being `each(i)` (a round of
@@ -507,7 +545,9 @@ impl Driver {
         until: Until,
         late: Option<crate::ballot::Late>,
         each: impl Fn(usize) -> Step,
+        places: Option<Places>,
     ) -> Sent {
+        let mut places = places.unwrap_or_default();
         let asked: Mask = (0..self.nodes.len())
             .map(|i| only.is_none_or(|only| only[i]))
             .collect();
@@ -523,7 +563,10 @@ impl Driver {
             .iter()
             .zip(&asked)
             .enumerate()
-            .map(|(i, (node, &asked))| asked && node.call(&ballot, i, claim, each(i), ttl_ms))
+            .map(|(i, (node, &asked))| {
+                let place = places.get_mut(i).and_then(Option::take);
+                asked && node.call(&ballot, i, claim, each(i), ttl_ms, place)
+            })
             .collect();
         Sent { ballot, made }
     }
@@ -558,6 +601,10 @@ fn subject(claim: &Claim, step: Step) -> Subject {
         step: step.name(),
     }
 }
+
+/// A place among each node's calls in flight, reserved for a round
+/// ([`Driver::room`]); `None` where there was no room.
+pub(crate) type Places = smallvec::SmallVec<[Option<crate::in_flight::Place>; 5]>;
 
 /// One round's ballot, and the nodes its calls were made to.
 #[derive(Debug)]

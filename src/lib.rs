@@ -159,6 +159,7 @@ pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod token;
+mod turns;
 mod wait;
 mod wakeup;
 

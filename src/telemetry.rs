@@ -129,6 +129,8 @@ fn classify(outcome: Result<&Reply, &NodeError>) -> (usize, Option<Failure>) {
             (4, Some(Failure::Unreachable))
         }
         Err(NodeError::Overloaded(_)) => (5, Some(Failure::Overloaded)),
+        // The client's own bound on a healthy node: no sign of the node's.
+        Err(NodeError::Saturated(_)) => (5, None),
         Err(_) => (6, Some(Failure::Error)),
     }
 }
@@ -298,7 +300,10 @@ impl NodeTelemetry {
     pub(crate) fn refused(&self, error: &NodeError) {
         let (i, failure) = classify(Err(error));
         self.instruments().outcomes[i].increment(1);
-        self.health(failure, Some(error), Instant::now());
+        // The client's own saturation says nothing of the node's health.
+        if !matches!(error, NodeError::Saturated(_)) {
+            self.health(failure, Some(error), Instant::now());
+        }
     }
 
     /// Feeds the tracker; logs a change it says to announce.
@@ -360,13 +365,14 @@ const KINDS: [&str; 7] = [
 ];
 
 /// The `reason` labels of [`REFUSALS`].
-const REASONS: [&str; 6] = [
+const REASONS: [&str; 7] = [
     "taken",
     "unavailable",
     "expired",
     "timeout",
     "permit_count",
     "input",
+    "busy",
 ];
 
 /// The `kind` label of a lock.
@@ -381,6 +387,7 @@ fn reason(error: &LockError) -> usize {
     match error {
         LockError::Taken { .. } => 0,
         LockError::Unavailable { .. } => 1,
+        LockError::Busy { .. } => 6,
         LockError::Expired { .. } => 2,
         LockError::Timeout { .. } => 3,
         LockError::PermitCount { .. } => 4,

@@ -41,6 +41,13 @@ impl Driver {
         deadline: Instant,
         made: &mut Mask,
     ) -> Result<Instant, LockError> {
+        // Room among the calls in flight, waited for within the lease's
+        // validity (a lease is kept, not failed, by a busy client).
+        let wait = self
+            .settings
+            .node_timeout
+            .unwrap_or(quorum::DEFAULT_NODE_TIMEOUT);
+        let places = self.room(EXTEND, deadline.min(Instant::now() + wait)).await;
         let t1 = Instant::now();
         if t1 >= deadline {
             return Err(LockError::Expired {
@@ -71,6 +78,7 @@ impl Driver {
                     EXTEND
                 }
             },
+            Some(places),
         );
         if restorable {
             // Marked before anything is awaited: a restored key, even one

@@ -26,6 +26,15 @@ pub enum LockError {
         /// Every node's answer.
         votes: Votes,
     },
+    /// The client itself had too many calls in flight to the nodes
+    /// ([`Builder::max_in_flight`](crate::Builder::max_in_flight)), however
+    /// long the round waited for room: the nodes are healthy, the caller
+    /// makes more calls at once than the bound allows. Nothing is held.
+    Busy {
+        /// Every node's answer (the ones not called
+        /// [`NodeError::Saturated`]).
+        votes: Votes,
+    },
     /// The validity window closed or the lease is gone: an acquire whose
     /// quorum came only after its window had closed (whatever it set has been
     /// released), or an extend started after the deadline (nothing sent) or
@@ -87,6 +96,7 @@ impl LockError {
         match self {
             LockError::Taken { votes }
             | LockError::Unavailable { votes }
+            | LockError::Busy { votes }
             | LockError::Expired { votes }
             | LockError::PermitCount { votes, .. } => Some(votes),
             LockError::Timeout { last, .. } => last.votes(),
@@ -135,6 +145,11 @@ pub enum NodeError {
     /// (the per-node bound, [`Builder::max_in_flight`](crate::Builder::max_in_flight)):
     /// the call was refused without being sent, so it changed nothing.
     Overloaded(usize),
+    /// The node is healthy, but this client already had this many calls in
+    /// flight to it ([`Builder::max_in_flight`](crate::Builder::max_in_flight))
+    /// and no room came within the round's budget: the client, not the
+    /// node, is saturated. The call was not sent.
+    Saturated(usize),
 }
 
 /// One node's answer in a round.
@@ -427,6 +442,14 @@ impl LockError {
                 }
                 Ok(())
             }
+            LockError::Busy { votes } => write!(
+                f,
+                "{}: this client had too many calls in flight to {} nodes, waiting for room \
+                 as long as the round could: make fewer calls at once, or raise \
+                 Builder::max_in_flight",
+                votes.subject(),
+                votes.count(|a| matches!(a, Answer::Failed(NodeError::Saturated(_))))
+            ),
             LockError::Expired { votes } if votes.is_empty() => write!(
                 f,
                 "{}: the lock's validity had ended before the call; it is no longer held",
@@ -481,6 +504,7 @@ impl fmt::Display for LockError {
         match self {
             LockError::Taken { votes }
             | LockError::Unavailable { votes }
+            | LockError::Busy { votes }
             | LockError::Expired { votes }
             | LockError::PermitCount { votes, .. }
                 if !votes.is_empty() =>
@@ -512,6 +536,11 @@ impl fmt::Display for NodeError {
             NodeError::Protocol(a) => write!(f, "unexpected reply: {0}", a),
             NodeError::Tls(a) => write!(f, "TLS: {0}", a),
             NodeError::Overloaded(a) => write!(f, "overloaded: {0} calls already in flight", a),
+            NodeError::Saturated(a) => write!(
+                f,
+                "not sent: this client already had {0} calls in flight to this healthy node",
+                a
+            ),
         }
     }
 }
@@ -577,7 +606,10 @@ impl NodeError {
                 "list masters only: this node is a replica (a lock node must be an independent master)"
             }
             NodeError::Tls(_) => "check the TLS settings (CA, client certificate, rediss://)",
-            NodeError::Overloaded(_) => "raise Builder::max_in_flight, or make fewer calls at once",
+            NodeError::Overloaded(_) => {
+                "check the node: its calls are not answered (Redlock::probe, `redquorum nodes`)"
+            }
+            NodeError::Saturated(_) => "raise Builder::max_in_flight, or make fewer calls at once",
             NodeError::Server(_) | NodeError::Protocol(_) => return None,
         })
     }

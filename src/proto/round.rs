@@ -283,9 +283,19 @@ pub(crate) fn refusal(decision: Decision, votes: Votes) -> LockError {
         LockError::Taken { votes }
     } else if votes.iter().any(|(_, a)| *a == Answer::NotHeld) {
         LockError::Expired { votes }
+    } else if saturated(&votes) {
+        LockError::Busy { votes }
     } else {
         LockError::Unavailable { votes }
     }
+}
+
+/// Whether the client's own bound kept the quorum out of reach: the nodes
+/// that said yes and the healthy ones it did not call for want of room
+/// ([`NodeError::Saturated`]) make a quorum.
+fn saturated(votes: &Votes) -> bool {
+    let refused = votes.count(|a| matches!(a, Answer::Failed(NodeError::Saturated(_))));
+    refused > 0 && votes.yes() + refused >= crate::proto::quorum::quorum(votes.len())
 }
 
 #[cfg(test)]
