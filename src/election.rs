@@ -130,6 +130,9 @@ impl Election {
         options: &LockOptions,
     ) -> Result<Leadership, LockError> {
         let options = campaign_options(options);
+        // The keeping checked before standing: a leadership that could not
+        // be kept must not be won (and its term spent) first.
+        crate::lease::Keeping::new(self.redlock.driver(), ttl, &options)?;
         let lock = self.redlock.lock_with(&self.name, ttl, &options).await?;
         let keep = lock.keep_alive_with(&options)?;
         Ok(Leadership { keep })

@@ -177,9 +177,16 @@ impl Lock {
     /// extend that finishes just after the old deadline is still safe.) On
     /// failure the deadline is unchanged and the lock is not released: it
     /// stays valid as before, though nodes that did confirm keep the longer
-    /// expiry. A node whose key
-    /// has vanished is never given it back (that would be a new acquisition),
-    /// and no node's expiry is ever shortened.
+    /// expiry. No node's expiry is ever shortened.
+    ///
+    /// A plain or fenced lock's key that vanished from a node (restarted
+    /// empty, or its clock ran ahead) is set again where absent — never
+    /// over another holder's: in the round itself on a node restarted
+    /// without persistence within the longest TTL (such a node counts toward
+    /// no one else's grant, so the key there counts toward this extension),
+    /// and elsewhere once a quorum confirmed, including nodes whose answer
+    /// comes after the decision; never after the lock's release began
+    /// (docs/design.md §4 and §4b). An expired lock is never brought back.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

@@ -270,6 +270,14 @@ impl Semaphore {
     /// dropped at its next `.await`) if the permit cannot be kept. Acquires
     /// as [`acquire`](Self::acquire).
     ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future drops the work and gives the permit back (in
+    /// the background). Work the future does not own goes on: a task the
+    /// work spawned, a request already sent to the partner API. The permit
+    /// bounds the calls made under it, not their effects that outlive it —
+    /// so spawn nothing the permit must cover, or await it within the work.
+    ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redquorum::LockError> {

@@ -252,3 +252,35 @@ async fn the_checker_sees_an_overlap() {
     .await;
     assert!(violation(&tenures).is_some());
 }
+
+/// Options that cannot keep a leadership (an extension interval past the
+/// validity) are refused before standing: no term is spent, nothing is
+/// set. Before, the campaign won first, then failed (the term had grown).
+#[tokio::test]
+async fn a_campaign_with_options_that_cannot_keep_it_is_refused_before_standing() {
+    let nodes: Vec<_> = (0..3).map(MemoryNode::new).collect();
+    let redlock = testing::redlock_over(&nodes).await;
+    let election = redlock.election("cron").unwrap();
+    let bad = LockOptions::new().extend_every(Duration::from_secs(10));
+    let refused = election.campaign(Duration::from_secs(3), &bad).await;
+    assert!(
+        matches!(
+            refused,
+            Err(LockError::Input(InputError::InvalidExtendInterval { .. }))
+        ),
+        "{refused:?}"
+    );
+    for n in &nodes {
+        assert_eq!(n.live_keys(), 0, "set before refusing");
+    }
+    let leadership = election
+        .campaign(Duration::from_secs(3), &LockOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        leadership.term(),
+        1,
+        "a term was spent by the refused campaign"
+    );
+    leadership.resign().await.unwrap();
+}

@@ -12,7 +12,6 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use redis::AsyncCommands;
 use redquorum::LockError;
 use support::*;
 
@@ -90,9 +89,9 @@ async fn many_locks_at_once_are_each_on_every_node() {
     settled(&redlock).await;
     let mut on_every_node = true;
     for (i, mut conn) in raw_all().await.into_iter().enumerate() {
-        let keys: Vec<String> = conn.keys(format!("{{{prefix}:*")).await.unwrap();
-        eprintln!("node {}: {} of {count} keys", i + 1, keys.len());
-        on_every_node &= keys.len() == count;
+        let found = count_keys(&mut conn, &format!("{{{prefix}:*")).await;
+        eprintln!("node {}: {found} of {count} keys", i + 1);
+        on_every_node &= found == count;
     }
     // Released on every node, however many.
     for lock in held {
@@ -100,4 +99,26 @@ async fn many_locks_at_once_are_each_on_every_node() {
     }
     redlock.shutdown().await;
     assert!(on_every_node, "a lock missing on some node");
+}
+
+/// How many keys match `pattern` on `conn` (SCAN: KEYS over a large
+/// database outlasts a reply timeout).
+async fn count_keys(conn: &mut redis::aio::MultiplexedConnection, pattern: &str) -> usize {
+    let (mut cursor, mut found) = (0u64, 0);
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(10_000)
+            .query_async(conn)
+            .await
+            .unwrap();
+        found += keys.len();
+        if next == 0 {
+            return found;
+        }
+        cursor = next;
+    }
 }

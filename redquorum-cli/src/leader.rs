@@ -87,7 +87,10 @@ fn show(name: &str, state: &LeaderState, json: bool) -> String {
     }
     match state {
         LeaderState::Leading(leader) => {
-            let label = leader.label.as_deref().unwrap_or("(no label)");
+            let label = leader
+                .label
+                .as_deref()
+                .map_or("(no label)".into(), crate::ui::printable);
             let left = match millis(&leader.time_left) {
                 Some(ms) => format!(
                     ", {} left",

@@ -173,8 +173,10 @@ fn verdict_line(seen: &Inspection, whole: bool) -> String {
         Verdict::Held { holder, nodes } => format!(
             "{resource}: held by {}{} on {nodes}/{n} nodes, quorum {q}: HELD",
             shown(holder, holds_of(seen, holder), whole),
-            seen.label()
-                .map_or_else(String::new, |label| format!(" ({label})"))
+            seen.label().map_or_else(String::new, |label| format!(
+                " ({})",
+                crate::ui::printable(label)
+            ))
         ),
         Verdict::Free { nodes } => {
             format!("{resource}: free on {nodes}/{n} nodes, quorum {q}: FREE")

@@ -113,3 +113,33 @@ impl Drop for Spinner {
         self.bar.finish_and_clear();
     }
 }
+
+/// `text` (a holder's label, as stored on the nodes) safe to print on a
+/// terminal line: control characters — a newline, an ANSI escape — are
+/// shown escaped (`\n`, `\u{1b}`), so a label cannot forge or recolour
+/// output lines.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.chars().any(char::is_control) {
+        text.chars()
+            .map(|c| {
+                if c.is_control() {
+                    c.escape_default().to_string()
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect::<String>()
+            .into()
+    } else {
+        text.into()
+    }
+}
+
+#[cfg(test)]
+mod printable_tests {
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(super::printable("worker-7"), "worker-7");
+        assert_eq!(super::printable("a\nFREE\u{1b}[31m"), "a\\nFREE\\u{1b}[31m");
+    }
+}
