@@ -379,6 +379,10 @@ impl Node for SimLink {
         &self.name
     }
 
+    fn quarantined(&self) -> bool {
+        self.node.quarantined()
+    }
+
     fn listen(&self) -> Option<BoxFuture<'static, Result<Box<dyn Listener>, NodeError>>> {
         let (node, world) = (self.node.clone(), self.world.clone());
         Some(Box::pin(async move {

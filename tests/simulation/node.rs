@@ -28,6 +28,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use redquorum::NodeError;
 use redquorum::node::{Op, Reply};
@@ -66,6 +67,13 @@ struct State {
     /// Open listeners, by id.
     listeners: BTreeMap<u64, Listening>,
     next_listener: u64,
+    /// Restarted without its keys: the next start begins a quarantine.
+    wiped: bool,
+    /// Quarantined until then (the delayed restart, kept by the clients).
+    quarantined_until: Option<Instant>,
+    /// How long a node that restarted empty is quarantined (`None`: the
+    /// clients do not keep the delayed restart).
+    quarantine: Option<Duration>,
 }
 
 /// One listener's end on its node.
@@ -142,6 +150,9 @@ impl SimNode {
                 ledger: BTreeMap::new(),
                 listeners: BTreeMap::new(),
                 next_listener: 0,
+                wiped: false,
+                quarantined_until: None,
+                quarantine: None,
             }),
             double_release: AtomicBool::new(false),
             partial_many: AtomicBool::new(false),
@@ -197,6 +208,7 @@ impl SimNode {
         st.epoch += 1;
         if wipe {
             st.store.clear();
+            st.wiped = true;
         }
         // A killed process is no longer stopped, and its connections are
         // gone.
@@ -214,7 +226,25 @@ impl SimNode {
     }
 
     pub fn start(&self) {
-        lock(&self.state).up = true;
+        let mut st = lock(&self.state);
+        st.up = true;
+        if std::mem::take(&mut st.wiped) {
+            st.quarantined_until = st.quarantine.map(|q| Instant::now() + q);
+        }
+    }
+
+    /// Nodes that restart empty are quarantined for `longest` (the clients
+    /// keep the delayed restart: `redquorum::restart`).
+    pub fn quarantine_restarts(&self, longest: Duration) {
+        lock(&self.state).quarantine = Some(longest);
+    }
+
+    /// Whether the node is quarantined now: restarted empty less than the
+    /// quarantine ago.
+    pub fn quarantined(&self) -> bool {
+        lock(&self.state)
+            .quarantined_until
+            .is_some_and(|until| Instant::now() < until)
     }
 
     /// Marks `token`'s ledger entry excused (a call refused while down).

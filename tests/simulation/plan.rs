@@ -48,6 +48,11 @@ pub enum Control {
     /// leader's term no larger than an earlier one's, which the fencing
     /// checker must see.
     TermsOnLostCounters,
+    /// Not a negative control: restarted nodes come back without their
+    /// keys within the TTL, as under [`EmptyRestarts`](Control::EmptyRestarts),
+    /// but quarantined for the longest TTL (the delayed restart, kept by
+    /// the clients): exclusion must hold again, whatever the lock kind.
+    QuarantinedRestarts,
 }
 
 /// Which kind of lock a schedule's clients take.
@@ -100,6 +105,7 @@ impl Control {
             Control::WriterIgnoresReaders => "writer-ignores-readers",
             Control::LeadersOnEmptyRestarts => "leaders-on-empty-restarts",
             Control::TermsOnLostCounters => "terms-on-lost-counters",
+            Control::QuarantinedRestarts => "quarantined-restarts",
         }
     }
 
@@ -117,6 +123,7 @@ impl Control {
             "writer-ignores-readers" => Control::WriterIgnoresReaders,
             "leaders-on-empty-restarts" => Control::LeadersOnEmptyRestarts,
             "terms-on-lost-counters" => Control::TermsOnLostCounters,
+            "quarantined-restarts" => Control::QuarantinedRestarts,
             other => panic!("REDQUORUM_SIM_CONTROL: unknown control {other:?}"),
         }
     }
@@ -136,6 +143,7 @@ impl Control {
             Control::WriterIgnoresReaders => 0x9999_9999_0000_0000,
             Control::LeadersOnEmptyRestarts => 0xaaaa_aaaa_0000_0000,
             Control::TermsOnLostCounters => 0xbbbb_bbbb_0000_0000,
+            Control::QuarantinedRestarts => 0xcccc_cccc_0000_0000,
         }
     }
 }
@@ -201,7 +209,8 @@ pub fn plan(r: &mut StdRng, control: Control) -> Plan {
                 Control::EmptyRestarts
                 | Control::LostCounters
                 | Control::LeadersOnEmptyRestarts
-                | Control::TermsOnLostCounters => r.random_range(3..=8),
+                | Control::TermsOnLostCounters
+                | Control::QuarantinedRestarts => r.random_range(3..=8),
                 _ => r.random_range(0..=3),
             };
         }
@@ -235,7 +244,9 @@ pub fn plan(r: &mut StdRng, control: Control) -> Plan {
             faults,
             wipe: matches!(
                 control,
-                Control::EmptyRestarts | Control::LeadersOnEmptyRestarts
+                Control::EmptyRestarts
+                    | Control::LeadersOnEmptyRestarts
+                    | Control::QuarantinedRestarts
             ),
             forget_counters: matches!(
                 control,

@@ -94,6 +94,12 @@ async fn simulate(seed: u64, control: Control, verbose: bool) -> (Outcome, Strin
                 .store(control == Control::PartialMany, Ordering::Relaxed);
             node.writer_ignores_readers
                 .store(control == Control::WriterIgnoresReaders, Ordering::Relaxed);
+            if control == Control::QuarantinedRestarts {
+                // The longest TTL, and the clock's drift over it: what a
+                // client adds to a Redis node's uptime-based quarantine.
+                let ttl = Duration::from_millis(plan.ttl_ms);
+                node.quarantine_restarts(ttl.mul_f64(1.0 + plan.factor) + Duration::from_millis(2));
+            }
             node
         })
         .collect();
