@@ -171,7 +171,7 @@ impl Semaphore {
             let claim = Arc::new(Claim::new(keys).in_line(in_line).labeled(label));
             match self.redlock.acquire(&claim, ttl, holder_ttl).await {
                 Ok(lock) => {
-                    give_up.got_it();
+                    give_up.got_it(claim.keys().first());
                     return Ok(Permit { lock, slot });
                 }
                 Err(e @ (LockError::Input(_) | LockError::PermitCount { .. })) => {

@@ -175,7 +175,7 @@ pub(crate) async fn acquire_repeatedly(
                 // The lock's release takes back the rest (its place in
                 // line, its intent); earlier rounds' marks were
                 // replaced by later ones.
-                give_up.got_it();
+                give_up.got_it(claim.keys().first());
                 return Ok(held);
             }
             Err(e) => e,
@@ -204,15 +204,19 @@ pub(crate) fn patience(driver: &Driver) -> Duration {
 /// What a wait that ends without a lock takes back on the nodes that
 /// refused it: its place in line (and a lock kept for it meanwhile), and a
 /// refused writer's intent, which would turn readers away for a writer no
-/// longer coming. Taken back when the caller gives up (its retries spent,
-/// its wait over) or is dropped while it waits: its last refused round is
-/// released on every node, without waiting (compare-and-delete: a node
-/// where the intent holds another writer's token keeps it);
-/// [`Driver::shutdown`] waits for those calls.
+/// longer coming — per lock it waited for (a semaphore's waiter waits in
+/// the line of every slot). Taken back when the caller gives up (its
+/// retries spent, its wait over) or is dropped while it waits, and, for
+/// the locks it did not get, when it gets one: each lock's last refused
+/// round is released on every node, without waiting (compare-and-delete: a
+/// node where the intent holds another writer's token keeps it);
+/// [`Driver::shutdown`] waits for those calls. Bounded by the locks waited
+/// for (a semaphore's permits).
 pub(crate) struct GiveUp<'a> {
     driver: &'a Driver,
-    /// The last refused round's claim, if it left something to take back.
-    last: Option<Arc<Claim>>,
+    /// Per lock waited for (by its first key), the last refused round's
+    /// claim, where it left something to take back.
+    last: Vec<Arc<Claim>>,
     ttl_ms: u64,
 }
 
@@ -220,7 +224,7 @@ impl<'a> GiveUp<'a> {
     pub(crate) fn new(driver: &'a Driver, ttl_ms: u64) -> Self {
         GiveUp {
             driver,
-            last: None,
+            last: Vec::new(),
             ttl_ms,
         }
     }
@@ -228,18 +232,23 @@ impl<'a> GiveUp<'a> {
     /// `claim`'s round was refused.
     pub(crate) fn refused(&mut self, claim: &Arc<Claim>) {
         if claim.keys().marks_refusals() || claim.waits_in_line() {
-            self.last = Some(Arc::clone(claim));
+            let first = claim.keys().first();
+            self.last.retain(|c| c.keys().first() != first);
+            self.last.push(Arc::clone(claim));
         }
     }
 
-    /// The wait got its lock: whose release takes back the rest.
-    pub(crate) fn got_it(&mut self) {
-        self.last = None;
+    /// The wait got the lock whose first key is `first`: that lock's
+    /// release takes back the rest of its own marks; every other lock's
+    /// place is given back now.
+    pub(crate) fn got_it(&mut self, first: &str) {
+        self.last.retain(|c| c.keys().first() != first);
+        self.give_up();
     }
 
     /// The wait is over without a lock.
     pub(crate) fn give_up(&mut self) {
-        if let Some(claim) = self.last.take() {
+        for claim in self.last.drain(..) {
             self.driver.release_detached(&claim, self.ttl_ms, None);
         }
     }

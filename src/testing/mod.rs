@@ -227,6 +227,12 @@ impl MemoryNode {
         self.store().live_keys(now_ms())
     }
 
+    /// How many live waiters the line `line_key` holds (fair waiting: a
+    /// lock's line, `{R}:line`; a semaphore's, `{name}:permits:line`).
+    pub fn waiting(&self, line_key: &str) -> usize {
+        self.store().waiting(line_key, now_ms())
+    }
+
     /// How many operations the node has applied so far.
     pub fn applied(&self) -> u64 {
         *self.applied.borrow()
