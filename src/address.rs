@@ -135,8 +135,13 @@ impl Address {
             .iter()
             .find_map(|(ours, theirs)| Some(format!("{theirs}{}", url.strip_prefix(ours)?)));
         let cluster = seed.is_some();
-        let parsed =
-            url::Url::parse(seed.as_deref().unwrap_or(url)).map_err(|_| invalid("not a URL"))?;
+        let parsed = url::Url::parse(seed.as_deref().unwrap_or(url)).map_err(|_| {
+            invalid(if url.contains("://") {
+                "not a URL"
+            } else {
+                "not a URL: write redis://HOST:PORT (rediss:// for TLS, redis+unix:// for a socket)"
+            })
+        })?;
         let endpoint = endpoint(&parsed).map_err(invalid)?;
         if endpoint.tls == Tls::Insecure && !insecure {
             return Err(ConfigError::Insecure { url: redact(url) });
@@ -323,9 +328,17 @@ fn name(endpoint: &Endpoint, cluster: bool) -> String {
 /// ```
 pub(crate) fn redact(url: &str) -> String {
     let Ok(parsed) = url::Url::parse(url) else {
-        return match scheme_of(url) {
-            Some(scheme) => format!("{scheme}://***"),
-            None => "***".to_owned(),
+        // An entry that cannot hold a password (no '@', no query, nothing
+        // but what a host and port are made of) is shown as given: the
+        // operator must see what they wrote (`127.0.0.1:7701`).
+        let plain = url.len() <= 256
+            && url
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b".:-_[]/".contains(&b));
+        return match (plain, scheme_of(url)) {
+            (true, _) => url.to_owned(),
+            (false, Some(scheme)) => format!("{scheme}://***"),
+            (false, None) => "***".to_owned(),
         };
     };
     let mut out = format!("{}://", parsed.scheme());
@@ -412,6 +425,9 @@ mod tests {
             ("rediss://h:1/#insecure", "rediss://h:1/#insecure"),
             ("rediss://h:1/#pw", "rediss://h:1/#***"),
             ("not a url", "***"),
+            // Nothing that can hold a password: shown as written.
+            ("127.0.0.1:7701", "127.0.0.1:7701"),
+            ("pw@127.0.0.1:7701", "***"),
             ("redis://h:1/a@b", "redis://***"),
             ("redis:/://pw@127.0.0.1:7001", "redis://***@/***"),
         ] {

@@ -325,7 +325,7 @@ impl NodeTelemetry {
                     tracing::warn!(
                         node = %self.name,
                         error,
-                        "node {why}: rounds go on without it while a quorum answers"
+                        "node {why}: rounds count it as a no until it answers again (each round needs a quorum of the nodes)"
                     );
                 }
             }
