@@ -119,3 +119,72 @@ async fn a_resignation_hands_over_and_leader_reads_the_quorum() {
     b.resign().await.unwrap();
     assert_eq!(election.leader().await.unwrap(), LeaderState::Vacant);
 }
+
+/// The lifecycle of examples/service.rs: a replica leads in a task; on
+/// "SIGTERM" its leading future is dropped and `shutdown` releases the
+/// leadership, so the next candidate — waiting in line, woken by the
+/// release — leads within a round trip, not a TTL. Before, a leadership
+/// held by a running task stayed on every node until its TTL (10 s here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_shuts_down_hands_over_at_once() {
+    let name = unique("election-lifecycle");
+    let ttl = Duration::from_secs(10);
+    let leader = redlock().await;
+    let (started_tx, started) = tokio::sync::oneshot::channel();
+    let leading = {
+        let (leader, name) = (leader.clone(), name.clone());
+        tokio::spawn(async move {
+            let election = leader.election(&name).unwrap();
+            election
+                .lead(
+                    ttl,
+                    &LockOptions::new().label("first"),
+                    |_lease| async move {
+                        let _ = started_tx.send(());
+                        std::future::pending::<()>().await
+                    },
+                )
+                .await
+        })
+    };
+    started.await.unwrap();
+    let next = redlock().await;
+    let candidate = {
+        let name = name.clone();
+        tokio::spawn(async move {
+            let election = next.election(&name).unwrap();
+            let leadership = election
+                .campaign(ttl, &LockOptions::new().label("next"))
+                .await
+                .unwrap();
+            let at = Instant::now();
+            leadership.resign().await.unwrap();
+            at
+        })
+    };
+    // The candidate is in line before the leader stops.
+    let line = format!("{{{name}}}:lock:line");
+    let mut conn = raw(0).await;
+    let start = Instant::now();
+    while redis::AsyncCommands::zcard::<_, usize>(&mut conn, &line)
+        .await
+        .unwrap()
+        == 0
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the candidate never got in line"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let stopped = Instant::now();
+    leading.abort();
+    leader.shutdown().await;
+    let elected = tokio::time::timeout(Duration::from_secs(5), candidate)
+        .await
+        .expect("the next candidate leads long before the TTL")
+        .unwrap();
+    let handover = elected.saturating_duration_since(stopped);
+    eprintln!("leadership handed over {handover:?} after the leader stopped (TTL {ttl:?})");
+    assert!(handover < ttl / 4, "{handover:?}");
+}

@@ -120,6 +120,11 @@ pub struct Global {
     #[arg(long, env = "REDQUORUM_STRICT", global = true, value_parser = clap::builder::FalseyValueParser::new())]
     pub strict: bool,
 
+    /// Not an option: `--timeout` is ambiguous here, and is refused with the
+    /// two it may mean (--wait, --node-timeout).
+    #[arg(long, global = true, hide = true, value_name = "D")]
+    pub timeout: Option<String>,
+
     /// Print nothing of redquorum's own but usage errors (the exit code says
     /// what happened).
     #[arg(short, long, global = true, conflicts_with = "verbose")]

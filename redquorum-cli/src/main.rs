@@ -56,6 +56,13 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli, ui: &Ui) -> Code {
+    if cli.global.timeout.is_some() {
+        ui.usage(
+            "--timeout: did you mean --wait D (how long exec waits for the lock) or \
+             --node-timeout D (how long one node may take to answer)?",
+        );
+        return exit::USAGE;
+    }
     let nodes = match node_urls(&cli.global) {
         Ok(nodes) => nodes,
         Err(message) => {

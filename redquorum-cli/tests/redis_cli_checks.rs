@@ -161,3 +161,20 @@ async fn nodes_names_an_evicting_policy() {
     assert_eq!(strict.status.code(), Some(64), "{stderr}");
     assert!(stderr.contains("allkeys-lru"), "{stderr}");
 }
+
+/// `--timeout` is no option: it is refused with both it may mean, not
+/// only the one clap finds similar (`--node-timeout`).
+#[tokio::test(flavor = "multi_thread")]
+async fn timeout_points_at_wait_and_node_timeout() {
+    let out = run(
+        &node_urls(),
+        &["exec", "--timeout", "5s", "r", "--", "true"],
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(
+        stderr.contains("--wait") && stderr.contains("--node-timeout"),
+        "{stderr}"
+    );
+}
