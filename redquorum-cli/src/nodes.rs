@@ -67,11 +67,14 @@ pub async fn nodes(global: &Global, urls: &[String], args: &NodesArgs, ui: &Ui) 
                 latency,
                 h.server.as_deref().unwrap_or("-"),
                 h.in_flight,
-                warning(h),
+                warning(h, rounds_timeout(global)),
                 error
             );
         }
-        for line in health.iter().flat_map(warnings) {
+        for line in health
+            .iter()
+            .flat_map(|h| warnings(h, rounds_timeout(global)))
+        {
             println!("{line}");
         }
         println!("{reachable} of {} reachable, quorum {quorum}", health.len());
@@ -84,8 +87,11 @@ pub async fn nodes(global: &Global, urls: &[String], args: &NodesArgs, ui: &Ui) 
 }
 
 /// The WARNING column: what makes the node unsafe or unready for locks now.
-fn warning(h: &redquorum::NodeHealth) -> String {
+fn warning(h: &redquorum::NodeHealth, node_timeout: Duration) -> String {
     let mut parts = Vec::new();
+    if let Some(rtt) = slow(h, node_timeout) {
+        parts.push(format!("slow:{}ms", rtt.as_millis()));
+    }
     if let Some(left) = h.quarantined_for {
         parts.push(format!("quarantine {}s", left.as_secs().max(1)));
     }
@@ -107,8 +113,18 @@ fn warning(h: &redquorum::NodeHealth) -> String {
 
 /// What makes a node unsafe or unready for locks now, a sentence each (for
 /// `nodes`, and on stderr for `status`).
-pub fn warnings(h: &redquorum::NodeHealth) -> Vec<String> {
+pub fn warnings(h: &redquorum::NodeHealth, node_timeout: Duration) -> Vec<String> {
     let mut lines = Vec::new();
+    if let Some(rtt) = slow(h, node_timeout) {
+        lines.push(format!(
+            "{}: a round trip of {} ms is near or past the node timeout lock rounds use ({} ms): \
+             its answers come too late to count; raise --node-timeout (Builder::node_timeout) \
+             to about three round trips",
+            h.node,
+            rtt.as_millis(),
+            node_timeout.as_millis()
+        ));
+    }
     if let Some(left) = h.quarantined_for {
         lines.push(format!(
             "{}: restarted without persistence; counts toward no new lock for {} more \
@@ -131,4 +147,21 @@ pub fn warnings(h: &redquorum::NodeHealth) -> Vec<String> {
         ));
     }
     lines
+}
+
+/// The node timeout lock rounds use: `--node-timeout`, or the library's
+/// default ceiling.
+pub fn rounds_timeout(global: &Global) -> Duration {
+    global
+        .node_timeout
+        .unwrap_or(redquorum::quorum::DEFAULT_NODE_TIMEOUT)
+}
+
+/// The node's round trip, where it is past 80 % of `node_timeout`.
+fn slow(h: &redquorum::NodeHealth, node_timeout: Duration) -> Option<Duration> {
+    h.reachable
+        .as_ref()
+        .ok()
+        .copied()
+        .filter(|rtt| *rtt * 5 > node_timeout * 4)
 }

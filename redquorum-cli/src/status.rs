@@ -26,7 +26,7 @@ pub async fn status(global: &Global, nodes: &[String], args: &StatusArgs, ui: &U
     };
     // What would make the answer below wrong soon: on stderr, before it.
     for h in redlock.probe(timeout).await {
-        for line in crate::nodes::warnings(&h) {
+        for line in crate::nodes::warnings(&h, crate::nodes::rounds_timeout(global)) {
             ui.note(format_args!("{line}"));
         }
     }
