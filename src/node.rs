@@ -32,6 +32,21 @@ pub fn node_name(url: &str) -> Result<String, crate::ConfigError> {
     crate::address::Address::parse(url).map(|a| a.name().to_string())
 }
 
+/// The Lua source redquorum sends (by `EVAL`, where its function library
+/// cannot be loaded) to release a plain or fenced lock: `KEYS[1]` the lock
+/// key, `ARGV[1]` the token; it answers `1` when it deleted the key, `0`
+/// when the key is not that token's. The exact text the library sends, for
+/// tools and benchmarks that release a lock by hand.
+///
+/// ```
+/// let script = redquorum::node::release_script();
+/// assert!(script.contains("redis.call('DEL', KEYS[1])"));
+/// assert!(!script.lines().any(|l| l.trim_start().starts_with("--")));
+/// ```
+pub fn release_script() -> &'static str {
+    crate::scripts::release_source()
+}
+
 /// One independent lock node (a Redis master, or a simulated one in tests).
 ///
 /// Implementations must make each [`Op`] atomic on the node, must apply the

@@ -352,3 +352,8 @@ pub(crate) fn encode_probe(loaded: bool, out: &mut Vec<u8>) {
     args.extend(COMMANDS.iter().map(|c| c.as_bytes()));
     out.extend(crate::resp::encode(&args));
 }
+
+/// The plain release's source, as an `EVAL` sends it.
+pub(crate) fn release_source() -> &'static str {
+    &RELEASE.source
+}

@@ -21,15 +21,10 @@ pub(crate) fn measure(urls: &[String]) -> Result<f64, String> {
             (host.to_owned(), port.to_owned())
         })
         .collect();
-    // The release script without its comments, as the library sends it.
-    let release: String = super::RELEASE_LUA
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with("--"))
-        .collect::<Vec<_>>()
-        .join("\n");
+    // The release script, as the library sends it.
+    let release = super::release_lua();
     let set = ["SET", "ceiling:__rand_int__", "tok", "NX", "PX", "10000"];
-    let eval = ["EVAL", &release, "1", "ceiling:__rand_int__", "tok"];
+    let eval = ["EVAL", release, "1", "ceiling:__rand_int__", "tok"];
     let sets = all_at_once(&nodes, &set)?;
     let evals = all_at_once(&nodes, &eval)?;
     Ok(sets

@@ -7,11 +7,11 @@ pub(crate) const TTL: Duration = Duration::from_secs(10);
 pub(crate) const RETRY_MAX: Duration = Duration::from_millis(10);
 /// The raw floor's per-request timeout: redquorum's default node timeout.
 pub(crate) const RAW_TIMEOUT: Duration = Duration::from_millis(50);
-/// The library's release script (the library does not export it).
-pub(crate) const RELEASE_LUA: &str = include_str!(concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../src/scripts/release.lua"
-));
+/// The library's release script, the exact text it sends by `EVAL` (with
+/// the preludes it needs: `release.lua` alone does not run).
+pub(crate) fn release_lua() -> &'static str {
+    redquorum::node::release_script()
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Which {
@@ -65,11 +65,11 @@ impl Raw {
                 .unwrap_or_else(|e| panic!("raw floor: cannot connect to {url}: {e}"));
             conns.push(conn);
         }
-        let release_sha = redis::Script::new(RELEASE_LUA).get_hash().to_owned();
+        let release_sha = redis::Script::new(release_lua()).get_hash().to_owned();
         for conn in &mut conns {
             let _: Value = redis::cmd("SCRIPT")
                 .arg("LOAD")
-                .arg(RELEASE_LUA)
+                .arg(release_lua())
                 .query_async(conn)
                 .await
                 .expect("SCRIPT LOAD");

@@ -154,4 +154,49 @@ fn main() {
         }
     }
     println!("total {:.0} s", started.elapsed().as_secs_f64());
+    // A client that erred on most of its cycles measured nothing: fail
+    // loudly, not with a figure.
+    let broken = erring(&all);
+    if !broken.is_empty() {
+        for line in &broken {
+            eprintln!("compare: {line}");
+        }
+        eprintln!("compare: FAILED: a client erred on most cycles; its figures above mean nothing");
+        std::process::exit(1);
+    }
+}
+
+/// Each healthy-scenario phase in which a client erred on more cycles
+/// than it completed, with its first error.
+fn erring(all: &[(Scenario, Results)]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (s, r) in all.iter().filter(|(s, _)| *s == Scenario::Healthy) {
+        for (i, which) in CLIENTS.iter().enumerate() {
+            let lone = &r.lone[i];
+            if lone.errors > lone.latencies.len() as u64 {
+                out.push(format!(
+                    "[{}] {} lone: {} errors, {} cycles; first: {}",
+                    s.tag(),
+                    which.name(),
+                    lone.errors,
+                    lone.latencies.len(),
+                    lone.first_error.as_deref().unwrap_or("?")
+                ));
+            }
+            for (c, load) in r.load[i].iter().enumerate() {
+                if load.errors > load.ok {
+                    out.push(format!(
+                        "[{}] {} load {}: {} errors, {} cycles; first: {}",
+                        s.tag(),
+                        which.name(),
+                        CONCURRENCY[c],
+                        load.errors,
+                        load.ok,
+                        load.first_error.as_deref().unwrap_or("?")
+                    ));
+                }
+            }
+        }
+    }
+    out
 }
