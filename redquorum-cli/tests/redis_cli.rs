@@ -1055,7 +1055,15 @@ async fn status_reads_cluster_members() {
         .lock(&resource, Duration::from_secs(30))
         .await
         .expect("lock");
-    redlock.shutdown().await; // every member has the key
+    // Every member has the key: no call of the client is in flight.
+    let start = Instant::now();
+    while redlock.in_flight().any(|(_, n)| n > 0) {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "calls still in flight"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let out = run(&clusters, &["status", "--json", "--show-token", &resource]).await;
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");

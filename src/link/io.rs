@@ -30,8 +30,8 @@ use tokio::time::{Instant, Sleep};
 
 use super::open::{self, Stream};
 use super::{
-    BACKOFF_MAX, BACKOFF_MIN, Hello, IDLE_PING, Link, Pending, Standing, State, Work, redirection,
-    refusal,
+    BACKOFF_MAX, BACKOFF_MIN, CLOSING_ATTEMPTS, Hello, IDLE_PING, Link, Pending, Standing, State,
+    Work, redirection, refusal,
 };
 use crate::error::{ConfigError, NodeError};
 use crate::proto::restart;
@@ -65,12 +65,18 @@ impl Drop for Alive {
 pub(super) async fn run(link: Arc<Link>) {
     let _alive = Alive(Arc::clone(&link));
     let mut backoff = BACKOFF_MIN;
+    let mut closing_attempts = 0;
     loop {
         {
             let shared = link.lock();
             let down = matches!(shared.state, State::Down(_));
-            if shared.closing && (down || shared.queue.is_empty()) {
-                return;
+            if shared.closing {
+                // Releases kept for a node down get a few more attempts.
+                let releases = !shared.retained.is_empty() && closing_attempts < CLOSING_ATTEMPTS;
+                if (down && !releases) || (shared.queue.is_empty() && shared.retained.is_empty()) {
+                    return;
+                }
+                closing_attempts += 1;
             }
         }
         let attempt = tokio::time::timeout(link.limits.connect, connect(&link))
@@ -272,12 +278,14 @@ impl Link {
         {
             let mut shared = self.lock();
             shared.state = State::Down(error.clone());
-            // Releases already sent once wait for the next connection (while
-            // their key may live); every other call fails, never sent.
+            // Releases wait for the next connection (while their key may
+            // live): one sent before and cut, or one made while the link
+            // reconnected, whose acquire may have landed on the connection
+            // that died. Every other call fails, never sent.
             let queued = std::mem::take(&mut shared.queue);
             let retained = std::mem::take(&mut shared.retained);
             for call in retained.into_iter().chain(queued) {
-                if call.resends > 0 && call.resendable(now) {
+                if call.resendable(now) {
                     shared.retained.push_back(call);
                 } else {
                     failed.push(call);

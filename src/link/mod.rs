@@ -244,6 +244,10 @@ pub(crate) struct Pending {
 /// twice changes nothing, and not sending it leaves the key for its TTL.
 pub(crate) const MAX_RESENDS: u8 = 3;
 
+/// Connection attempts a closing link (its client gone) still makes for
+/// the releases it keeps, with the usual backoff between them.
+pub(crate) const CLOSING_ATTEMPTS: u32 = 3;
+
 impl Pending {
     /// A call of `work` answered into `sink`, made now.
     pub(crate) fn new(work: Work, sink: Sink, ticket: Option<Ticket>) -> Self {
@@ -364,10 +368,11 @@ struct Shared {
     kicked: bool,
     /// What the node's connections told of it.
     standing: Standing,
-    /// Releases to send again once a connection is up: their connection
-    /// failed under them and the next attempt failed too. Bounded by the
-    /// in-flight bound (each holds its slot) and by [`MAX_RESENDS`] and
-    /// the key's TTL.
+    /// Releases to send once a connection is up: their connection failed
+    /// under them (or they were made while it reconnected) and the next
+    /// attempt failed too. Bounded by the in-flight bound (each holds its
+    /// slot) and by [`MAX_RESENDS`] and the key's TTL; a closing link tries
+    /// [`CLOSING_ATTEMPTS`] more connections for them, no more.
     retained: VecDeque<Pending>,
     /// The last attempt failed on the node's settings or the user's
     /// permissions: a configuration error, reported as such at connect.
@@ -524,8 +529,8 @@ impl Link {
     }
 
     /// Makes `call`: queued for the node, in order, unless the node is down
-    /// (then it ends at once, refused before it was sent). Whether it was
-    /// made.
+    /// (then it ends at once, refused before it was sent — but for a
+    /// release, kept for the next connection). Whether it was made.
     pub(crate) fn submit(self: &Arc<Self>, call: Pending) -> bool {
         let mut shared = self.lock();
         let refused = if !shared.running && !self.restart(&mut shared) {
@@ -536,6 +541,13 @@ impl Link {
             match why {
                 // A configuration problem keeps its name: it is no outage.
                 NodeError::NoPermission(_) | NodeError::Auth(_) => why.clone(),
+                // A release is kept for the next connection: the acquire it
+                // pairs with may have landed on the connection that died.
+                // It costs its round nothing (the others decide it).
+                _ if call.resendable(Instant::now()) => {
+                    shared.retained.push_back(call);
+                    return true;
+                }
                 _ => NodeError::NotConnected(why.to_string().into()),
             }
         } else {
