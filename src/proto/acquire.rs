@@ -59,11 +59,24 @@ impl Acquisition {
         }
         // The keys were set by the acquire round: clean up where it acted.
         let acquire = self.first.as_ref().unwrap_or(&tally);
+        let (wait_for, behind) = (acquire.granted(), acquire.touched());
+        let decision = tally.decision;
+        // A write-back asks only the nodes that granted: the others say
+        // what they said to the acquire (held, failed), not "not waited
+        // for".
+        let mut answers = tally.answers;
+        if let Some(first) = &self.first {
+            for (second, first) in answers.iter_mut().zip(first.answers.iter()) {
+                if *second == Answer::Undecided && *first != Answer::Yes {
+                    *second = first.clone();
+                }
+            }
+        }
         Next::Refused {
-            wait_for: acquire.granted(),
-            behind: acquire.touched(),
-            decision: tally.decision,
-            answers: tally.answers,
+            wait_for,
+            behind,
+            decision,
+            answers,
         }
     }
 }
@@ -87,6 +100,40 @@ mod tests {
     }
 
     const ACQUIRE: Step = Step::Acquire { holder_ttl: false };
+
+    /// A write-back that fails reports, for the nodes it did not ask, what
+    /// they answered the acquire: before, "not waited for", and an
+    /// `Unavailable` whose message counted 0 answers with 4 nodes healthy.
+    #[test]
+    fn a_failed_write_back_reports_the_acquires_answers_for_the_others() {
+        let mut a = Acquisition::default();
+        let held = || Some(Ok(Reply::Held { pttl_ms: Some(5) }));
+        let t = tally(
+            ACQUIRE,
+            vec![
+                Some(Ok(Reply::Fence(3))),
+                Some(Ok(Reply::Fence(3))),
+                Some(Ok(Reply::Fence(3))),
+                held(),
+                held(),
+            ],
+        );
+        let Next::WriteBack { to, .. } = a.next(t, true) else {
+            panic!("a write-back follows")
+        };
+        let mut c = Round::new(Step::WriteBack(3), &to);
+        c.on_reply(0, Ok(Reply::Done), false);
+        c.on_reply(1, Err(NodeError::TimedOut), false);
+        c.on_reply(2, Ok(Reply::NotHeld), false);
+        match a.next(c.finish(), true) {
+            Next::Refused { answers, .. } => {
+                assert_eq!(answers[0], Answer::Yes);
+                assert!(matches!(answers[3], Answer::Held { .. }), "{answers:?}");
+                assert!(matches!(answers[4], Answer::Held { .. }));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn a_plain_grant_in_time_is_held() {
