@@ -336,6 +336,17 @@ impl SemaphoreInspection {
             .count()
     }
 
+    /// How many permits are free now (Redisson's `availablePermits`): the
+    /// slots free on a quorum. A snapshot: one may be taken a moment later.
+    /// Slots neither held nor free on a quorum (too few nodes answered)
+    /// count as neither.
+    pub fn available(&self) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| matches!(s.verdict(), Verdict::Free { .. }))
+            .count()
+    }
+
     /// Whether the unreachable nodes could change [`held`](Self::held).
     pub fn uncertain(&self) -> bool {
         self.slots
@@ -389,6 +400,44 @@ impl Redlock {
         }
         let outcomes = self.gather(keys).await;
         Ok(self.inspection(resource, outcomes, |s| s.keys.get(1)))
+    }
+
+    /// The permit count of the semaphore `name` as its nodes store it
+    /// (every holder of a semaphore names one count, kept on the nodes while
+    /// any permit is held): the count most answering nodes report, or
+    /// `None` where no node has one (no permit is held, or `name` is no
+    /// semaphore). For tools that inspect a semaphore by name alone.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// let api = redlock.semaphore("partner-api", 2)?;
+    /// assert_eq!(redlock.semaphore_permits("partner-api").await?, None);
+    /// let permit = api.try_acquire(std::time::Duration::from_secs(10)).await?;
+    /// assert_eq!(redlock.semaphore_permits("partner-api").await?, Some(2));
+    /// permit.release().await
+    /// # }
+    /// ```
+    pub async fn semaphore_permits(&self, name: &str) -> Result<Option<u32>, LockError> {
+        let [_, _, count, ..] = self.driver().layout().permit_keys(named(name)?, 0);
+        let outcomes = self.gather(vec![count]).await;
+        let mut counts: Vec<u32> = outcomes
+            .iter()
+            .filter_map(|o| match o.as_ref().ok()?.keys.first()? {
+                Stored::Text { value, .. } => String::from_utf8_lossy(value).parse().ok(),
+                _ => None,
+            })
+            .collect();
+        counts.sort_unstable();
+        // The most frequent count (the largest of equals).
+        let mut best: Option<(usize, u32)> = None;
+        for group in counts.chunk_by(|a, b| a == b) {
+            if best.is_none_or(|(n, _)| group.len() >= n) {
+                best = Some((group.len(), group[0]));
+            }
+        }
+        Ok(best.map(|(_, count)| count))
     }
 
     /// What every node holds for the read/write lock on `resource`: its
@@ -500,7 +549,8 @@ impl Semaphore {
     /// # let redlock = redquorum::testing::redlock(5).await;
     /// let api = redlock.semaphore("partner-api", 3)?;
     /// let permit = api.try_acquire(std::time::Duration::from_secs(30)).await?;
-    /// assert_eq!(api.inspect().await?.held(), 1);
+    /// let seen = api.inspect().await?;
+    /// assert_eq!((seen.held(), seen.available()), (1, 2));
     /// # permit.release().await
     /// # }
     /// ```

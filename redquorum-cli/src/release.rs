@@ -19,13 +19,21 @@ pub async fn release(global: &Global, nodes: &[String], args: &ReleaseArgs, ui: 
 
 async fn release_with(redlock: &Redlock, args: &ReleaseArgs, ui: &Ui) -> Code {
     let resource = args.resource.as_str();
+    // The prefix `status` shows (`3b99b6b3…`) names the token it begins.
+    let token = match whole_token(redlock, args).await {
+        Ok(token) => token,
+        Err(message) => {
+            ui.usage(&message);
+            return exit::USAGE;
+        }
+    };
     let released = match args.permits {
         Some(permits) => match redlock.semaphore(resource, permits) {
-            Ok(semaphore) => semaphore.release_token(&args.token).await,
+            Ok(semaphore) => semaphore.release_token(&token).await,
             Err(e) => Err(LockError::Input(e)),
         },
-        None if args.rw => redlock.release_token_rw(resource, &args.token).await,
-        None => redlock.release_token(resource, &args.token).await,
+        None if args.rw => redlock.release_token_rw(resource, &token).await,
+        None => redlock.release_token(resource, &token).await,
     };
     match released {
         Ok(votes) => {
@@ -77,4 +85,54 @@ async fn release_with(redlock: &Redlock, args: &ReleaseArgs, ui: &Ui) -> Code {
             exit::SOFTWARE
         }
     }
+}
+
+/// `--token` as given, or — where it is a prefix (as `status` shows it,
+/// `…` and all) of exactly one token that holds the lock or a permit on
+/// some node — that whole token. A prefix of several is refused, a prefix
+/// of none left as given (nothing will match it).
+async fn whole_token(redlock: &Redlock, args: &ReleaseArgs) -> Result<String, String> {
+    let prefix = args.token.trim_end_matches('…');
+    let tokens: Vec<String> = match (args.permits, args.rw) {
+        (None, false) => match redlock.inspect(&args.resource).await {
+            Ok(seen) => tokens(seen.nodes()),
+            Err(_) => return Ok(args.token.clone()),
+        },
+        (Some(permits), _) => match redlock.semaphore(&args.resource, permits) {
+            Ok(semaphore) => match semaphore.inspect().await {
+                Ok(seen) => seen
+                    .slots()
+                    .iter()
+                    .flat_map(|s| tokens(s.nodes()))
+                    .collect(),
+                Err(_) => return Ok(args.token.clone()),
+            },
+            Err(_) => return Ok(args.token.clone()),
+        },
+        (None, true) => return Ok(args.token.clone()),
+    };
+    let mut matching: Vec<&String> = tokens.iter().filter(|t| t.starts_with(prefix)).collect();
+    matching.sort();
+    matching.dedup();
+    match matching.as_slice() {
+        [one] if one.as_str() != args.token => Ok((*one).clone()),
+        [_, _, ..] => Err(format!(
+            "--token {}: {} holders' tokens begin so; give more of it (status --show-token \
+             shows them whole)",
+            args.token,
+            matching.len()
+        )),
+        _ => Ok(args.token.clone()),
+    }
+}
+
+/// The tokens the nodes hold.
+fn tokens(nodes: &[redquorum::inspect::NodeView<redquorum::inspect::Holding>]) -> Vec<String> {
+    nodes
+        .iter()
+        .filter_map(|n| match n.read.as_ref().ok()?.holder.as_ref()? {
+            redquorum::inspect::Holder::Token(token) => Some(token.clone()),
+            _ => None,
+        })
+        .collect()
 }

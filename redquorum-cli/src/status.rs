@@ -30,7 +30,7 @@ pub async fn status(global: &Global, nodes: &[String], args: &StatusArgs, ui: &U
             ui.note(format_args!("{line}"));
         }
     }
-    let code = match show(&redlock, args).await {
+    let code = match show(&redlock, args, ui).await {
         Ok(code) => code,
         Err(LockError::Input(e)) => {
             ui.usage(&e.to_string());
@@ -45,8 +45,32 @@ pub async fn status(global: &Global, nodes: &[String], args: &StatusArgs, ui: &U
     code
 }
 
-async fn show(redlock: &Redlock, args: &StatusArgs) -> Result<Code, LockError> {
+async fn show(redlock: &Redlock, args: &StatusArgs, ui: &Ui) -> Result<Code, LockError> {
     let whole = args.show_token;
+    // A semaphore's permit count lives on its nodes while a permit is held:
+    // `status NAME` of a held semaphore is never "FREE", and `-n` is checked.
+    let stored = if args.rw {
+        None
+    } else {
+        redlock.semaphore_permits(&args.resource).await?
+    };
+    let permits = match (args.permits, stored) {
+        (Some(asked), Some(count)) if asked != count => {
+            ui.note(format_args!(
+                "{}: its holders were granted {count} permits, not {asked}: showing {count}",
+                args.resource
+            ));
+            Some(count)
+        }
+        (None, Some(count)) => {
+            ui.note(format_args!(
+                "{} is a semaphore of {count} permits (the count its nodes keep)",
+                args.resource
+            ));
+            Some(count)
+        }
+        (asked, _) => asked,
+    };
     if args.rw {
         let seen = redlock.inspect_rw(&args.resource).await?;
         print_rw(&args.resource, &seen, args.json, whole);
@@ -57,7 +81,7 @@ async fn show(redlock: &Redlock, args: &StatusArgs) -> Result<Code, LockError> {
             0
         });
     }
-    let Some(permits) = args.permits else {
+    let Some(permits) = permits else {
         let seen = redlock.inspect(&args.resource).await?;
         if args.json {
             println!("{}", to_json(&seen, whole));
@@ -80,6 +104,7 @@ async fn show(redlock: &Redlock, args: &StatusArgs) -> Result<Code, LockError> {
             "resource": args.resource,
             "permits": permits,
             "held": held,
+            "available": seen.available(),
             "slots": slots,
         });
         println!("{object}");

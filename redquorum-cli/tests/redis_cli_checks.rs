@@ -178,3 +178,51 @@ async fn timeout_points_at_wait_and_node_timeout() {
         "{stderr}"
     );
 }
+
+/// `release --token` takes the prefix `status` shows (`3b99b6b3…`): the
+/// one holder's token it begins. Before, it matched nothing: exit 65 and
+/// a hint about --rw.
+#[tokio::test(flavor = "multi_thread")]
+async fn release_takes_the_token_prefix_status_shows() {
+    let redlock = redlock().await;
+    let resource = unique("cli-prefix");
+    let lock = redlock
+        .lock(&resource, Duration::from_secs(30))
+        .await
+        .expect("lock");
+    let shown = format!("{}…", &lock.token()[..8]);
+    let out = run(&node_urls(), &["release", &resource, "--token", &shown]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    // Gone: the lock is free for another.
+    let again = redlock.try_lock(&resource, Duration::from_secs(5)).await;
+    assert!(again.is_ok(), "still held: {again:?}");
+    drop(lock);
+}
+
+/// `status NAME` of a semaphore whose permits are all held is never FREE,
+/// with or without `-n`, and a wrong `-n` is corrected from the count its
+/// nodes keep. Before: FREE and exit 0 without `-n`; "2 of 3 permits held"
+/// with `-n 3` on a 2-permit semaphore.
+#[tokio::test(flavor = "multi_thread")]
+async fn status_reads_a_semaphores_permit_count_from_its_nodes() {
+    let redlock = redlock().await;
+    let name = unique("cli-sem");
+    let api = redlock.semaphore(&name, 2).unwrap();
+    let a = api.try_acquire(Duration::from_secs(30)).await.unwrap();
+    let b = api.try_acquire(Duration::from_secs(30)).await.unwrap();
+    for args in [
+        vec!["status", "--json", name.as_str()],
+        vec!["status", "-n", "3", "--json", name.as_str()],
+    ] {
+        let out = run(&node_urls(), &args).await;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        assert_eq!(status["permits"], 2, "{args:?}: {status}");
+        assert_eq!(status["held"], 2, "{args:?}: {status}");
+        assert_eq!(status["available"], 0, "{args:?}: {status}");
+    }
+    a.release().await.unwrap();
+    b.release().await.unwrap();
+}
