@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use redquorum::node::Node;
 use redquorum::{LockError, Redlock};
-use support::memory::MemoryNode;
+use support::memory::{MemoryNode, client_with};
 
 const TTL: Duration = Duration::from_secs(30);
 
@@ -21,13 +21,7 @@ const TTL: Duration = Duration::from_secs(30);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_lock_reaches_every_node_past_the_in_flight_bound() {
     let nodes: Vec<Arc<MemoryNode>> = (0..5).map(MemoryNode::new).collect();
-    let redlock = Redlock::builder()
-        .custom_nodes(nodes.iter().map(|n| n.clone() as Arc<dyn Node>))
-        .max_in_flight(8)
-        .node_timeout(Duration::from_secs(1))
-        .build()
-        .await
-        .unwrap();
+    let redlock = client_with(&nodes, Redlock::builder().max_in_flight(8)).await;
     let mut tasks = Vec::new();
     for i in 0..200 {
         let redlock = redlock.clone();
@@ -60,13 +54,7 @@ async fn every_lock_reaches_every_node_past_the_in_flight_bound() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hot_resource_keeps_being_handed_on() {
     let nodes: Vec<Arc<MemoryNode>> = (0..5).map(MemoryNode::new).collect();
-    let redlock = Redlock::builder()
-        .custom_nodes(nodes.iter().map(|n| n.clone() as Arc<dyn Node>))
-        .max_in_flight(8)
-        .node_timeout(Duration::from_secs(1))
-        .build()
-        .await
-        .unwrap();
+    let redlock = client_with(&nodes, Redlock::builder().max_in_flight(8)).await;
     let until = tokio::time::Instant::now() + Duration::from_secs(1);
     let mut tasks = Vec::new();
     for _ in 0..100 {

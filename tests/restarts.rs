@@ -11,22 +11,11 @@ use std::time::Duration;
 
 use redquorum::node::Node;
 use redquorum::{Answer, LockError, Redlock};
-use support::memory::{MemoryNode, Until};
+use support::memory::{MemoryNode, Until, client_over, five};
 
 const BOUND: Duration = Duration::from_secs(5);
 const TTL: Duration = Duration::from_secs(10);
 const KEY: &str = "{job}:lock";
-
-async fn cluster() -> (Vec<Arc<MemoryNode>>, Redlock) {
-    let nodes: Vec<Arc<MemoryNode>> = (0..5).map(MemoryNode::new).collect();
-    let redlock = Redlock::builder()
-        .custom_nodes(nodes.iter().map(|n| n.clone() as Arc<dyn Node>))
-        .node_timeout(Duration::from_secs(1))
-        .build()
-        .await
-        .unwrap();
-    (nodes, redlock)
-}
 
 fn quarantined(error: &LockError) -> usize {
     error
@@ -38,7 +27,7 @@ fn quarantined(error: &LockError) -> usize {
 /// the quarantined nodes, and nothing left on any node.
 #[tokio::test]
 async fn a_quarantined_majority_grants_nothing_of_any_kind() {
-    let (nodes, redlock) = cluster().await;
+    let (nodes, redlock) = five().await;
     for n in &nodes[..3] {
         n.quarantine(true);
     }
@@ -78,7 +67,7 @@ async fn a_quarantined_majority_grants_nothing_of_any_kind() {
     for n in &nodes[..3] {
         n.quarantine(false);
     }
-    let (_, redlock) = (nodes.clone(), cluster_over(&nodes).await);
+    let (_, redlock) = (nodes.clone(), client_over(&nodes).await);
     redlock
         .try_lock("job", TTL)
         .await
@@ -88,22 +77,13 @@ async fn a_quarantined_majority_grants_nothing_of_any_kind() {
         .unwrap();
 }
 
-async fn cluster_over(nodes: &[Arc<MemoryNode>]) -> Redlock {
-    Redlock::builder()
-        .custom_nodes(nodes.iter().map(|n| n.clone() as Arc<dyn Node>))
-        .node_timeout(Duration::from_secs(1))
-        .build()
-        .await
-        .unwrap()
-}
-
 /// Every node restarts empty, one after another, while A holds a lease and
 /// B tries all the time: A keeps it (each extension restores its key where
 /// it was lost) and B never gets it. With the quarantine off (the negative
 /// control), B takes the lock while A's is valid once three nodes forgot.
 async fn rolling_restart(quarantine: bool) -> (bool, bool) {
-    let (nodes, holder) = cluster().await;
-    let contender = cluster_over(&nodes).await;
+    let (nodes, holder) = five().await;
+    let contender = client_over(&nodes).await;
     let mut lock = holder.lock("job", TTL).await.unwrap();
     let (mut kept, mut second) = (true, false);
     // One restart a second, an extension every third of the TTL: three
@@ -151,7 +131,7 @@ async fn late_not_held_replies_are_restored_in_every_order() {
     permutations(&mut vec![0, 1, 2, 3, 4], 0, &mut orders);
     assert_eq!(orders.len(), 120);
     for order in orders {
-        let (nodes, redlock) = cluster().await;
+        let (nodes, redlock) = five().await;
         let mut lock = redlock.lock("job", TTL).await.unwrap();
         nodes[0].wipe();
         nodes[1].wipe();

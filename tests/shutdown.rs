@@ -9,22 +9,10 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redquorum::node::Node;
-use redquorum::{LockError, LockOptions, Redlock};
-use support::memory::MemoryNode;
+use redquorum::{LockError, LockOptions};
+use support::memory::{MemoryNode, five};
 
 const TTL: Duration = Duration::from_secs(30);
-
-async fn cluster() -> (Vec<Arc<MemoryNode>>, Redlock) {
-    let nodes: Vec<Arc<MemoryNode>> = (0..5).map(MemoryNode::new).collect();
-    let redlock = Redlock::builder()
-        .custom_nodes(nodes.iter().map(|n| n.clone() as Arc<dyn Node>))
-        .node_timeout(Duration::from_secs(1))
-        .build()
-        .await
-        .unwrap();
-    (nodes, redlock)
-}
 
 fn keys_left(nodes: &[Arc<MemoryNode>]) -> usize {
     nodes.iter().map(|n| n.live_keys()).sum()
@@ -35,7 +23,7 @@ fn keys_left(nodes: &[Arc<MemoryNode>]) -> usize {
 /// closed the nodes to calls).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_keep_alives_leave_nothing_after_shutdown() {
-    let (nodes, redlock) = cluster().await;
+    let (nodes, redlock) = five().await;
     let mut kept = Vec::new();
     for i in 0..20 {
         let lock = redlock.lock(&format!("ka:{i}"), TTL).await.unwrap();
@@ -51,7 +39,7 @@ async fn dropped_keep_alives_leave_nothing_after_shutdown() {
 /// and each lease's work told it is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holds_of_every_kind_owned_by_running_tasks_are_released() {
-    let (nodes, redlock) = cluster().await;
+    let (nodes, redlock) = five().await;
     let plain = redlock.lock("plain", TTL).await.unwrap();
     let fenced = redlock.lock_fenced("fenced", TTL).await.unwrap();
     let reentrant = redlock.lock_reentrant("re", TTL, "me").await.unwrap();

@@ -7,25 +7,17 @@
 
 mod support;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use redquorum::node::Node;
-use redquorum::{LockOptions, Redlock};
-use support::memory::{MemoryNode, Until};
+use redquorum::LockOptions;
+use support::memory::{Until, five};
 
 const TTL: Duration = Duration::from_secs(30);
 const BOUND: Duration = Duration::from_secs(5);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gone_semaphore_waiter_keeps_no_permit() {
-    let nodes: Vec<Arc<MemoryNode>> = (0..5).map(MemoryNode::new).collect();
-    let redlock = Redlock::builder()
-        .custom_nodes(nodes.iter().map(|n| n.clone() as Arc<dyn Node>))
-        .node_timeout(Duration::from_secs(1))
-        .build()
-        .await
-        .unwrap();
+    let (nodes, redlock) = five().await;
     // The slot a waiter tries last is drawn at random: enough rounds that
     // the slot kept for it is not its last one's in some.
     for round in 0..8 {
