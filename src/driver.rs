@@ -33,6 +33,10 @@ use crate::telemetry::ClientTelemetry;
 use crate::wakeup::Hub;
 
 mod extend;
+mod room;
+mod shutdown;
+
+pub(crate) use room::Places;
 
 /// The validated settings every operation reads.
 #[derive(Debug, Clone)]
@@ -345,31 +349,6 @@ impl Driver {
         }
     }
 
-    /// Ends the client's work on the nodes: every lock still held is
-    /// released — dropped ones whose release is not made yet, and those
-    /// owned by tasks still running, whose leases end as lost — then every
-    /// later call is refused, and it waits until every call already made
-    /// has ended (answered, or given up at its node's grace, which bounds
-    /// the wait).
-    pub(crate) async fn shutdown(&self) {
-        self.closing.send_replace(true);
-        let ttl_ms = u64::try_from(self.settings.max_ttl.as_millis()).unwrap_or(MAX_TTL_MS);
-        for claim in self.holds.live() {
-            claim.release_begins();
-            drop(self.submit(&claim, Step::Release, ttl_ms, None, Until::Decision));
-        }
-        for node in self.nodes.iter() {
-            node.close();
-        }
-        futures::future::join_all(self.nodes.iter().map(Dispatcher::drained)).await;
-    }
-
-    /// Resolves once `shutdown` has begun.
-    pub(crate) async fn closing(&self) {
-        let mut closing = self.closing.subscribe();
-        let _ = closing.wait_for(|c| *c).await;
-    }
-
     /// Releases `claim` on every node (or those marked in `only`). Returns
     /// once `until` is satisfied or the node timeout passed; the calls still
     /// in flight then reach their nodes all the same (bounded by each node's
@@ -513,25 +492,6 @@ impl Driver {
         self.submit_each(claim, step, ttl_ms, only, until, None, |_| step, None)
     }
 
-    /// Places for a round of `step` on every node, waiting until `until`
-    /// for room on each healthy node that has its bound of calls in flight:
-    /// the client's own bound must not look like a node's failure, and
-    /// every reachable node gets every call. A node that is down, degraded
-    /// or still full by then gets no place (its call is refused,
-    /// `Overloaded`, at no cost to the round). Free when there is room.
-    pub(crate) async fn room(&self, step: Step, until: Instant) -> Places {
-        loop {
-            let places: Places = self.nodes.iter().map(|n| n.reserve(step)).collect();
-            let Some(full) = places.iter().position(Option::is_none) else {
-                return places;
-            };
-            drop(places);
-            if !self.nodes[full].room(step, until).await {
-                return self.nodes.iter().map(|n| n.reserve(step)).collect();
-            }
-        }
-    }
-
     /// [`submit`](Self::submit), node `i`'s call being `each(i)` (a round of
     /// `step` counts them all alike), and `late` hearing the answers that
     /// come after the round stopped listening.
@@ -601,10 +561,6 @@ fn subject(claim: &Claim, step: Step) -> Subject {
         step: step.name(),
     }
 }
-
-/// A place among each node's calls in flight, reserved for a round
-/// ([`Driver::room`]); `None` where there was no room.
-pub(crate) type Places = smallvec::SmallVec<[Option<crate::in_flight::Place>; 5]>;
 
 /// One round's ballot, and the nodes its calls were made to.
 #[derive(Debug)]

@@ -30,11 +30,10 @@ use tokio::time::{Instant, Sleep};
 
 use super::open::{self, Stream};
 use super::{
-    BACKOFF_MAX, BACKOFF_MIN, CLOSING_ATTEMPTS, Hello, IDLE_PING, Link, Pending, Standing, State,
-    Work, redirection, refusal,
+    BACKOFF_MAX, BACKOFF_MIN, CLOSING_ATTEMPTS, Hello, IDLE_PING, Link, Pending, State, Work,
+    redirection, refusal,
 };
 use crate::error::{ConfigError, NodeError};
-use crate::proto::restart;
 use crate::resp::{self, Frame};
 
 /// Redirections one call follows at most (a cluster's `MOVED` and `ASK`).
@@ -205,69 +204,12 @@ impl Link {
         if let Some(server) = &hello.server {
             shared.server = Some(server.as_str().into());
         }
-        let quarantine = self.check(&mut shared.standing, hello);
+        let quarantine = shared
+            .standing
+            .update(self.checks.as_ref(), &self.name, hello);
         drop(shared);
         self.changed.notify_waiters();
         quarantine
-    }
-
-    /// What a lock connection's handshake tells of the node, kept in
-    /// `standing`: a process that may have forgotten keys is quarantined
-    /// ([`restart::quarantine`]; one already running is kept across
-    /// reconnections to the same process), and the operator is told, once
-    /// per connection. Returns until when the node is quarantined.
-    fn check(&self, standing: &mut Standing, hello: &Hello) -> Option<Instant> {
-        let checks = self.checks.as_ref()?;
-        let now = Instant::now();
-        let same = hello.run_id.is_some() && hello.run_id == standing.run_id;
-        let begun = checks.quarantine.and_then(|max_ttl| {
-            restart::quarantine(&hello.facts, standing.run_id.as_deref(), max_ttl)
-        });
-        standing.quarantine = match begun {
-            Some(left) if !same => Some(now + left),
-            _ if same => standing.quarantine,
-            _ => None,
-        };
-        standing.run_id.clone_from(&hello.run_id);
-        standing.durable = hello.facts.durable;
-        standing.evicting = hello.evicting.as_deref().map(Into::into);
-        standing.replica = hello.replica;
-        let left = standing.quarantined_for(now);
-        if let Some(left) = left {
-            let uptime = hello.facts.uptime.map_or(-1, |u| u.as_secs() as i64);
-            tracing::warn!(
-                node = %self.name,
-                uptime_s = uptime,
-                quarantine_left_ms = left.as_millis() as u64,
-                durable = ?hello.facts.durable,
-                "node restarted without persistence (or its data was lost): its yes counts toward \
-                 no new lock until it has been up for the longest TTL (docs/operations.md, restarts)"
-            );
-        }
-        if let Some(policy) = &hello.evicting {
-            tracing::warn!(
-                node = %self.name,
-                policy = %policy,
-                "node may evict lock keys (maxmemory with an evicting maxmemory-policy): a lock \
-                 whose keys are evicted can be granted twice; set maxmemory-policy noeviction"
-            );
-        }
-        if hello.replica {
-            tracing::warn!(
-                node = %self.name,
-                "node is a replica: a lock node must be an independent master"
-            );
-        }
-        crate::telemetry::node_checked(
-            &self.name,
-            begun.filter(|_| !same),
-            hello.evicting.is_some(),
-        );
-        if left.is_some() {
-            standing.quarantine
-        } else {
-            None
-        }
     }
 
     /// An attempt failed: the node is down, and every call queued for it

@@ -27,6 +27,8 @@
 //! waits at most its grace; one connection attempt at most the connect
 //! timeout, with jittered exponential backoff between failed ones.
 
+mod call;
+mod checks;
 mod io;
 pub(crate) mod open;
 #[cfg(feature = "tls")]
@@ -64,14 +66,11 @@ use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
 use crate::address::Address;
-use crate::ballot::Ballot;
-use crate::claim::Claim;
 use crate::error::{ConfigError, NodeError};
-use crate::node::Reply;
-use crate::proto::round::Step;
 use crate::resp::Frame;
-use crate::telemetry::NodeTelemetry;
 
+pub(crate) use call::{CLOSING_ATTEMPTS, Outstanding, Pending, Route, Sink, Ticket, Work};
+pub(crate) use checks::{Checks, Standing};
 pub(crate) use open::Hello;
 
 /// A link idle this long sends a `PING`: a connection a NAT, a load
@@ -135,23 +134,6 @@ impl Limits {
     }
 }
 
-/// What a call asks of the node.
-pub(crate) enum Work {
-    /// An operation on a claim's keys, encoded for the connection it goes
-    /// on (`FCALL` where the library is loaded, else `EVAL`).
-    Op {
-        claim: Arc<Claim>,
-        step: Step,
-        ttl_ms: u64,
-        /// For a cluster member's call: where a `MOVED` or `ASK` sends it.
-        route: Option<Outstanding>,
-    },
-    /// A command already encoded (a query outside any round).
-    Raw(Vec<u8>),
-    /// The link's own `PING` on an idle connection.
-    Ping,
-}
-
 /// How a first connection attempt failed.
 #[derive(Debug, Clone)]
 pub(crate) enum First {
@@ -160,181 +142,6 @@ pub(crate) enum First {
     Misconfigured(ConfigError),
     /// The server is already a member, under this name.
     SameAs(Arc<str>),
-}
-
-/// Where a call's outcome goes.
-pub(crate) enum Sink {
-    /// Node `node`'s answer in a round.
-    Ballot { ballot: Arc<Ballot>, node: usize },
-    /// A query's reply, as the node gave it.
-    Reply(oneshot::Sender<Result<Frame, NodeError>>),
-    /// Nobody: the link's own `PING`.
-    Nobody,
-}
-
-/// Follows a cluster's redirections; see `crate::cluster`.
-pub(crate) trait Route: Send + Sync {
-    /// The call was answered `MOVED` (or `ASK`, when `ask`) to `to` for
-    /// `slot`: hand it there, in order (or end it with why it cannot go).
-    fn redirect(&self, call: Pending, ask: bool, slot: u16, to: &str);
-
-    /// A call of `slot` ended (however).
-    fn ended(&self, slot: u16);
-}
-
-/// A cluster call's route, and its place among its slot's calls
-/// outstanding (given back when the call ends: dropped).
-pub(crate) struct Outstanding {
-    pub(crate) route: Arc<dyn Route>,
-    slot: u16,
-}
-
-impl Outstanding {
-    pub(crate) fn new(route: Arc<dyn Route>, slot: u16) -> Self {
-        Outstanding { route, slot }
-    }
-}
-
-impl Drop for Outstanding {
-    fn drop(&mut self) {
-        self.route.ended(self.slot);
-    }
-}
-
-/// The bookkeeping a counted call carries until it ends: its in-flight slot
-/// (given back when the ticket is dropped) and its node's instruments.
-pub(crate) struct Ticket {
-    pub(crate) telemetry: Arc<NodeTelemetry>,
-    pub(crate) _slot: crate::in_flight::Place,
-}
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        self.telemetry.done();
-    }
-}
-
-/// One call: what to ask, where the answer goes, and its ticket.
-pub(crate) struct Pending {
-    pub(crate) work: Work,
-    pub(crate) sink: Sink,
-    pub(crate) ticket: Option<Ticket>,
-    /// When it was made.
-    pub(crate) made: Instant,
-    /// Redirections followed so far.
-    pub(crate) redirects: u8,
-    /// Preceded by `ASKING` (a cluster slot being migrated).
-    pub(crate) asking: bool,
-    /// Already counted as late.
-    pub(crate) late: bool,
-    /// Written while its node was quarantined (`crate::proto::restart`):
-    /// a yes counts toward no new grant.
-    pub(crate) quarantined: bool,
-    /// When it was first made (`made` is reset when it is sent again).
-    pub(crate) born: Instant,
-    /// Times it was sent again after its connection failed under it.
-    pub(crate) resends: u8,
-}
-
-/// A release (or a refused round's undo) whose connection failed before
-/// its answer is sent again on the node's next connection, at most this
-/// many times, and only while the key it removes may still live (its TTL
-/// from when the call was first made): releases are idempotent
-/// (compare-and-delete; a reentrant release names its hold), so sending one
-/// twice changes nothing, and not sending it leaves the key for its TTL.
-pub(crate) const MAX_RESENDS: u8 = 3;
-
-/// Connection attempts a closing link (its client gone) still makes for
-/// the releases it keeps, with the usual backoff between them.
-pub(crate) const CLOSING_ATTEMPTS: u32 = 3;
-
-impl Pending {
-    /// A call of `work` answered into `sink`, made now.
-    pub(crate) fn new(work: Work, sink: Sink, ticket: Option<Ticket>) -> Self {
-        Pending {
-            work,
-            sink,
-            ticket,
-            made: Instant::now(),
-            redirects: 0,
-            asking: false,
-            late: false,
-            quarantined: false,
-            born: Instant::now(),
-            resends: 0,
-        }
-    }
-
-    /// Whether the call may be sent again, at `now`, after its connection
-    /// failed under it: a release or undo, sent again fewer than
-    /// [`MAX_RESENDS`] times, whose key may still live.
-    pub(crate) fn resendable(&self, now: Instant) -> bool {
-        match &self.work {
-            Work::Op { step, ttl_ms, .. } => {
-                matches!(step, Step::Release | Step::Undo)
-                    && self.resends < MAX_RESENDS
-                    && now < self.born + Duration::from_millis(*ttl_ms)
-            }
-            Work::Raw(_) | Work::Ping => false,
-        }
-    }
-
-    /// The call, to be sent again on the next connection: its clocks start
-    /// again.
-    pub(crate) fn again(mut self, now: Instant) -> Self {
-        self.resends += 1;
-        self.made = now;
-        self.late = false;
-        self.asking = false;
-        self.quarantined = false;
-        self
-    }
-
-    /// Ends the call with the node's reply (or why there is none): parsed
-    /// for its operation, counted (an answer later than `late` is no sign
-    /// of health), and handed to its sink.
-    pub(crate) fn finish(mut self, reply: Result<Frame, NodeError>, late: Duration) {
-        match std::mem::replace(&mut self.sink, Sink::Nobody) {
-            Sink::Reply(tx) => {
-                self.account(reply.as_ref().map(|_| &Reply::Done), late);
-                let _ = tx.send(reply);
-            }
-            Sink::Ballot { ballot, node } => {
-                let outcome = match (&self.work, reply) {
-                    (
-                        Work::Op {
-                            claim,
-                            step,
-                            ttl_ms,
-                            ..
-                        },
-                        Ok(frame),
-                    ) => crate::scripts::parse_reply(&claim.op(*step, *ttl_ms), frame),
-                    (_, Ok(frame)) => Err(NodeError::Protocol(format!("{frame:?}").into())),
-                    (_, Err(e)) => Err(e),
-                };
-                self.account(outcome.as_ref(), late);
-                ballot.cast(node, outcome, self.quarantined);
-            }
-            Sink::Nobody => {}
-        }
-    }
-
-    /// Ends a call to a node of your own with its outcome: counted, and
-    /// handed to its sink.
-    pub(crate) fn finish_reply(mut self, outcome: Result<Reply, NodeError>, late: Duration) {
-        self.account(outcome.as_ref(), late);
-        if let Sink::Ballot { ballot, node } = std::mem::replace(&mut self.sink, Sink::Nobody) {
-            ballot.cast(node, outcome, self.quarantined);
-        }
-    }
-
-    /// Counts the outcome in the node's instruments and health.
-    fn account(&self, outcome: Result<&Reply, &NodeError>, late: Duration) {
-        if let Some(ticket) = &self.ticket {
-            ticket.telemetry.ended(outcome, self.made, late, self.late);
-        }
-    }
 }
 
 /// The connection's state, as calls see it.
@@ -371,7 +178,7 @@ struct Shared {
     /// Releases to send once a connection is up: their connection failed
     /// under them (or they were made while it reconnected) and the next
     /// attempt failed too. Bounded by the in-flight bound (each holds its
-    /// slot) and by [`MAX_RESENDS`] and the key's TTL; a closing link tries
+    /// slot) and by [`MAX_RESENDS`](call::MAX_RESENDS) and the key's TTL; a closing link tries
     /// [`CLOSING_ATTEMPTS`] more connections for them, no more.
     retained: VecDeque<Pending>,
     /// The last attempt failed on the node's settings or the user's
@@ -441,47 +248,6 @@ pub(crate) struct Options {
     /// (`Some`); a cluster's seed, used for its map, needs neither.
     pub(crate) checks: Option<Checks>,
     pub(crate) identity: Option<Identity>,
-}
-
-/// What a lock connection checks of its node, at every connection (never
-/// per call): docs/operations.md.
-#[derive(Debug, Clone)]
-pub(crate) struct Checks {
-    /// The delayed restart: a node that may have forgotten counts toward
-    /// no new grant until it has been up this long (the longest TTL plus
-    /// the clock's drift over it); `None`: off
-    /// (`Builder::restart_quarantine(false)`).
-    pub(crate) quarantine: Option<Duration>,
-    /// A node that may evict lock keys is refused (`Builder::strict`).
-    pub(crate) strict: bool,
-    /// The key of redquorum's dataset mark: which process its dataset was
-    /// born in (`crate::proto::restart::Facts::born_here`).
-    pub(crate) mark: Arc<str>,
-}
-
-/// What a node's connections have told of it, for the rounds and for
-/// `nodes`: the process, the quarantine, persistence and memory policy.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Standing {
-    /// The process last connected to.
-    pub(crate) run_id: Option<String>,
-    /// Quarantined until then (`crate::proto::restart`).
-    pub(crate) quarantine: Option<Instant>,
-    /// Persists every write (`None`: unknown).
-    pub(crate) durable: Option<bool>,
-    /// May evict lock keys: its `maxmemory-policy`.
-    pub(crate) evicting: Option<Arc<str>>,
-    /// It is a replica.
-    pub(crate) replica: bool,
-}
-
-impl Standing {
-    /// How much longer the node is quarantined at `now`.
-    pub(crate) fn quarantined_for(&self, now: Instant) -> Option<Duration> {
-        self.quarantine
-            .map(|until| until.saturating_duration_since(now))
-            .filter(|left| !left.is_zero())
-    }
 }
 
 /// Whether a connected server is no other member: `Err` names the member it

@@ -1,0 +1,114 @@
+//! What a lock connection checks of its node at every connection — the
+//! delayed restart's quarantine, persistence, memory policy, role — and
+//! what it keeps of them (`crate::proto::restart` decides; the link's task
+//! applies it at each handshake).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::Hello;
+use crate::proto::restart;
+
+/// What a lock connection checks of its node, at every connection (never
+/// per call): docs/operations.md.
+#[derive(Debug, Clone)]
+pub(crate) struct Checks {
+    /// The delayed restart: a node that may have forgotten counts toward
+    /// no new grant until it has been up this long (the longest TTL plus
+    /// the clock's drift over it); `None`: off
+    /// (`Builder::restart_quarantine(false)`).
+    pub(crate) quarantine: Option<Duration>,
+    /// A node that may evict lock keys is refused (`Builder::strict`).
+    pub(crate) strict: bool,
+    /// The key of redquorum's dataset mark: which process its dataset was
+    /// born in (`crate::proto::restart::Facts::born_here`).
+    pub(crate) mark: Arc<str>,
+}
+
+/// What a node's connections have told of it, for the rounds and for
+/// `nodes`: the process, the quarantine, persistence and memory policy.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Standing {
+    /// The process last connected to.
+    pub(crate) run_id: Option<String>,
+    /// Quarantined until then (`crate::proto::restart`).
+    pub(crate) quarantine: Option<Instant>,
+    /// Persists every write (`None`: unknown).
+    pub(crate) durable: Option<bool>,
+    /// May evict lock keys: its `maxmemory-policy`.
+    pub(crate) evicting: Option<Arc<str>>,
+    /// It is a replica.
+    pub(crate) replica: bool,
+}
+
+impl Standing {
+    /// How much longer the node is quarantined at `now`.
+    pub(crate) fn quarantined_for(&self, now: Instant) -> Option<Duration> {
+        self.quarantine
+            .map(|until| until.saturating_duration_since(now))
+            .filter(|left| !left.is_zero())
+    }
+
+    /// What a lock connection's handshake (`hello`) tells of the node
+    /// `name`, kept here: a process that may have forgotten keys is quarantined
+    /// ([`restart::quarantine`]; one already running is kept across
+    /// reconnections to the same process), and the operator is told, once
+    /// per connection. Returns until when the node is quarantined.
+    pub(crate) fn update(
+        &mut self,
+        checks: Option<&Checks>,
+        name: &str,
+        hello: &Hello,
+    ) -> Option<Instant> {
+        let checks = checks?;
+        let standing = self;
+        let now = Instant::now();
+        let same = hello.run_id.is_some() && hello.run_id == standing.run_id;
+        let begun = checks.quarantine.and_then(|max_ttl| {
+            restart::quarantine(&hello.facts, standing.run_id.as_deref(), max_ttl)
+        });
+        standing.quarantine = match begun {
+            Some(left) if !same => Some(now + left),
+            _ if same => standing.quarantine,
+            _ => None,
+        };
+        standing.run_id.clone_from(&hello.run_id);
+        standing.durable = hello.facts.durable;
+        standing.evicting = hello.evicting.as_deref().map(Into::into);
+        standing.replica = hello.replica;
+        let left = standing.quarantined_for(now);
+        if let Some(left) = left {
+            let uptime = hello.facts.uptime.map_or(-1, |u| u.as_secs() as i64);
+            tracing::warn!(
+                node = %name,
+                uptime_s = uptime,
+                quarantine_left_ms = left.as_millis() as u64,
+                durable = ?hello.facts.durable,
+                "node restarted without persistence (or its data was lost): its yes counts toward \
+                 no new lock until it has been up for the longest TTL (docs/operations.md, restarts)"
+            );
+        }
+        if let Some(policy) = &hello.evicting {
+            tracing::warn!(
+                node = %name,
+                policy = %policy,
+                "node may evict lock keys (maxmemory with an evicting maxmemory-policy): a lock \
+                 whose keys are evicted can be granted twice; set maxmemory-policy noeviction"
+            );
+        }
+        if hello.replica {
+            tracing::warn!(
+                node = %name,
+                "node is a replica: a lock node must be an independent master"
+            );
+        }
+        crate::telemetry::node_checked(name, begun.filter(|_| !same), hello.evicting.is_some());
+        if left.is_some() {
+            standing.quarantine
+        } else {
+            None
+        }
+    }
+}
