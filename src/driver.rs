@@ -260,7 +260,10 @@ impl Driver {
         // round for the resource (crate::turns) and room among the calls in
         // flight are waited for before the round's clock starts.
         self.first_connections().await;
-        let _turn = self.turns.take(claim.keys().first()).await;
+        let _turn = match claim.keys().exclusive() {
+            true => Some(self.turns.take(claim.keys().first()).await),
+            false => None,
+        };
         let step = Step::Acquire { holder_ttl };
         let wait = self
             .settings

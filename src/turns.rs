@@ -1,7 +1,8 @@
-//! One acquire round per resource at a time from one client: a round for a
-//! resource waits while another of the same client's rounds for it is in
-//! flight. Two rounds of one client for one lock can both only lose to each
-//! other (at most one wins, and split votes leave neither); run in turn,
+//! One acquire round per resource at a time from one client, for the locks
+//! only one can hold (not readers, not a reentrant owner's holds): a round
+//! for a resource waits while another of the same client's rounds for it is
+//! in flight. Two such rounds of one client can only lose to each other
+//! (at most one wins, and split votes leave neither); run in turn,
 //! each is one round trip and the lock keeps moving — hundreds of tasks
 //! contending for one resource no longer flood the nodes with rounds that
 //! only refuse each other. Holding is not a turn: only the round is.

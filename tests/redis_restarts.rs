@@ -97,10 +97,12 @@ async fn a_contender_is_refused_after_three_empty_restarts() {
         until_quarantined(contender, &[1, 2, 3]).await;
         let refused = contender.try_lock(&resource, ttl).await;
         let error = refused.expect_err("a contender got the lock while the holder's is valid");
+        // The quarantined nodes said yes, uncounted (the round may decide
+        // before the last of them answers).
         let votes = error.votes().expect("votes");
-        assert_eq!(
-            votes.count(|a| *a == redquorum::Answer::Quarantined),
-            3,
+        assert_eq!(votes.yes(), 0, "{error}");
+        assert!(
+            votes.count(|a| *a == redquorum::Answer::Quarantined) >= 2,
             "{error}"
         );
     }

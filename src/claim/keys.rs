@@ -232,6 +232,16 @@ impl Keys {
         self.flavor == Flavor::Write
     }
 
+    /// Whether two acquisitions of these keys can only exclude each other
+    /// (at most one holds them at a time): not a reader (readers share),
+    /// not a reentrant owner (its holds share), not an inspection.
+    pub(crate) fn exclusive(&self) -> bool {
+        matches!(
+            self.flavor,
+            Flavor::Plain | Flavor::Fenced | Flavor::Many | Flavor::Write | Flavor::Permit
+        )
+    }
+
     /// Whether an extension may set the key again on a node that lost it
     /// (plain and fenced locks: docs/design.md §4).
     pub(crate) fn restorable(&self) -> bool {
