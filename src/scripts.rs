@@ -306,41 +306,46 @@ pub(crate) static LIBRARY: LazyLock<String> = LazyLock::new(|| {
 /// `pcall`: denied, waiters poll), the native acquire's `SET`, and `INFO`,
 /// which tells a restarted node: what a connection's permission probe
 /// checks the user may run (the scripts' own `FCALL` or `EVAL` is checked
-/// by running the probe).
-pub(crate) const COMMANDS: [&str; 25] = [
-    "set",
-    "get",
-    "del",
-    "exists",
-    "type",
-    "time",
-    "incr",
-    "pexpire",
-    "pexpireat",
-    "pttl",
-    "hdel",
-    "hexists",
-    "hgetall",
-    "hincrby",
-    "hset",
-    "hsetnx",
-    "zadd",
-    "zcard",
-    "zincrby",
-    "zrange",
-    "zrangebyscore",
-    "zrem",
-    "zremrangebyscore",
-    "zscore",
-    "info",
+/// by running the probe). Each with arguments of its arity, `K` standing
+/// for a lock key: `redis.acl_check_cmd` checks key patterns on them, and
+/// Redis 7.0 crashes when it is handed a command that takes keys without
+/// them (seen on 7.0.15, for a user with key patterns).
+pub(crate) const COMMANDS: [&[&str]; 25] = [
+    &["set", "K", "v"],
+    &["get", "K"],
+    &["del", "K"],
+    &["exists", "K"],
+    &["type", "K"],
+    &["time"],
+    &["incr", "K"],
+    &["pexpire", "K", "1"],
+    &["pexpireat", "K", "1"],
+    &["pttl", "K"],
+    &["hdel", "K", "f"],
+    &["hexists", "K", "f"],
+    &["hgetall", "K"],
+    &["hincrby", "K", "f", "1"],
+    &["hset", "K", "f", "v"],
+    &["hsetnx", "K", "f", "v"],
+    &["zadd", "K", "1", "m"],
+    &["zcard", "K"],
+    &["zincrby", "K", "1", "m"],
+    &["zrange", "K", "0", "1"],
+    &["zrangebyscore", "K", "0", "1"],
+    &["zrem", "K", "m"],
+    &["zremrangebyscore", "K", "0", "1"],
+    &["zscore", "K", "m"],
+    &["info"],
 ];
 
 /// Writes the permission probe into `out`: `FCALL` of its function where
-/// the library is `loaded`, else `EVAL` of its source, with
-/// [`COMMANDS`] as arguments. Its reply lists the commands the user may
-/// not run (`NOPERM` if the script command itself is denied).
-pub(crate) fn encode_probe(loaded: bool, out: &mut Vec<u8>) {
-    let mut args: Vec<&[u8]> = Vec::with_capacity(COMMANDS.len() + 3);
+/// the library is `loaded`, else `EVAL` of its source. Its arguments are
+/// each command of [`COMMANDS`], `K` replaced by `key` (a lock key in the
+/// client's layout), as its argument count then the command and its
+/// arguments. Its reply lists the commands the user may not run (`NOPERM`
+/// if the script command itself is denied).
+pub(crate) fn encode_probe(loaded: bool, key: &str, out: &mut Vec<u8>) {
+    let mut args: Vec<&[u8]> = Vec::with_capacity(4 * COMMANDS.len() + 3);
     if loaded {
         args.push(b"FCALL");
         args.push(PROBE.function.as_bytes());
@@ -349,7 +354,17 @@ pub(crate) fn encode_probe(loaded: bool, out: &mut Vec<u8>) {
         args.push(PROBE.source.as_bytes());
     }
     args.push(b"0");
-    args.extend(COMMANDS.iter().map(|c| c.as_bytes()));
+    let counts: Vec<String> = COMMANDS.iter().map(|c| c.len().to_string()).collect();
+    for (command, count) in COMMANDS.iter().zip(&counts) {
+        args.push(count.as_bytes());
+        args.extend(command.iter().map(|a| {
+            if *a == "K" {
+                key.as_bytes()
+            } else {
+                a.as_bytes()
+            }
+        }));
+    }
     out.extend(crate::resp::encode(&args));
 }
 

@@ -28,6 +28,7 @@ impl Builder {
             quarantine: (!self.no_quarantine).then(|| max_ttl + drift_factor.drift(max_ttl_ms)),
             strict: self.strict,
             mark: layout.dataset_mark().into(),
+            probe_key: layout.lock_key("redquorum:probe").into(),
         };
         let connect_timeout = self.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
         if connect_timeout < Duration::from_millis(1) || connect_timeout > MAX_CONNECT_TIMEOUT {

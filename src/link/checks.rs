@@ -25,6 +25,9 @@ pub(crate) struct Checks {
     /// The key of redquorum's dataset mark: which process its dataset was
     /// born in (`crate::proto::restart::Facts::born_here`).
     pub(crate) mark: Arc<str>,
+    /// A lock key in the client's layout, for the permission probe's
+    /// commands (the user's key patterns are checked on it).
+    pub(crate) probe_key: Arc<str>,
 }
 
 /// What a node's connections have told of it, for the rounds and for

@@ -155,8 +155,7 @@ fn slow(link: &Link) -> NodeError {
 async fn connect(link: &Link) -> Result<(Stream, Hello), NodeError> {
     let endpoint = link.address.endpoint();
     let mut stream = open::dial(endpoint, &link.tls).await?;
-    let mark = link.checks.as_ref().map(|checks| &*checks.mark);
-    let hello = open::handshake(&mut stream, endpoint, mark).await?;
+    let hello = open::handshake(&mut stream, endpoint, link.checks.as_ref()).await?;
     if let Some(identity) = &link.identity
         && let Err(other) = identity(&hello)
     {

@@ -183,18 +183,18 @@ fn tls_text(e: &io::Error) -> String {
 }
 
 /// Logs in on `stream` and asks who the server is; for a lock connection
-/// (`mark`: `Some`), also loads the function library, reads what the node
+/// (`lock`: its checks), also loads the function library, reads what the node
 /// says of its persistence and memory, checks the user's permissions and
-/// reads (and sets) the dataset mark at `mark` — in two pipelined round
+/// reads (and sets) the dataset mark — in two pipelined round
 /// trips however far the node is. Refusals: a wrong password or user is
 /// [`NodeError::Auth`], any other refusal of `AUTH`, `SELECT` or `PING`
 /// the error it means ([`NodeError::from_reply`]).
 pub(crate) async fn handshake(
     stream: &mut Stream,
     endpoint: &Endpoint,
-    mark: Option<&str>,
+    lock: Option<&super::Checks>,
 ) -> Result<Hello, NodeError> {
-    let library = mark.is_some();
+    let library = lock.is_some();
     let mut out = Vec::new();
     let mut asked = 0;
     if let Some(password) = &endpoint.password {
@@ -232,7 +232,9 @@ pub(crate) async fn handshake(
             b"LOAD",
             scripts::LIBRARY.as_bytes(),
         ]));
-        scripts::encode_probe(true, &mut out);
+        if let Some(lock) = lock {
+            scripts::encode_probe(true, &lock.probe_key, &mut out);
+        }
         asked += 3;
     }
     // A node that refuses the connection (max clients) says why and
@@ -262,9 +264,10 @@ pub(crate) async fn handshake(
         server: server(&info),
         ..Hello::default()
     };
-    let Some(mark) = mark else {
+    let Some(lock) = lock else {
         return Ok(hello);
     };
+    let mark = &*lock.mark;
     let [fsync, load, probe] = &replies[checks + 2..] else {
         unreachable!("three replies asked");
     };
@@ -290,7 +293,7 @@ pub(crate) async fn handshake(
     let mut out = Vec::new();
     let mut second = 0;
     if !hello.loaded {
-        scripts::encode_probe(false, &mut out);
+        scripts::encode_probe(false, &lock.probe_key, &mut out);
         second += 1;
     }
     let cluster = info_field(&info, "cluster_enabled") == Some("1");

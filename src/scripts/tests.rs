@@ -175,28 +175,37 @@ fn comments_are_stripped_and_code_kept() {
 }
 
 /// The permission probe checks every command a script calls with
-/// `redis.call` (a denied one would fail mid-work), and the native `SET`.
+/// `redis.call` (a denied one would fail mid-work), and the native `SET`,
+/// each with a key where it takes one.
 #[test]
 fn the_probe_checks_every_command_the_scripts_call() {
+    let names: Vec<&str> = COMMANDS.iter().map(|c| c[0]).collect();
     for lua in ALL {
         for part in lua.source.split("redis.call('").skip(1) {
             let command = part.split('\'').next().unwrap().to_ascii_lowercase();
             assert!(
-                COMMANDS.contains(&command.as_str()),
+                names.contains(&command.as_str()),
                 "{command} is called but not probed"
             );
         }
     }
-    assert!(COMMANDS.contains(&"set") && COMMANDS.contains(&"info"));
+    assert!(names.contains(&"set") && names.contains(&"info"));
+    // Every keyed command is handed a key (Redis 7.0 crashes otherwise).
+    for command in COMMANDS {
+        if !matches!(command[0], "time" | "info") {
+            assert_eq!(command.get(1), Some(&"K"), "{command:?}");
+        }
+    }
     let mut out = Vec::new();
-    encode_probe(true, &mut out);
+    encode_probe(true, "{p}:lock", &mut out);
     let text = String::from_utf8_lossy(&out).into_owned();
     assert!(text.contains("FCALL") && text.contains(PROBE.function.as_str()));
+    assert!(text.contains("{p}:lock") && !text.contains("\r\nK\r\n"));
     assert_eq!(
         crate::resp::parse(&out).unwrap().map(|(_, used)| used),
         Some(out.len())
     );
     out.clear();
-    encode_probe(false, &mut out);
+    encode_probe(false, "{p}:lock", &mut out);
     assert!(String::from_utf8_lossy(&out).contains("acl_check_cmd"));
 }
