@@ -7,9 +7,9 @@
 //! contending for one resource no longer flood the nodes with rounds that
 //! only refuse each other. Holding is not a turn: only the round is.
 //!
-//! Free when uncontended: one hash, one table lookup; an entry lives while
-//! some round of its resource runs or waits, so the table is bounded by the
-//! rounds in flight.
+//! Cheap when uncontended: one hash, one table lookup and one small
+//! allocation (the entry's gate); an entry lives while some round of its
+//! resource runs or waits, so the table is bounded by the rounds in flight.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};

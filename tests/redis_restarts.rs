@@ -212,7 +212,7 @@ async fn leases_are_kept_through_a_rolling_empty_restart() {
             restarts.await;
             lease.is_valid()
         });
-        let ((), leased) = tokio::join!(trying_until(&done, trying), async {
+        let ((), leased) = tokio::join!(trying, async {
             let out = leased.await;
             done.store(true, Ordering::Release);
             out
@@ -238,9 +238,15 @@ async fn leases_are_kept_through_a_rolling_empty_restart() {
     );
 }
 
-async fn trying_until(done: &AtomicBool, trying: impl std::future::Future<Output = ()>) {
-    trying.await;
-    assert!(done.load(Ordering::Acquire));
+/// A client logging in as `user` (password `pw`), waiting for every first
+/// connection attempt.
+async fn build_as(user: &AclUser) -> Result<Redlock, ConfigError> {
+    Redlock::builder()
+        .nodes(user.urls("pw"))
+        .connect_timeout(Duration::from_secs(5))
+        .require_quorum(true)
+        .build()
+        .await
 }
 
 /// A user who may not run the scripts: the client refuses to build, naming
@@ -261,12 +267,7 @@ async fn a_user_without_script_permissions_is_refused_at_connect() {
         ],
     )
     .await;
-    let built = Redlock::builder()
-        .nodes(user.urls("pw"))
-        .connect_timeout(Duration::from_secs(5))
-        .require_quorum(true)
-        .build()
-        .await;
+    let built = build_as(&user).await;
     match built {
         Err(ConfigError::Permission { node, message }) => {
             assert!(message.contains("eval"), "{message}");
@@ -277,12 +278,7 @@ async fn a_user_without_script_permissions_is_refused_at_connect() {
     }
     // A command called inside the scripts, denied: named too.
     let user = AclUser::create("nopexpire", &["on", ">pw", "~*", "&*", "+@all", "-pexpire"]).await;
-    let built = Redlock::builder()
-        .nodes(user.urls("pw"))
-        .connect_timeout(Duration::from_secs(5))
-        .require_quorum(true)
-        .build()
-        .await;
+    let built = build_as(&user).await;
     match built {
         Err(ConfigError::Permission { message, .. }) => {
             assert!(message.contains("pexpire"), "{message}");
