@@ -385,8 +385,12 @@ fn any_input_on_memory_nodes_is_a_typed_error_or_a_lock() {
         |(s, name, other, ttl)| paused_runtime().block_on(memory_case(s, name, other, ttl)),
     );
     println!("memory nodes, 512 cases: {paths:?}");
+    // Each path is met about 50 times or more in 512 random cases (locks
+    // least, about 55: valid settings, name and TTL together); 20 is four
+    // standard deviations below, so the bound fails only when a path is
+    // no longer reached, not on an unlucky draw (CI once saw 50 locks).
     assert!(
-        paths.build_errors > 50 && paths.input_errors > 50 && paths.locks > 50,
+        paths.build_errors >= 20 && paths.input_errors >= 20 && paths.locks >= 20,
         "{paths:?}"
     );
 }
