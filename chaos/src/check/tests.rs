@@ -1,0 +1,149 @@
+//! The checker on small hand-written histories: each rule finds what it
+//! must, and nothing in a correct history.
+
+use super::*;
+
+fn history(text: &str) -> Report {
+    check(text.lines().filter_map(Line::parse))
+}
+
+#[test]
+fn holds_one_after_another_are_clean() {
+    let r = history(
+        "100 c1 grant id=a kind=plain res=x holder=a until=500\n\
+         200 c1 end id=a\n\
+         250 c2 grant id=b kind=plain res=x holder=b until=900\n\
+         300 c2 until id=b until=1200\n",
+    );
+    assert!(r.violations.is_empty(), "{r}");
+    assert_eq!(r.total_grants(), 2);
+}
+
+#[test]
+fn a_second_holder_within_the_first_ones_validity_is_caught() {
+    let r = history(
+        "100 c1 grant id=a kind=plain res=x holder=a until=500\n\
+         400 c2 grant id=b kind=plain res=x holder=b until=900\n",
+    );
+    assert!(
+        matches!(&r.violations[..], [Violation::Overlap { for_ns: 100, .. }]),
+        "{r}"
+    );
+}
+
+#[test]
+fn an_extension_lengthens_the_hold() {
+    let r = history(
+        "100 c1 grant id=a kind=lease res=x holder=a until=500\n\
+         300 c1 until id=a until=800\n\
+         600 c2 grant id=b kind=lease res=x holder=b until=900\n",
+    );
+    assert_eq!(r.violations.len(), 1, "{r}");
+}
+
+#[test]
+fn one_owners_nested_holds_share_and_readers_share() {
+    let r = history(
+        "100 c1 grant id=a kind=reentrant res=x holder=w1 until=500\n\
+         150 c1 grant id=b kind=reentrant res=x holder=w1 until=600\n\
+         100 c1 grant id=r1 kind=read res=y holder=r1 until=500\n\
+         150 c2 grant id=r2 kind=read res=y holder=r2 until=600\n",
+    );
+    assert!(r.violations.is_empty(), "{r}");
+}
+
+#[test]
+fn a_writer_beside_a_reader_is_caught() {
+    let r = history(
+        "100 c1 grant id=r kind=read res=y holder=r until=500\n\
+         150 c2 grant id=w kind=write res=y holder=w until=600\n",
+    );
+    assert_eq!(r.violations.len(), 1, "{r}");
+}
+
+#[test]
+fn many_resources_conflict_on_any_of_them() {
+    let r = history(
+        "100 c1 grant id=a kind=many res=m0,m1 holder=a until=500\n\
+         150 c2 grant id=b kind=many res=m1,m2 holder=b until=600\n",
+    );
+    assert!(
+        matches!(&r.violations[..], [Violation::Overlap { resource, .. }] if resource == "m1"),
+        "{r}"
+    );
+}
+
+#[test]
+fn permits_over_the_limit_are_caught() {
+    let clean = history(
+        "100 c1 grant id=a kind=permit res=s holder=a until=500 limit=2\n\
+         150 c2 grant id=b kind=permit res=s holder=b until=600 limit=2\n\
+         550 c3 grant id=c kind=permit res=s holder=c until=700 limit=2\n",
+    );
+    assert!(clean.violations.is_empty(), "{clean}");
+    let over = history(
+        "100 c1 grant id=a kind=permit res=s holder=a until=500 limit=2\n\
+         150 c2 grant id=b kind=permit res=s holder=b until=600 limit=2\n\
+         450 c3 grant id=c kind=permit res=s holder=c until=700 limit=2\n",
+    );
+    assert!(
+        matches!(
+            &over.violations[..],
+            [Violation::TooManyPermits { held: 3, .. }]
+        ),
+        "{over}"
+    );
+}
+
+#[test]
+fn fences_and_terms_that_go_backwards_are_caught() {
+    let r = history(
+        "100 c1 grant id=a kind=fenced res=f holder=a until=200 fence=7\n\
+         300 c2 grant id=b kind=fenced res=f holder=b until=400 fence=7\n\
+         500 c1 grant id=c kind=leader res=e holder=c until=600 fence=3\n\
+         700 c2 grant id=d kind=leader res=e holder=d until=800 fence=4\n",
+    );
+    assert!(
+        matches!(&r.violations[..], [Violation::FenceBackwards { later, .. }] if later.0 == "b"),
+        "{r}"
+    );
+}
+
+#[test]
+fn a_stale_write_accepted_is_caught_and_a_rejected_one_is_not() {
+    let rejected = history(
+        "100 c2 write id=b res=f fence=8 seq=1 accepted=1\n\
+         200 c1 write id=a res=f fence=7 seq=2 accepted=0\n",
+    );
+    assert!(rejected.violations.is_empty(), "{rejected}");
+    assert_eq!(rejected.writes, (1, 1));
+    let accepted = history(
+        "100 c2 write id=b res=f fence=8 seq=1 accepted=1\n\
+         200 c1 write id=a res=f fence=7 seq=2 accepted=1\n",
+    );
+    assert!(
+        matches!(
+            &accepted.violations[..],
+            [Violation::StaleWrite {
+                fence: 7,
+                highest: 8,
+                ..
+            }]
+        ),
+        "{accepted}"
+    );
+}
+
+#[test]
+fn keys_left_are_violations_and_faults_are_counted() {
+    let r = history(
+        "100 nemesis fault name=freeze target=2 phase=begin\n\
+         200 nemesis fault name=freeze target=2 phase=end\n\
+         300 run left node=3 key=chaos:x pttl=900\n",
+    );
+    assert_eq!(r.faults.get("freeze"), Some(&1));
+    assert!(
+        matches!(&r.violations[..], [Violation::KeyLeft { .. }]),
+        "{r}"
+    );
+}

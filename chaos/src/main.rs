@@ -1,0 +1,419 @@
+//! `redquorum-chaos`: a recorded chaos run, or the check of a history.
+//!
+//! ```text
+//! redquorum-chaos run [--seconds S] [--grants N] [--clients K] [--tasks T]
+//!                     [--ttl-ms MS] [--faults a,b] [--control NAME] [--dir DIR]
+//!                     [--seed N]
+//! redquorum-chaos check HISTORY
+//! ```
+//!
+//! `run` needs `REDQUORUM_NODES` (five URLs) and `REDQUORUM_SCRIPTS_NODES`
+//! (`scripts/nodes`). It writes DIR/history.log, checks it and exits 0 when
+//! the history is clean (a negative control: when the checker caught it).
+//! Controls: `quarantine-off` (rolling empty restarts, no quarantine),
+//! `two-of-five` (each client sees three nodes, so two make its quorum),
+//! `paused-unfenced` (paused holders write to a store that takes any fence).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use redquorum_chaos::check::{Report, check};
+use redquorum_chaos::client::{self, ClientConfig};
+use redquorum_chaos::history::{Line, Recorder};
+use redquorum_chaos::nemesis::{FAULTS, Nemesis};
+
+const CONTROLS: &[&str] = &["quarantine-off", "two-of-five", "paused-unfenced"];
+
+#[derive(Debug)]
+struct Args {
+    seconds: u64,
+    grants: Option<u64>,
+    clients: usize,
+    tasks: usize,
+    ttl: Duration,
+    faults: Vec<String>,
+    control: Option<String>,
+    dir: PathBuf,
+    seed: u64,
+    // client only
+    proc: String,
+    nodes: Vec<String>,
+    quarantine: bool,
+    fenced_store: bool,
+    pause_chance: f64,
+}
+
+fn usage(why: &str) -> ExitCode {
+    eprintln!("redquorum-chaos: {why}");
+    eprintln!(
+        "usage: redquorum-chaos run [--seconds S] [--grants N] [--clients K] [--tasks T] \
+         [--ttl-ms MS] [--faults a,b] [--control {}] [--dir DIR] [--seed N]\n       \
+         redquorum-chaos check HISTORY\nfaults: {}",
+        CONTROLS.join("|"),
+        FAULTS.join(",")
+    );
+    ExitCode::from(2)
+}
+
+fn parse(mut words: impl Iterator<Item = String>) -> Result<Args, String> {
+    let mut a = Args {
+        seconds: 60,
+        grants: None,
+        clients: 4,
+        tasks: 4,
+        ttl: Duration::from_millis(2000),
+        faults: FAULTS.iter().map(|s| s.to_string()).collect(),
+        control: None,
+        dir: PathBuf::from("target/chaos"),
+        seed: rand::random(),
+        proc: String::new(),
+        nodes: Vec::new(),
+        quarantine: true,
+        fenced_store: true,
+        pause_chance: 0.0,
+    };
+    while let Some(flag) = words.next() {
+        let mut value = || words.next().ok_or(format!("{flag} needs a value"));
+        let num = |v: String| {
+            v.parse::<u64>()
+                .map_err(|_| format!("{flag}: not a number: {v}"))
+        };
+        match flag.as_str() {
+            "--seconds" => a.seconds = num(value()?)?,
+            "--grants" => a.grants = Some(num(value()?)?),
+            "--clients" => a.clients = num(value()?)?.clamp(1, 16) as usize,
+            "--tasks" => a.tasks = num(value()?)?.clamp(1, 64) as usize,
+            "--ttl-ms" => a.ttl = Duration::from_millis(num(value()?)?.clamp(200, 60_000)),
+            "--seed" => a.seed = num(value()?)?,
+            "--dir" => a.dir = PathBuf::from(value()?),
+            "--faults" => {
+                let v = value()?;
+                a.faults = v
+                    .split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+                    .collect();
+                if let Some(bad) = a.faults.iter().find(|f| !FAULTS.contains(&f.as_str())) {
+                    return Err(format!("unknown fault {bad}"));
+                }
+            }
+            "--control" => {
+                let v = value()?;
+                if !CONTROLS.contains(&v.as_str()) {
+                    return Err(format!("unknown control {v}"));
+                }
+                a.control = Some(v);
+            }
+            "--proc" => a.proc = value()?,
+            "--nodes" => a.nodes = value()?.split(',').map(str::to_owned).collect(),
+            "--no-quarantine" => a.quarantine = false,
+            "--open-store" => a.fenced_store = false,
+            "--pause-chance" => {
+                let v = value()?;
+                a.pause_chance = v.parse().map_err(|_| format!("--pause-chance: {v}"))?;
+            }
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    Ok(a)
+}
+
+fn main() -> ExitCode {
+    let mut words = std::env::args().skip(1);
+    let Some(command) = words.next() else {
+        return usage("no command");
+    };
+    if command == "check" {
+        let Some(path) = words.next() else {
+            return usage("check needs a history file");
+        };
+        return match read_history(Path::new(&path)) {
+            Ok(report) => {
+                print!("{report}");
+                ExitCode::from(u8::from(!report.violations.is_empty()))
+            }
+            Err(e) => {
+                eprintln!("redquorum-chaos: {path}: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
+    let args = match parse(words) {
+        Ok(a) => a,
+        Err(e) => return usage(&e),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    match command.as_str() {
+        "client" => {
+            let config = ClientConfig {
+                proc: args.proc,
+                nodes: args.nodes,
+                dir: args.dir,
+                ttl: args.ttl,
+                max_ttl: args.ttl,
+                tasks: args.tasks,
+                quarantine: args.quarantine,
+                fenced_store: args.fenced_store,
+                pause_chance: args.pause_chance,
+                seed: args.seed,
+            };
+            match runtime.block_on(client::run(config)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("redquorum-chaos client: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        "run" => runtime.block_on(run(args)),
+        other => usage(&format!("unknown command {other}")),
+    }
+}
+
+fn read_history(path: &Path) -> std::io::Result<Report> {
+    let text = std::fs::read_to_string(path)?;
+    Ok(check(text.lines().filter_map(Line::parse)))
+}
+
+fn env(name: &str) -> Result<String, String> {
+    std::env::var(name).map_err(|_| format!("{name} is not set (scripts/chaos sets it)"))
+}
+
+async fn run(args: Args) -> ExitCode {
+    match run_inner(&args).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("redquorum-chaos run: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn run_inner(args: &Args) -> Result<ExitCode, String> {
+    let urls: Vec<String> = env("REDQUORUM_NODES")?
+        .split(',')
+        .map(str::to_owned)
+        .collect();
+    let script = PathBuf::from(env("REDQUORUM_SCRIPTS_NODES")?);
+    if urls.len() != 5 {
+        return Err(format!(
+            "five nodes expected, REDQUORUM_NODES has {}",
+            urls.len()
+        ));
+    }
+    let _ = std::fs::remove_dir_all(&args.dir);
+    std::fs::create_dir_all(&args.dir).map_err(|e| format!("{}: {e}", args.dir.display()))?;
+    let history = args.dir.join("history.log");
+    let rec = Arc::new(Recorder::open(&history, "run").map_err(|e| e.to_string())?);
+    let control = args.control.as_deref();
+    rec.record(
+        "note",
+        &[
+            ("seed", args.seed.to_string()),
+            ("control", control.unwrap_or("none").into()),
+            ("ttl_ms", args.ttl.as_millis().to_string()),
+        ],
+    );
+    println!(
+        "chaos: {} clients x {} tasks, TTL {:?}, up to {} s{}, seed {}, control {}, history {}",
+        args.clients,
+        args.tasks,
+        args.ttl,
+        args.seconds,
+        args.grants
+            .map(|g| format!(" or {g} grants"))
+            .unwrap_or_default(),
+        args.seed,
+        control.unwrap_or("none"),
+        history.display()
+    );
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut children = Vec::new();
+    for i in 1..=args.clients {
+        let nodes = if control == Some("two-of-five") {
+            // Two clients that share one node and need two of their three.
+            if i % 2 == 1 { &urls[0..3] } else { &urls[2..5] }
+        } else {
+            &urls[..]
+        };
+        let mut cmd = tokio::process::Command::new(&exe);
+        cmd.arg("client")
+            .args(["--proc", &format!("c{i}")])
+            .args(["--nodes", &nodes.join(",")])
+            .args(["--dir", &args.dir.display().to_string()])
+            .args(["--ttl-ms", &args.ttl.as_millis().to_string()])
+            .args(["--tasks", &args.tasks.to_string()])
+            .args(["--seed", &(args.seed.wrapping_add(i as u64)).to_string()])
+            .args([
+                "--pause-chance",
+                if control == Some("paused-unfenced") {
+                    "0.2"
+                } else {
+                    "0.01"
+                },
+            ])
+            .kill_on_drop(true);
+        if control == Some("quarantine-off") {
+            cmd.arg("--no-quarantine");
+        }
+        if control == Some("paused-unfenced") {
+            cmd.arg("--open-store");
+        }
+        children.push(cmd.spawn().map_err(|e| format!("spawning a client: {e}"))?);
+    }
+    let faults: Vec<String> = match control {
+        Some("quarantine-off") => vec!["rolling".into()],
+        Some("two-of-five") => vec!["freeze".into()],
+        _ => args.faults.clone(),
+    };
+    let nemesis = Nemesis {
+        script,
+        urls: urls.clone(),
+        faults,
+        ttl: args.ttl,
+        quarantine: args.ttl,
+        rec: rec.clone(),
+        clients: children.iter().filter_map(|c| c.id()).collect(),
+        faulted: Default::default(),
+    };
+    let watcher = tokio::spawn(Arc::new(nemesis.clone()).resume_self_stopped());
+    let stop = Arc::new(AtomicBool::new(false));
+    let faults = tokio::spawn(nemesis.run(stop.clone(), args.seed));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(args.seconds);
+    tokio::select! {
+        _ = grants_reached(&history, args.grants) => {}
+        _ = tokio::time::sleep_until(deadline) => {}
+    }
+    // Faults end (each after its hold), every node answers again, then the
+    // clients finish their holds and release.
+    stop.store(true, Ordering::Relaxed);
+    let _ = faults.await;
+    for (i, url) in urls.iter().enumerate() {
+        if !answers(url, Duration::from_secs(30)).await {
+            return Err(format!("node {} does not answer after the faults", i + 1));
+        }
+    }
+    std::fs::write(client::stop_file(&args.dir), b"").map_err(|e| e.to_string())?;
+    for (i, mut child) in children.into_iter().enumerate() {
+        let bound = args.ttl * 10 + Duration::from_secs(30);
+        match tokio::time::timeout(bound, child.wait()).await {
+            Ok(Ok(status)) if status.success() => {}
+            other => {
+                let _ = child.kill().await;
+                return Err(format!(
+                    "client c{} did not finish cleanly: {other:?}",
+                    i + 1
+                ));
+            }
+        }
+    }
+    watcher.abort();
+    for (i, url) in urls.iter().enumerate() {
+        leftovers(i + 1, url, &rec).await?;
+    }
+    let report = read_history(&history).map_err(|e| e.to_string())?;
+    print!("{report}");
+    let caught = !report.violations.is_empty();
+    Ok(match control {
+        None if caught => ExitCode::from(1),
+        None if report.total_grants() == 0 => {
+            println!("chaos: no grant at all: the run proved nothing");
+            ExitCode::from(1)
+        }
+        None => ExitCode::SUCCESS,
+        Some(c) if caught => {
+            println!("chaos: negative control {c} caught");
+            ExitCode::SUCCESS
+        }
+        Some(c) => {
+            println!("chaos: negative control {c} NOT caught: the checker missed it");
+            ExitCode::from(1)
+        }
+    })
+}
+
+/// Resolves once the history holds `want` grants; never without `want`.
+async fn grants_reached(history: &Path, want: Option<u64>) {
+    let Some(want) = want else {
+        return std::future::pending().await;
+    };
+    loop {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let text = tokio::fs::read_to_string(history).await.unwrap_or_default();
+        if text.matches(" grant ").count() as u64 >= want {
+            return;
+        }
+    }
+}
+
+async fn connection(url: &str) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+    redis::Client::open(url)?
+        .get_multiplexed_async_connection()
+        .await
+}
+
+/// Whether the node at `url` answers PING within `bound`.
+async fn answers(url: &str, bound: Duration) -> bool {
+    let ping = async {
+        loop {
+            if let Ok(mut c) = connection(url).await
+                && redis::cmd("PING")
+                    .query_async::<String>(&mut c)
+                    .await
+                    .is_ok()
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    tokio::time::timeout(bound, ping).await.is_ok()
+}
+
+/// Records every key of the run that still has a TTL on node `n`: each is
+/// a hold that was released yet stayed.
+async fn leftovers(n: usize, url: &str, rec: &Recorder) -> Result<(), String> {
+    let mut c = connection(url)
+        .await
+        .map_err(|e| format!("node {n}: {e}"))?;
+    let mut cursor = 0u64;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg("chaos:*")
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut c)
+            .await
+            .map_err(|e| format!("node {n}: {e}"))?;
+        for key in keys {
+            let pttl: i64 = redis::cmd("PTTL")
+                .arg(&key)
+                .query_async(&mut c)
+                .await
+                .map_err(|e| format!("node {n}: {e}"))?;
+            if pttl > 0 {
+                rec.record(
+                    "left",
+                    &[
+                        ("node", n.to_string()),
+                        ("key", key.replace(char::is_whitespace, "_")),
+                        ("pttl", pttl.to_string()),
+                    ],
+                );
+            }
+        }
+        if next == 0 {
+            return Ok(());
+        }
+        cursor = next;
+    }
+}

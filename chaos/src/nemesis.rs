@@ -1,0 +1,306 @@
+//! The nemesis: faults on a minority of the nodes and on client
+//! processes, each logged in the history as it begins and ends.
+//!
+//! Node faults go through `scripts/nodes` (freeze, kill and start, restarts
+//! that wipe the data, with and without persistence) and through the node
+//! itself (`CLIENT PAUSE`, `CLIENT KILL` of every client connection,
+//! `CONFIG SET timeout 1` for idle closes). At most two of five nodes are
+//! faulted at a time, counting a node restarted empty as faulted until
+//! its quarantine is over. A client process is paused (SIGSTOP) for longer
+//! than a TTL, one at a time, and every process that stops itself (the
+//! paused holder, crate::client) is resumed after the same delay.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use tokio::sync::Mutex;
+
+use crate::history::Recorder;
+
+/// Every fault the nemesis knows.
+pub const FAULTS: &[&str] = &[
+    "freeze",
+    "kill",
+    "wipe",
+    "bare",
+    "rolling",
+    "pause",
+    "resets",
+    "idle",
+    "stop-client",
+];
+
+/// What the nemesis needs.
+#[derive(Debug, Clone)]
+pub struct Nemesis {
+    /// `scripts/nodes`.
+    pub script: PathBuf,
+    /// The nodes' URLs, node `i` at index `i - 1`.
+    pub urls: Vec<String>,
+    /// The faults to draw from.
+    pub faults: Vec<String>,
+    /// The clients' TTL.
+    pub ttl: Duration,
+    /// The clients' quarantine.
+    pub quarantine: Duration,
+    /// The history.
+    pub rec: Arc<Recorder>,
+    /// Client process ids.
+    pub clients: Vec<u32>,
+    /// What is faulted now.
+    pub faulted: Arc<Mutex<Faulted>>,
+}
+
+/// Nodes faulted now, so that faults stay on a minority.
+#[derive(Debug, Default)]
+pub struct Faulted {
+    nodes: BTreeSet<usize>,
+    /// The client process the nemesis stopped, if any.
+    client_stopped: Option<u32>,
+}
+
+impl Nemesis {
+    /// Draws and applies faults until `stop`, then waits for every fault
+    /// to heal.
+    pub async fn run(self, stop: Arc<AtomicBool>, seed: u64) {
+        let faulted = self.faulted.clone();
+        let mut rng = StdRng::seed_from_u64(seed);
+        let this = Arc::new(self);
+        let mut healing = Vec::new();
+        while !stop.load(Ordering::Relaxed) {
+            tokio::time::sleep(Duration::from_millis(rng.random_range(200..1500))).await;
+            let fault = this.faults[rng.random_range(0..this.faults.len())].clone();
+            let mut f = faulted.lock().await;
+            if fault == "stop-client" {
+                if f.client_stopped.is_some() || this.clients.is_empty() {
+                    continue;
+                }
+                let pid = this.clients[rng.random_range(0..this.clients.len())];
+                f.client_stopped = Some(pid);
+                drop(f);
+                healing.push(tokio::spawn(this.clone().stop_client(pid, faulted.clone())));
+                continue;
+            }
+            let want = if fault == "rolling" { 3 } else { 1 };
+            if fault == "rolling" && !f.nodes.is_empty() || f.nodes.len() + want.min(1) > 2 {
+                continue;
+            }
+            let free: Vec<usize> = (1..=this.urls.len())
+                .filter(|n| !f.nodes.contains(n))
+                .collect();
+            let mut chosen = Vec::new();
+            while chosen.len() < want {
+                let n = free[rng.random_range(0..free.len())];
+                if !chosen.contains(&n) {
+                    chosen.push(n);
+                }
+            }
+            f.nodes.extend(&chosen);
+            drop(f);
+            let hold = Duration::from_millis(rng.random_range(300..3000));
+            healing.push(tokio::spawn(this.clone().fault(
+                fault,
+                chosen,
+                hold,
+                faulted.clone(),
+            )));
+        }
+        for h in healing {
+            let _ = h.await;
+        }
+    }
+
+    async fn nodes(&self, args: &[&str]) {
+        let out = tokio::process::Command::new(&self.script)
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .await;
+        if !matches!(out, Ok(s) if s.success()) {
+            eprintln!("nemesis: scripts/nodes {args:?} failed: {out:?}");
+        }
+    }
+
+    /// One command on node `n`, bounded by a second.
+    async fn command(&self, n: usize, cmd: redis::Cmd) {
+        let go = async {
+            let client = redis::Client::open(self.urls[n - 1].as_str())?;
+            let mut conn = client.get_multiplexed_async_connection().await?;
+            cmd.query_async::<redis::Value>(&mut conn).await
+        };
+        match tokio::time::timeout(Duration::from_secs(1), go).await {
+            Ok(Ok(_)) => {}
+            other => eprintln!("nemesis: node {n}: {other:?}"),
+        }
+    }
+
+    fn log(&self, name: &str, target: &str, phase: &str) {
+        self.rec.record(
+            "fault",
+            &[
+                ("name", name.into()),
+                ("target", target.into()),
+                ("phase", phase.into()),
+            ],
+        );
+    }
+
+    async fn fault(
+        self: Arc<Self>,
+        name: String,
+        nodes: Vec<usize>,
+        hold: Duration,
+        faulted: Arc<Mutex<Faulted>>,
+    ) {
+        let target = nodes
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        let n = nodes[0];
+        let ns = n.to_string();
+        self.log(&name, &target, "begin");
+        match name.as_str() {
+            "freeze" => {
+                self.nodes(&["freeze", &ns]).await;
+                tokio::time::sleep(hold).await;
+                self.nodes(&["thaw", &ns]).await;
+            }
+            "kill" => {
+                self.nodes(&["kill", &ns]).await;
+                tokio::time::sleep(hold).await;
+                self.nodes(&["start", &ns]).await;
+            }
+            "wipe" | "bare" => {
+                let how = if name == "wipe" {
+                    "wipe-restart"
+                } else {
+                    "bare-restart"
+                };
+                self.nodes(&[how, &ns]).await;
+                tokio::time::sleep(self.quarantine).await;
+            }
+            "rolling" => {
+                // What an operator does: each node restarted empty, the next
+                // one at once (the quarantine is what keeps this safe).
+                for n in &nodes {
+                    self.nodes(&["bare-restart", &n.to_string()]).await;
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+                tokio::time::sleep(self.quarantine).await;
+            }
+            "pause" => {
+                let ms = hold.as_millis().to_string();
+                self.command(
+                    n,
+                    redis::cmd("CLIENT").arg("PAUSE").arg(ms).arg("ALL").clone(),
+                )
+                .await;
+                tokio::time::sleep(hold).await;
+            }
+            "resets" => {
+                // Every client connection dropped, calls in flight with them;
+                // twice, a moment apart.
+                for _ in 0..2 {
+                    self.command(
+                        n,
+                        redis::cmd("CLIENT")
+                            .arg("KILL")
+                            .arg("TYPE")
+                            .arg("normal")
+                            .clone(),
+                    )
+                    .await;
+                    tokio::time::sleep(hold / 2).await;
+                }
+            }
+            "idle" => {
+                self.command(
+                    n,
+                    redis::cmd("CONFIG")
+                        .arg("SET")
+                        .arg("timeout")
+                        .arg("1")
+                        .clone(),
+                )
+                .await;
+                tokio::time::sleep(hold.max(Duration::from_secs(2))).await;
+                self.command(
+                    n,
+                    redis::cmd("CONFIG")
+                        .arg("SET")
+                        .arg("timeout")
+                        .arg("0")
+                        .clone(),
+                )
+                .await;
+            }
+            other => eprintln!("nemesis: unknown fault {other}"),
+        }
+        self.log(&name, &target, "end");
+        let mut f = faulted.lock().await;
+        for n in &nodes {
+            f.nodes.remove(n);
+        }
+    }
+
+    /// Stops a client process past a TTL, then resumes it.
+    async fn stop_client(self: Arc<Self>, pid: u32, faulted: Arc<Mutex<Faulted>>) {
+        let target = pid.to_string();
+        self.log("stop-client", &target, "begin");
+        signal(pid, libc::SIGSTOP);
+        tokio::time::sleep(self.ttl.mul_f64(1.5)).await;
+        signal(pid, libc::SIGCONT);
+        self.log("stop-client", &target, "end");
+        faulted.lock().await.client_stopped = None;
+    }
+
+    /// Resumes every client that stopped itself (the paused holder) a TTL
+    /// and a half later; runs until aborted.
+    pub async fn resume_self_stopped(self: Arc<Self>) {
+        let mut stopped_at: Vec<Option<tokio::time::Instant>> = vec![None; self.clients.len()];
+        loop {
+            let by_nemesis = self.faulted.lock().await.client_stopped;
+            for (i, &pid) in self.clients.iter().enumerate() {
+                let stopped = process_stopped(pid) && by_nemesis != Some(pid);
+                match (stopped, stopped_at[i]) {
+                    (true, None) => {
+                        stopped_at[i] = Some(tokio::time::Instant::now());
+                        self.log("paused-holder", &pid.to_string(), "begin");
+                    }
+                    (true, Some(at)) if at.elapsed() >= self.ttl.mul_f64(1.5) => {
+                        signal(pid, libc::SIGCONT);
+                    }
+                    (false, Some(_)) => {
+                        stopped_at[i] = None;
+                        self.log("paused-holder", &pid.to_string(), "end");
+                    }
+                    _ => {}
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+fn signal(pid: u32, sig: libc::c_int) {
+    // SAFETY: a signal to one of our own children.
+    unsafe { libc::kill(pid as libc::pid_t, sig) };
+}
+
+/// Whether process `pid` is stopped (state `T` in /proc).
+pub fn process_stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().starts_with('T'))
+        })
+        .unwrap_or(false)
+}
