@@ -287,16 +287,26 @@ pub async fn faults(
     count: u32,
     wipe: bool,
     forget_counters: bool,
+    steps_forward: bool,
     ttl: Duration,
 ) -> u64 {
     let n = node.index as u64;
     for _ in 0..count {
-        // The negative control restarts nodes empty, often and quickly: within
-        // the TTL of the keys they lose.
-        let quick = wipe || forget_counters;
+        // The negative controls restart nodes empty (or step their clocks
+        // forward), often and quickly: within the TTL of the keys they lose.
+        let quick = wipe || forget_counters || steps_forward;
         let idle = if quick { ttl } else { ttl * 4 };
         tokio::time::sleep(world.between(Duration::ZERO, idle)).await;
-        if !quick && world.chance(0.5) {
+        if steps_forward || (!quick && world.chance(0.15)) {
+            // Forward past the TTL in the control; back otherwise (a node
+            // clock set back keeps keys longer: never a second holder).
+            let d = world.between(ttl, ttl * 3).as_millis() as i64;
+            let ms = if steps_forward { d } else { -d };
+            world.note("step", n, ms as u64, || {
+                format!("node {} clock {ms:+} ms", n + 1)
+            });
+            node.step_clock(ms);
+        } else if !quick && world.chance(0.5) {
             let d = world.between(Duration::from_millis(1), ttl * 3);
             world.note("freeze", n, d.as_micros() as u64, || {
                 format!("node {} for {d:?}", n + 1)

@@ -209,6 +209,15 @@ fn control_clocks_beyond_the_drift_bound_are_caught() {
     caught_within(Control::FastClocks, 50, |o| &o.overlaps);
 }
 
+/// Node clocks stepped forward past the TTL, several times on every node
+/// (docs/guarantees.md, "Clocks that jump"): keys expire at once on a
+/// majority while their holder counts on them, and the checker must see
+/// two holders at once. (The ordinary schedules step clocks back.)
+#[test]
+fn control_clocks_that_jump_forward_are_caught() {
+    caught_within(Control::ClockSteps, 50, |o| &o.overlaps);
+}
+
 /// Nodes restarted without their keys within the TTL: a second client wins a
 /// quorum while the first still holds, and the checker must see it.
 #[test]

@@ -26,7 +26,7 @@
 //! [`Node::listen`]: redquorum::node::Node::listen
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -93,6 +93,8 @@ pub struct SimNode {
     pub rate: f64,
     /// When its clock read 0, in true time.
     epoch: Instant,
+    /// Milliseconds its clock was stepped by (forward positive).
+    step_ms: std::sync::atomic::AtomicI64,
     state: Mutex<State>,
     /// A negative control: a reentrant release gives back two holds.
     pub double_release: AtomicBool,
@@ -142,6 +144,7 @@ impl SimNode {
             index,
             rate,
             epoch: Instant::now(),
+            step_ms: std::sync::atomic::AtomicI64::new(0),
             state: Mutex::new(State {
                 up: true,
                 frozen: false,
@@ -163,10 +166,17 @@ impl SimNode {
     }
 
     /// The node's clock at `now` (true time), in its milliseconds: it runs
-    /// at `rate` from the simulation's start.
+    /// at `rate` from the simulation's start, moved by every step.
     fn clock(&self, now: Instant) -> u64 {
         let true_ns = now.saturating_duration_since(self.epoch).as_nanos() as f64;
-        (true_ns * self.rate / 1e6) as u64
+        let stepped = (true_ns * self.rate / 1e6) as i64 + self.step_ms.load(Ordering::Relaxed);
+        stepped.max(0) as u64
+    }
+
+    /// Steps the node's clock by `ms` (forward when positive): keys whose
+    /// expiry it passes are gone at once; a step back keeps them longer.
+    pub fn step_clock(&self, ms: i64) {
+        self.step_ms.fetch_add(ms, Ordering::Relaxed);
     }
 
     /// Holds every request until [`thaw`](Self::thaw) (SIGSTOP).

@@ -53,6 +53,10 @@ pub enum Control {
     /// but quarantined for the longest TTL (the delayed restart, kept by
     /// the clients): exclusion must hold again, whatever the lock kind.
     QuarantinedRestarts,
+    /// Node clocks jump forward past the TTL (a wrong NTP step, a VM
+    /// restored from a snapshot), several times on every node: keys
+    /// expire at once on a majority while their holder counts on them.
+    ClockSteps,
 }
 
 /// Which kind of lock a schedule's clients take.
@@ -106,6 +110,7 @@ impl Control {
             Control::LeadersOnEmptyRestarts => "leaders-on-empty-restarts",
             Control::TermsOnLostCounters => "terms-on-lost-counters",
             Control::QuarantinedRestarts => "quarantined-restarts",
+            Control::ClockSteps => "clock-steps",
         }
     }
 
@@ -124,6 +129,7 @@ impl Control {
             "leaders-on-empty-restarts" => Control::LeadersOnEmptyRestarts,
             "terms-on-lost-counters" => Control::TermsOnLostCounters,
             "quarantined-restarts" => Control::QuarantinedRestarts,
+            "clock-steps" => Control::ClockSteps,
             other => panic!("REDQUORUM_SIM_CONTROL: unknown control {other:?}"),
         }
     }
@@ -144,6 +150,7 @@ impl Control {
             Control::LeadersOnEmptyRestarts => 0xaaaa_aaaa_0000_0000,
             Control::TermsOnLostCounters => 0xbbbb_bbbb_0000_0000,
             Control::QuarantinedRestarts => 0xcccc_cccc_0000_0000,
+            Control::ClockSteps => 0xdddd_dddd_0000_0000,
         }
     }
 }
@@ -164,6 +171,10 @@ pub struct Plan {
     pub wipe: bool,
     /// Restarts lose the node's fencing counters (negative control only).
     pub forget_counters: bool,
+    /// Every fault steps the node's clock forward past the TTL (negative
+    /// control only); otherwise some faults step it back, which only
+    /// makes keys live longer.
+    pub steps_forward: bool,
     /// The kind of lock every client takes.
     pub kind: Kind,
     /// The permits the clients open a semaphore with (the checker allows
@@ -210,7 +221,8 @@ pub fn plan(r: &mut StdRng, control: Control) -> Plan {
                 | Control::LostCounters
                 | Control::LeadersOnEmptyRestarts
                 | Control::TermsOnLostCounters
-                | Control::QuarantinedRestarts => r.random_range(3..=8),
+                | Control::QuarantinedRestarts
+                | Control::ClockSteps => r.random_range(3..=8),
                 _ => r.random_range(0..=3),
             };
         }
@@ -252,6 +264,7 @@ pub fn plan(r: &mut StdRng, control: Control) -> Plan {
                 control,
                 Control::LostCounters | Control::TermsOnLostCounters
             ),
+            steps_forward: control == Control::ClockSteps,
             max_pause: Duration::from_millis(r.random_range(1..=ttl_ms / 2)),
             kind: match control {
                 Control::LostCounters => Kind::Fenced,

@@ -147,6 +147,7 @@ async fn simulate(seed: u64, control: Control, verbose: bool) -> (Outcome, Strin
             plan.faults[node.index],
             plan.wipe,
             plan.forget_counters,
+            plan.steps_forward,
             ttl,
         )));
     }

@@ -1,0 +1,181 @@
+//! Clocks that jump, on real servers: five Valkey masters under libfaketime
+//! (`scripts/clock-nodes`), whose clocks are stepped one by one past a
+//! held lock's TTL, so that the key expires there at once.
+//!
+//! The rule (docs/guarantees.md, "Clocks that jump"): a grant that reached
+//! `m` of `n` nodes keeps a second holder out while fewer than
+//! `m - (n - quorum)` of its nodes jump. A grant on all five survives one
+//! and two jumped clocks, not three (the negative control); a grant that
+//! reached only a bare quorum (three) survives none.
+//!
+//! Needs `REDQUORUM_CLOCK_NODES` (the URLs) and `REDQUORUM_SCRIPTS_CLOCK`
+//! (`scripts/clock-nodes`, for `step N SECONDS`); fails loudly without
+//! them. Built only with the `redis-tests` feature, which `scripts/test`
+//! turns on (it starts the nodes).
+#![cfg(feature = "redis-tests")]
+
+mod support;
+
+use std::process::Command;
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use redis::aio::MultiplexedConnection;
+use redquorum::{LockError, Redlock};
+use support::{lock_key, unique};
+
+const TTL: Duration = Duration::from_secs(20);
+
+/// One scenario at a time: a step lands on every lock held on that node.
+static STEPPING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn urls() -> Vec<String> {
+    let urls = std::env::var("REDQUORUM_CLOCK_NODES").expect(
+        "REDQUORUM_CLOCK_NODES is not set: these tests need five Valkey nodes under \
+         libfaketime; run scripts/test (or scripts/clock-nodes up and export \
+         REDQUORUM_CLOCK_NODES=$(scripts/clock-nodes urls) \
+         REDQUORUM_SCRIPTS_CLOCK=$PWD/scripts/clock-nodes)",
+    );
+    let urls: Vec<String> = urls.split(',').map(str::to_owned).collect();
+    assert_eq!(urls.len(), 5, "REDQUORUM_CLOCK_NODES must list five nodes");
+    urls
+}
+
+/// Steps node `n`'s clock (1-based) `seconds` on.
+fn step(n: usize, seconds: u64) {
+    let script = std::env::var("REDQUORUM_SCRIPTS_CLOCK")
+        .expect("REDQUORUM_SCRIPTS_CLOCK is not set (scripts/clock-nodes)");
+    let status = Command::new(script)
+        .args(["step", &n.to_string(), &seconds.to_string()])
+        .status()
+        .expect("run scripts/clock-nodes");
+    assert!(status.success(), "scripts/clock-nodes step {n} {seconds}");
+}
+
+async fn client() -> Redlock {
+    Redlock::builder()
+        .nodes(urls())
+        .node_timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .expect("connect to the clock nodes")
+}
+
+async fn raw(n: usize) -> MultiplexedConnection {
+    redis::Client::open(urls()[n - 1].as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// Which nodes (1-based) hold `key`.
+async fn holding(key: &str) -> Vec<usize> {
+    let mut out = Vec::new();
+    for n in 1..=5 {
+        let exists: bool = raw(n).await.exists(key).await.unwrap();
+        if exists {
+            out.push(n);
+        }
+    }
+    out
+}
+
+/// A lock on all five nodes; `jumped` of them stepped past its TTL; then a
+/// second client tries. Returns whether it got the lock while the first
+/// holder was still valid.
+async fn second_holder_after_steps(jumped: &[usize]) -> bool {
+    let _one = STEPPING.lock().await;
+    let (a, b) = (client().await, client().await);
+    let resource = unique("clock");
+    let key = lock_key(&resource);
+    let held = a.lock(&resource, TTL).await.expect("first holder");
+    assert_eq!(
+        holding(&key).await,
+        [1, 2, 3, 4, 5],
+        "the grant reached all five"
+    );
+    for &n in jumped {
+        step(n, 2 * TTL.as_secs());
+    }
+    // The steps took: the key is gone exactly where the clock jumped.
+    let left = holding(&key).await;
+    let want: Vec<usize> = (1..=5).filter(|n| !jumped.contains(n)).collect();
+    assert_eq!(left, want, "key left after stepping {jumped:?}");
+    let second = b.try_lock(&resource, TTL).await;
+    assert!(
+        held.is_valid(),
+        "the first holder is still valid by its own clock"
+    );
+    let overlap = match second {
+        Ok(lock) => {
+            lock.release().await.unwrap();
+            true
+        }
+        Err(LockError::Taken { .. }) => false,
+        Err(e) => panic!("second client after stepping {jumped:?}: {e}"),
+    };
+    held.release().await.unwrap();
+    a.shutdown().await;
+    b.shutdown().await;
+    overlap
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_or_two_jumped_clocks_of_five_keep_a_second_holder_out() {
+    assert!(
+        !second_holder_after_steps(&[2]).await,
+        "one jumped clock let a second holder in"
+    );
+    assert!(
+        !second_holder_after_steps(&[1, 4]).await,
+        "two jumped clocks let a second holder in"
+    );
+}
+
+/// The negative control: three jumped clocks are a majority that forgot
+/// the key; the second client must get the lock, or the steps did nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_jumped_clocks_let_a_second_holder_in() {
+    assert!(
+        second_holder_after_steps(&[1, 3, 5]).await,
+        "three jumped clocks of five kept the second holder out: the steps did not take"
+    );
+}
+
+/// A grant that reached only three nodes (two were held by someone else for
+/// a moment) has no node to spare: one jumped clock among its three lets a
+/// second holder in once the others are free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bare_quorum_grant_survives_no_jumped_clock() {
+    let _one = STEPPING.lock().await;
+    let (a, b) = (client().await, client().await);
+    let resource = unique("clock-bare");
+    let key = lock_key(&resource);
+    for n in [4, 5] {
+        let _: () = raw(n)
+            .await
+            .set_options(
+                &key,
+                "someone-else",
+                redis::SetOptions::default().with_expiration(redis::SetExpiry::PX(1500)),
+            )
+            .await
+            .unwrap();
+    }
+    let held = a.lock(&resource, TTL).await.expect("a grant on nodes 1-3");
+    // Nodes 4 and 5 free again: the other key ran out.
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while holding(&key).await != [1, 2, 3] {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("the grant on exactly nodes 1-3");
+    step(2, 2 * TTL.as_secs());
+    let second = b.try_lock(&resource, TTL).await;
+    assert!(held.is_valid());
+    let lock = second.expect("one jumped clock under a bare-quorum grant lets a second holder in");
+    lock.release().await.unwrap();
+    held.release().await.unwrap();
+}
