@@ -3,6 +3,7 @@
 //! (the same file, not a copy).
 #![allow(dead_code)] // not every helper of proxy.rs is used here
 
+pub mod cli;
 #[path = "../../../tests/support/proxy.rs"]
 pub mod proxy;
 
