@@ -8,6 +8,10 @@
 //! and two jumped clocks, not three (the negative control); a grant that
 //! reached only a bare quorum (three) survives none.
 //!
+//! And clocks that run fast: every node 5 % fast expires a key 5 % of its
+//! TTL early, which a drift factor of 0.1 allows for and a drift factor of
+//! 0 (no drift subtracted: the negative control) does not.
+//!
 //! Needs `REDQUORUM_CLOCK_NODES` (the URLs) and `REDQUORUM_SCRIPTS_CLOCK`
 //! (`scripts/clock-nodes`, for `step N SECONDS`); fails loudly without
 //! them. Built only with the `redis-tests` feature, which `scripts/test`
@@ -41,15 +45,20 @@ fn urls() -> Vec<String> {
     urls
 }
 
-/// Steps node `n`'s clock (1-based) `seconds` on.
-fn step(n: usize, seconds: u64) {
+/// `scripts/clock-nodes ARGS`.
+fn clock_nodes(args: &[&str]) {
     let script = std::env::var("REDQUORUM_SCRIPTS_CLOCK")
         .expect("REDQUORUM_SCRIPTS_CLOCK is not set (scripts/clock-nodes)");
     let status = Command::new(script)
-        .args(["step", &n.to_string(), &seconds.to_string()])
+        .args(args)
         .status()
         .expect("run scripts/clock-nodes");
-    assert!(status.success(), "scripts/clock-nodes step {n} {seconds}");
+    assert!(status.success(), "scripts/clock-nodes {args:?}");
+}
+
+/// Steps node `n`'s clock (1-based) `seconds` on.
+fn step(n: usize, seconds: u64) {
+    clock_nodes(&["step", &n.to_string(), &seconds.to_string()]);
 }
 
 async fn client() -> Redlock {
@@ -178,4 +187,65 @@ async fn a_bare_quorum_grant_survives_no_jumped_clock() {
     let lock = second.expect("one jumped clock under a bare-quorum grant lets a second holder in");
     lock.release().await.unwrap();
     held.release().await.unwrap();
+}
+
+/// Every node's clock 5 % fast; a lock of 2 s, and a second client trying
+/// every 5 ms. Returns how long before the first holder's deadline the
+/// second one got the lock (`None`: not before it).
+async fn second_holder_with_fast_clocks(drift_factor: f64) -> Option<Duration> {
+    let _one = STEPPING.lock().await;
+    let build = || {
+        Redlock::builder()
+            .nodes(urls())
+            .node_timeout(Duration::from_secs(1))
+            .drift_factor(drift_factor)
+            .build()
+    };
+    let (a, b) = (build().await.unwrap(), build().await.unwrap());
+    for n in 1..=5 {
+        clock_nodes(&["rate", &n.to_string(), "1.05"]);
+    }
+    let resource = unique("clock-fast");
+    let ttl = Duration::from_secs(2);
+    let held = a.lock(&resource, ttl).await.expect("first holder");
+    let deadline = held.deadline();
+    let start = std::time::Instant::now();
+    let (granted, second) = loop {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no second grant in 10 s"
+        );
+        match b.try_lock(&resource, ttl).await {
+            Ok(lock) => break (std::time::Instant::now(), lock),
+            Err(LockError::Taken { .. }) => tokio::time::sleep(Duration::from_millis(5)).await,
+            Err(e) => panic!("second client: {e}"),
+        }
+    };
+    for n in 1..=5 {
+        clock_nodes(&["rate", &n.to_string(), "1"]);
+    }
+    second.release().await.unwrap();
+    let _ = held.release().await;
+    deadline.checked_duration_since(granted)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fast_clocks_within_the_drift_allowance_keep_a_second_holder_out() {
+    let early = second_holder_with_fast_clocks(0.1).await;
+    assert_eq!(
+        early, None,
+        "a second holder {early:?} before the first one's deadline"
+    );
+}
+
+/// The negative control: no drift subtracted (factor 0), the same fast
+/// clocks expire the key while its holder still counts on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_drift_allowance_lets_a_second_holder_in_under_fast_clocks() {
+    let early = second_holder_with_fast_clocks(0.0).await;
+    println!("no drift allowance: a second holder {early:?} before the first one's deadline");
+    assert!(
+        early.is_some(),
+        "fast clocks with no drift allowance: no overlap seen"
+    );
 }
