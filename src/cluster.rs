@@ -46,6 +46,7 @@ use crate::master::Servers;
 use crate::proto::slot::{SLOTS, slot};
 use crate::resp::Frame;
 
+mod listen;
 mod mapper;
 
 use mapper::{Identity, Mapping, map_continuously, split_host_port};
@@ -274,6 +275,19 @@ impl ClusterNode {
             Ok(Ok(Err(Mapping::Failed(error)))) => Ok((node, Some(error))),
             _ => Ok((node, None)),
         }
+    }
+
+    /// How the member's listener is opened: over the masters that serve
+    /// each channel's slot (sharded pub/sub, [`listen`]).
+    pub(crate) fn listener_source(
+        &self,
+    ) -> impl Fn() -> Option<
+        futures::future::BoxFuture<'static, Result<Box<dyn crate::node::Listener>, NodeError>>,
+    > + Send
+    + Sync
+    + 'static {
+        let shared = Arc::clone(&self.shared);
+        move || Some(listen::listen(Arc::clone(&shared)))
     }
 
     /// The member's name (the seed's URL, passwords masked).

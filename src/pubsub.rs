@@ -1,14 +1,16 @@
 //! Redis pub/sub as a [`Listener`]: how a Redis node reports releases.
 //!
 //! The release scripts publish the released token on the channel named
-//! after the lock key (see `src/scripts/release.lua`); a listener is one
-//! connection in subscribed mode — opened as a lock connection is (TLS, the
+//! after the lock key (`src/scripts/notify.lua`: `SPUBLISH` where the
+//! server has sharded pub/sub, `PUBLISH` elsewhere); a listener is one
+//! connection in subscribed mode (`SSUBSCRIBE` or `SUBSCRIBE` to match) — opened as a lock connection is (TLS, the
 //! client's own crypto provider, credentials), shared by every waiter of the
 //! client on that node. A listener idle for [`IDLE_PING`] sends a `PING`; one
 //! unanswered within [`PONG_WITHIN`] is dead (a silently dropped
 //! connection), and the hub opens a new one.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -27,21 +29,32 @@ use crate::resp::{self, Frame};
 pub(crate) const PONG_WITHIN: Duration = Duration::from_secs(1);
 
 /// One subscribed connection: its write half, and the task that reads it.
-struct RedisListener {
+pub(crate) struct Subscribed {
     writer: Arc<Mutex<WriteHalf<Stream>>>,
-    /// Releases read, in order; closed when the connection is gone.
-    notices: Mutex<mpsc::UnboundedReceiver<Notice>>,
     /// Subscription changes the node has confirmed, one per channel.
     confirmed: watch::Receiver<u64>,
-    /// How many this listener has asked for.
-    asked: std::sync::atomic::AtomicU64,
+    /// How many this connection has asked for (shared with the reader,
+    /// which takes a confirmation beyond it for the node's own doing).
+    asked: Arc<AtomicU64>,
+    /// The server has sharded pub/sub (Redis 7+, Valkey): the scripts
+    /// publish with `SPUBLISH`, so this connection subscribes with
+    /// `SSUBSCRIBE`. Elsewhere they fall back to `PUBLISH`, and so does
+    /// this to `SUBSCRIBE`.
+    sharded: bool,
     reader: tokio::task::AbortHandle,
 }
 
-impl Drop for RedisListener {
+impl Drop for Subscribed {
     fn drop(&mut self) {
         self.reader.abort();
     }
+}
+
+/// A Redis node's listener: one subscribed connection.
+struct RedisListener {
+    conn: Subscribed,
+    /// Releases read, in order; closed when the connection is gone.
+    notices: Mutex<mpsc::UnboundedReceiver<Notice>>,
 }
 
 /// Opens a listener on the node at `address`.
@@ -50,23 +63,65 @@ pub(crate) fn listen(
     tls: tls::Configs,
 ) -> BoxFuture<'static, Result<Box<dyn Listener>, NodeError>> {
     Box::pin(async move {
-        let endpoint = address.endpoint();
-        let mut stream = open::dial(endpoint, &tls).await?;
-        open::handshake(&mut stream, endpoint, None).await?;
-        let (half, writer) = tokio::io::split(stream);
-        let writer = Arc::new(Mutex::new(writer));
         let (notices_tx, notices) = mpsc::unbounded_channel();
-        let (confirmed_tx, confirmed) = watch::channel(0);
-        let reader =
-            tokio::spawn(read(half, Arc::clone(&writer), notices_tx, confirmed_tx)).abort_handle();
+        let (ended, _) = watch::channel(false);
+        let conn = subscribe_at(&address, &tls, notices_tx, Arc::new(ended)).await?;
         Ok(Box::new(RedisListener {
-            writer,
+            conn,
             notices: Mutex::new(notices),
-            confirmed,
-            asked: std::sync::atomic::AtomicU64::new(0),
-            reader,
         }) as Box<dyn Listener>)
     })
+}
+
+/// Opens a subscribed connection to `address` whose releases go to
+/// `notices`; `ended` is set when it is gone.
+pub(crate) async fn subscribe_at(
+    address: &Address,
+    tls: &tls::Configs,
+    notices: mpsc::UnboundedSender<Notice>,
+    ended: Arc<watch::Sender<bool>>,
+) -> Result<Subscribed, NodeError> {
+    let endpoint = address.endpoint();
+    let mut stream = open::dial(endpoint, tls).await?;
+    let hello = open::handshake(&mut stream, endpoint, None).await?;
+    let sharded = hello.server.as_deref().is_some_and(has_sharded_pubsub);
+    let (half, writer) = tokio::io::split(stream);
+    let writer = Arc::new(Mutex::new(writer));
+    let (confirmed_tx, confirmed) = watch::channel(0);
+    let asked = Arc::new(AtomicU64::new(0));
+    let reader = tokio::spawn(read(
+        half,
+        Arc::clone(&writer),
+        notices,
+        confirmed_tx,
+        Arc::clone(&asked),
+        ended,
+    ))
+    .abort_handle();
+    Ok(Subscribed {
+        writer,
+        confirmed,
+        asked,
+        sharded,
+        reader,
+    })
+}
+
+/// Whether a server (`INFO`'s name and version: `redis 7.0.15`, `valkey
+/// 8.1.8`) has `SPUBLISH` and `SSUBSCRIBE`: Redis from 7, every Valkey.
+fn has_sharded_pubsub(server: &str) -> bool {
+    let mut words = server.split_whitespace();
+    let (name, version) = (words.next(), words.next().unwrap_or_default());
+    let major: u32 = version
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0);
+    match name {
+        Some("valkey") => true,
+        Some("redis") => major >= 7,
+        _ => false,
+    }
 }
 
 fn broken(e: std::io::Error) -> NodeError {
@@ -80,10 +135,23 @@ fn broken(e: std::io::Error) -> NodeError {
 /// Unbounded in type, the notices are bounded by the hub, which takes them
 /// as they come (a release is one small message per node).
 async fn read(
+    half: ReadHalf<Stream>,
+    writer: Arc<Mutex<WriteHalf<Stream>>>,
+    notices: mpsc::UnboundedSender<Notice>,
+    confirmed: watch::Sender<u64>,
+    asked: Arc<AtomicU64>,
+    ended: Arc<watch::Sender<bool>>,
+) {
+    read_until_gone(half, writer, notices, confirmed, asked).await;
+    ended.send_replace(true);
+}
+
+async fn read_until_gone(
     mut half: ReadHalf<Stream>,
     writer: Arc<Mutex<WriteHalf<Stream>>>,
     notices: mpsc::UnboundedSender<Notice>,
     confirmed: watch::Sender<u64>,
+    asked: Arc<AtomicU64>,
 ) {
     let mut buf: Vec<u8> = Vec::new();
     let mut chunk = vec![0u8; 4096];
@@ -107,6 +175,12 @@ async fn read(
                     }
                 }
                 Some(b"subscribe" | b"unsubscribe" | b"ssubscribe" | b"sunsubscribe") => {
+                    // More than asked: the node dropped a subscription of its
+                    // own accord (a shard channel whose slot moved away). The
+                    // connection is no longer what the hub thinks: gone.
+                    if *confirmed.borrow() >= asked.load(Ordering::Acquire) {
+                        return;
+                    }
                     confirmed.send_modify(|n| *n += 1);
                 }
                 _ => {} // a PING's "pong"
@@ -142,20 +216,32 @@ async fn read(
     }
 }
 
-impl RedisListener {
-    /// Sends `command` on `channels` and waits until the node has confirmed
-    /// each.
-    async fn change(&self, command: &[u8], channels: &[&str]) -> Result<(), NodeError> {
+impl Subscribed {
+    /// Subscribes to `channels` (`subscribe`) or unsubscribes from them, and
+    /// waits until the node has confirmed each. Sharded, one command per
+    /// channel: a cluster shard refuses channels of several slots in one.
+    pub(crate) async fn change(&self, subscribe: bool, channels: &[&str]) -> Result<(), NodeError> {
+        let command: &[u8] = match (subscribe, self.sharded) {
+            (true, true) => b"SSUBSCRIBE",
+            (true, false) => b"SUBSCRIBE",
+            (false, true) => b"SUNSUBSCRIBE",
+            (false, false) => b"UNSUBSCRIBE",
+        };
         let n = channels.len() as u64;
-        let target = self.asked.fetch_add(n, std::sync::atomic::Ordering::AcqRel) + n;
-        let mut args: Vec<&[u8]> = vec![command];
-        args.extend(channels.iter().map(|c| c.as_bytes()));
+        let target = self.asked.fetch_add(n, Ordering::AcqRel) + n;
+        let mut out = Vec::new();
+        if self.sharded {
+            for channel in channels {
+                out.extend(resp::encode(&[command, channel.as_bytes()]));
+            }
+        } else {
+            let mut args: Vec<&[u8]> = vec![command];
+            args.extend(channels.iter().map(|c| c.as_bytes()));
+            out.extend(resp::encode(&args));
+        }
         {
             let mut writer = self.writer.lock().await;
-            writer
-                .write_all(&resp::encode(&args))
-                .await
-                .map_err(broken)?;
+            writer.write_all(&out).await.map_err(broken)?;
             writer.flush().await.map_err(broken)?;
         }
         let mut confirmed = self.confirmed.clone();
@@ -169,15 +255,30 @@ impl RedisListener {
 
 impl Listener for RedisListener {
     fn subscribe<'a>(&'a self, channels: &'a [&'a str]) -> BoxFuture<'a, Result<(), NodeError>> {
-        Box::pin(self.change(b"SUBSCRIBE", channels))
+        Box::pin(self.conn.change(true, channels))
     }
 
     fn unsubscribe<'a>(&'a self, channels: &'a [&'a str]) -> BoxFuture<'a, Result<(), NodeError>> {
-        Box::pin(self.change(b"UNSUBSCRIBE", channels))
+        Box::pin(self.conn.change(false, channels))
     }
 
     fn next(&self) -> BoxFuture<'_, Option<Notice>> {
         // Cancel safe: a release not yet taken stays in the channel.
         Box::pin(async move { self.notices.lock().await.recv().await })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::has_sharded_pubsub;
+
+    #[test]
+    fn sharded_pub_sub_from_redis_7_and_every_valkey() {
+        assert!(has_sharded_pubsub("redis 7.0.15"));
+        assert!(has_sharded_pubsub("redis 8.2.1"));
+        assert!(has_sharded_pubsub("valkey 8.1.8"));
+        assert!(!has_sharded_pubsub("redis 6.2.14"));
+        assert!(!has_sharded_pubsub("redis"));
+        assert!(!has_sharded_pubsub("keydb 6.3.4"));
     }
 }

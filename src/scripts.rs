@@ -55,7 +55,8 @@ const READ_ONLY: &str = "'no-writes', 'allow-oom'";
 
 macro_rules! lua {
     // A script, after the preludes it uses (`ours.lua`: a key's token and
-    // label; `line.lua`: the line of waiters).
+    // label; `line.lua`: the line of waiters; `notify.lua`: a release
+    // published).
     ($name:ident, $file:literal, $fname:literal, $flags:expr $(, $prelude:literal)*) => {
         static $name: Lua = Lua {
             source: LazyLock::new(|| {
@@ -99,7 +100,8 @@ lua!(
     "release",
     ALLOW_OOM,
     "scripts/ours.lua",
-    "scripts/line.lua"
+    "scripts/line.lua",
+    "scripts/notify.lua"
 );
 lua!(
     ACQUIRE_REENTRANT,
@@ -117,7 +119,8 @@ lua!(
     RELEASE_REENTRANT,
     "scripts/release_reentrant.lua",
     "release_reentrant",
-    ALLOW_OOM
+    ALLOW_OOM,
+    "scripts/notify.lua"
 );
 lua!(
     ACQUIRE_MANY,
@@ -138,7 +141,8 @@ lua!(
     "scripts/release_many.lua",
     "release_many",
     ALLOW_OOM,
-    "scripts/ours.lua"
+    "scripts/ours.lua",
+    "scripts/notify.lua"
 );
 lua!(
     ACQUIRE_FENCED,
@@ -161,7 +165,8 @@ lua!(
     "acquire_read",
     WRITES,
     "scripts/ours.lua",
-    "scripts/line.lua"
+    "scripts/line.lua",
+    "scripts/notify.lua"
 );
 lua!(
     EXTEND_READ,
@@ -173,7 +178,8 @@ lua!(
     RELEASE_READ,
     "scripts/release_read.lua",
     "release_read",
-    ALLOW_OOM
+    ALLOW_OOM,
+    "scripts/notify.lua"
 );
 lua!(
     ACQUIRE_WRITE,
@@ -189,7 +195,8 @@ lua!(
     "release_write",
     ALLOW_OOM,
     "scripts/ours.lua",
-    "scripts/line.lua"
+    "scripts/line.lua",
+    "scripts/notify.lua"
 );
 lua!(
     ACQUIRE_PERMIT,
@@ -212,7 +219,8 @@ lua!(
     "release_permit",
     ALLOW_OOM,
     "scripts/ours.lua",
-    "scripts/line.lua"
+    "scripts/line.lua",
+    "scripts/notify.lua"
 );
 lua!(INSPECT, "scripts/inspect.lua", "inspect", READ_ONLY);
 lua!(PROBE, "scripts/probe.lua", "probe", READ_ONLY);
@@ -302,8 +310,8 @@ pub(crate) static LIBRARY: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// Every command the scripts call (but `PUBLISH`, which they call through
-/// `pcall`: denied, waiters poll), the native acquire's `SET`, and `INFO`,
+/// Every command the scripts call (but `SPUBLISH` and `PUBLISH`, which they
+/// call through `pcall`: denied, waiters poll), the native acquire's `SET`, and `INFO`,
 /// which tells a restarted node: what a connection's permission probe
 /// checks the user may run (the scripts' own `FCALL` or `EVAL` is checked
 /// by running the probe). Each with arguments of its arity, `K` standing

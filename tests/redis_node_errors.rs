@@ -493,6 +493,9 @@ async fn least_privilege_acl_user_can_lock() {
             "+hincrby",
             "+hgetall",
             "+publish",
+            "+spublish",
+            "+ssubscribe",
+            "+sunsubscribe",
             "+time",
             "+pexpireat",
             "+zadd",
@@ -578,7 +581,7 @@ async fn least_privilege_acl_user_can_lock() {
     let start = std::time::Instant::now();
     loop {
         let (_, subscribers): (String, u64) = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
+            .arg("SHARDNUMSUB")
             .arg(lock_key(&r))
             .query_async(&mut admin)
             .await

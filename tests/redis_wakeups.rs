@@ -203,15 +203,11 @@ async fn no_overlaps_without_notifications() {
 /// that owner is woken by the next release.
 #[tokio::test]
 async fn every_reentrant_release_publishes_a_new_nonce_and_wakes_the_waiter() {
-    use futures::StreamExt;
     let holder = support::redlock().await;
     let resource = unique("wake-reentrant");
     let key = lock_key(&resource);
     let ttl = Duration::from_secs(30);
-    let client = redis::Client::open(node_urls()[0].as_str()).unwrap();
-    let mut pubsub = client.get_async_pubsub().await.unwrap();
-    pubsub.subscribe(&key).await.unwrap();
-    let mut messages = pubsub.on_message();
+    let (_subscribed, mut pushes) = support::shard_subscriber(&node_urls()[0], &key).await;
     let mut nonces = Vec::new();
     for _ in 0..3 {
         let lock = holder
@@ -219,11 +215,18 @@ async fn every_reentrant_release_publishes_a_new_nonce_and_wakes_the_waiter() {
             .await
             .unwrap();
         lock.release().await.unwrap();
-        let message = tokio::time::timeout(Duration::from_secs(5), messages.next())
-            .await
-            .expect("no release published")
-            .unwrap();
-        nonces.push(message.get_payload::<String>().unwrap());
+        let message = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                let push = pushes.recv().await.expect("the subscriber's pushes");
+                if push.kind == redis::PushKind::SMessage {
+                    return push;
+                }
+            }
+        })
+        .await
+        .expect("no release published");
+        let nonce: String = redis::from_redis_value(message.data[1].clone()).unwrap();
+        nonces.push(nonce);
     }
     println!("published: {nonces:?}");
     assert!(

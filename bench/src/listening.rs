@@ -28,7 +28,7 @@ pub async fn until_listening(conns: &mut [MultiplexedConnection], key: &str, quo
     loop {
         let mut listening = 0;
         let mut numsub = redis::cmd("PUBSUB");
-        numsub.arg("NUMSUB").arg(key);
+        numsub.arg("SHARDNUMSUB").arg(key);
         for conn in conns.iter_mut() {
             let numsub = numsub.query_async::<Vec<(String, u64)>>(conn);
             if let Ok(Ok(counts)) = tokio::time::timeout(Duration::from_millis(20), numsub).await

@@ -74,27 +74,9 @@ impl Builder {
             return Err(ConfigError::DuplicateNode(w[0].to_owned()));
         }
 
-        // One listener source per member, in the members' order (Redis
-        // nodes and clusters: pub/sub through the node or seed; a cluster
-        // forwards every publication to all its nodes).
-        let hub = (!self.quiet).then(|| {
-            let sources = targets
-                .iter()
-                .map(|t| {
-                    let (address, tls) = (t.clone(), tls.clone());
-                    Box::new(move || Some(pubsub::listen(address.clone(), tls.clone()))) as Open
-                })
-                .chain(self.custom.iter().map(|node| {
-                    let node = Arc::clone(node);
-                    Box::new(move || node.listen()) as Open
-                }))
-                .collect();
-            Hub::new(
-                sources,
-                quorum(targets.len() + self.custom.len()),
-                self.jitter_seed,
-            )
-        });
+        // Where each Redis node's listener connects (clusters and custom
+        // nodes open their own).
+        let addresses: Vec<Address> = targets.clone();
         // The bounds come from the node timeout alone.
         let node_timeout = self.node_timeout.unwrap_or(DEFAULT_NODE_TIMEOUT);
         let limits = Limits::new(max_in_flight, node_timeout, connect_timeout);
@@ -150,6 +132,27 @@ impl Builder {
             let telemetry = Arc::new(NodeTelemetry::new(node.name()));
             Dispatcher::start(Member::Custom(node), limits, telemetry)
         }));
+        // One listener source per member, in the members' order: a Redis
+        // node's pub/sub, a cluster's over the masters of each channel's
+        // slot (sharded), a custom node's own.
+        let hub = (!self.quiet).then(|| {
+            let sources = nodes
+                .iter()
+                .enumerate()
+                .map(|(i, node)| match node.member() {
+                    Member::Redis(_) => {
+                        let (address, tls) = (addresses[i].clone(), tls.clone());
+                        Box::new(move || Some(pubsub::listen(address.clone(), tls.clone()))) as Open
+                    }
+                    Member::Cluster(cluster) => Box::new(cluster.listener_source()) as Open,
+                    Member::Custom(custom) => {
+                        let custom = Arc::clone(custom);
+                        Box::new(move || custom.listen()) as Open
+                    }
+                })
+                .collect();
+            Hub::new(sources, quorum(nodes.len()), self.jitter_seed)
+        });
         if self.require_quorum {
             let needed = quorum(nodes.len());
             let down: Vec<String> = nodes

@@ -50,7 +50,7 @@ if turn then
   if not readers then
     -- The turn is over: writers waiting for it may try again.
     redis.call('DEL', KEYS[1])
-    redis.pcall('PUBLISH', KEYS[1], ARGV[1])
+    notify(KEYS[1], ARGV[1])
   end
 end
 return redis.status_reply('OK')

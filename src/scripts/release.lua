@@ -6,8 +6,7 @@
 -- up) that waited in line adds ARGV[2] its id and ARGV[3] its patience: it
 -- leaves the line first, and a key kept for it is given on too.
 -- A release is published on the channel named after the key, with the token,
--- to wake waiters (see src/wakeup.rs); pcall: a user not allowed to publish
--- still releases.
+-- to wake waiters (notify.lua).
 local me = ARGV[2] and line_name('w', ARGV[2], ARGV[3])
 local value = redis.pcall('GET', KEYS[1])
 if me then
@@ -19,7 +18,7 @@ end
 if #KEYS == 1 or not line_hand_over(KEYS[1], KEYS[2], KEYS[3]) then
   redis.call('DEL', KEYS[1])
 end
-redis.pcall('PUBLISH', KEYS[1], ARGV[1])
+notify(KEYS[1], ARGV[1])
 if ours(value, ARGV[1]) then
   return 1
 end

@@ -5,7 +5,7 @@ local deleted = 0
 for _, key in ipairs(KEYS) do
   if ours(redis.pcall('GET', key), ARGV[1]) then
     deleted = deleted + redis.call('DEL', key)
-    redis.pcall('PUBLISH', key, ARGV[1])
+    notify(key, ARGV[1])
   end
 end
 if deleted > 0 then

@@ -20,7 +20,7 @@ end
 if not line_hand_over(KEYS[1], KEYS[4], KEYS[5]) then
   redis.call('DEL', KEYS[1])
 end
-redis.pcall('PUBLISH', KEYS[1], ARGV[1])
+notify(KEYS[1], ARGV[1])
 if ours(value, ARGV[1]) then
   return 1
 end

@@ -13,5 +13,5 @@ local removed = redis.pcall('ZREM', KEYS[2], ARGV[1])
 if removed ~= 1 then
   return 0
 end
-redis.pcall('PUBLISH', KEYS[1], ARGV[1])
+notify(KEYS[1], ARGV[1])
 return 1

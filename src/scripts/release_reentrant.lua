@@ -13,6 +13,6 @@ if redis.call('HDEL', KEYS[1], '\255' .. ARGV[2]) == 0 then
 end
 if redis.call('HINCRBY', KEYS[1], ARGV[1], -1) <= 0 then
   redis.call('DEL', KEYS[1])
-  redis.pcall('PUBLISH', KEYS[1], ARGV[2])
+  notify(KEYS[1], ARGV[2])
 end
 return 1

@@ -28,6 +28,6 @@ if redis.pcall('GET', KEYS[3]) == ARGV[1] then
   released, changed = 1, true
 end
 if changed then
-  redis.pcall('PUBLISH', KEYS[1], ARGV[1])
+  notify(KEYS[1], ARGV[1])
 end
 return released

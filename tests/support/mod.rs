@@ -6,6 +6,7 @@
 #![allow(dead_code)] // each test binary uses a different part
 
 pub mod acl;
+pub mod cluster;
 pub mod load;
 pub mod memory;
 pub mod proxy;
@@ -125,14 +126,44 @@ pub fn lock_key(resource: &str) -> String {
     format!("{{{resource}}}:lock")
 }
 
-/// Waits (at most 5 s) until every node counts a subscriber on `key`'s
-/// channel.
+/// A shard subscriber (`SSUBSCRIBE`) to `channel` on the node at `url`,
+/// as the release scripts publish (`SPUBLISH`): the connection, and what
+/// it hears (RESP3 pushes; `PushKind::SMessage` with the channel and the
+/// published token).
+pub async fn shard_subscriber(
+    url: &str,
+    channel: &str,
+) -> (
+    MultiplexedConnection,
+    tokio::sync::mpsc::UnboundedReceiver<redis::PushInfo>,
+) {
+    let url = format!(
+        "{url}{}protocol=resp3",
+        if url.contains('?') { '&' } else { '?' }
+    );
+    let client = redis::Client::open(url).unwrap();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let config = redis::AsyncConnectionConfig::new().set_push_sender(tx);
+    let mut conn = client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .unwrap();
+    let _: redis::Value = redis::cmd("SSUBSCRIBE")
+        .arg(channel)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    (conn, rx)
+}
+
+/// Waits (at most 5 s) until every node counts a shard subscriber on
+/// `key`'s channel.
 pub async fn wait_subscribed(conns: &mut [redis::aio::MultiplexedConnection], key: &str) {
     wait_subscribed_by(conns, key, &[1; 5]).await;
 }
 
-/// Waits (at most 5 s) until node `i` counts `least[i]` subscribers on
-/// `key`'s channel.
+/// Waits (at most 5 s) until node `i` counts `least[i]` shard subscribers
+/// on `key`'s channel.
 pub async fn wait_subscribed_by(
     conns: &mut [redis::aio::MultiplexedConnection],
     key: &str,
@@ -142,7 +173,7 @@ pub async fn wait_subscribed_by(
     for (conn, &n) in conns.iter_mut().zip(least) {
         loop {
             let counts: Vec<(String, u64)> = redis::cmd("PUBSUB")
-                .arg("NUMSUB")
+                .arg("SHARDNUMSUB")
                 .arg(key)
                 .query_async(conn)
                 .await
