@@ -23,6 +23,9 @@ pub(crate) struct Claim {
     waiter: Option<InLine>,
     /// The holder's label, stored with the token where the keys carry one.
     label: Option<std::sync::Arc<str>>,
+    /// A fenced lock's label and fence as its key stores them once granted
+    /// (`label \0 fence`, see `fence_writeback.lua`): what a restore sets.
+    stored: std::sync::OnceLock<Box<str>>,
     /// A release was made: no restore may follow it (see
     /// [`unless_released`](Claim::unless_released)).
     released: std::sync::Mutex<bool>,
@@ -81,8 +84,16 @@ impl Claim {
             mark: Mark::Random(Token::random()),
             waiter: None,
             label: None,
+            stored: std::sync::OnceLock::new(),
             released: std::sync::Mutex::default(),
         }
+    }
+
+    /// A fenced lock was granted `fence`: its key, set again where a node
+    /// lost it, carries the fence as the write-back stored it.
+    pub(crate) fn granted_fence(&self, fence: u64) {
+        let label = self.label.as_deref().unwrap_or_default();
+        let _ = self.stored.set(format!("{label}\0{fence}").into());
     }
 
     /// The same claim, its hold labelled `label` (see [`check_label`]).
@@ -112,6 +123,7 @@ impl Claim {
             },
             waiter: None,
             label: None,
+            stored: std::sync::OnceLock::new(),
             released: std::sync::Mutex::default(),
         })
     }
@@ -132,6 +144,7 @@ impl Claim {
             mark: Mark::Given(mark.into()),
             waiter: None,
             label: None,
+            stored: std::sync::OnceLock::new(),
             released: std::sync::Mutex::default(),
         })
     }
@@ -239,7 +252,7 @@ impl Claim {
             (Flavor::Plain | Flavor::Fenced, Step::Extend { restore }) => Op::Extend {
                 key,
                 token,
-                label,
+                label: self.stored.get().map_or(label, |stored| &**stored),
                 ttl_ms,
                 restore,
             },

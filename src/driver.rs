@@ -315,6 +315,9 @@ impl Driver {
                 }
                 Next::Granted { fence } => {
                     guard.armed = false; // the Lock owns the keys now
+                    if let Some(fence) = fence {
+                        claim.granted_fence(fence);
+                    }
                     return Ok(Held {
                         claim: Arc::clone(claim),
                         ttl_ms: ttl.ms,

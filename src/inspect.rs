@@ -45,7 +45,7 @@ use crate::semaphore::Semaphore;
 
 mod read;
 
-use read::{holding, readers};
+use read::{holding, readers, stored_fence};
 
 /// A resource's verdict: held by one [`Holder`] on a quorum, free, or
 /// neither (see [`crate::verdict`]).
@@ -107,8 +107,14 @@ pub struct Holding {
     pub time_left: Option<TimeLeft>,
     /// A reentrant lock's hold count on this node.
     pub holds: Option<u64>,
-    /// The resource's fencing counter on this node, if it has one.
+    /// The resource's fencing counter on this node, if it has one: it may
+    /// have moved past the holder's fence since (other candidates' rounds
+    /// draw from it).
     pub fence: Option<u64>,
+    /// The fence the holder was granted, as its key stores it here (a
+    /// fenced lock's grant writes it; `None` for other locks, and while a
+    /// grant is under way).
+    pub granted_fence: Option<u64>,
     /// The holder's label ([`LockOptions::label`](crate::LockOptions::label)),
     /// if it has one.
     pub label: Option<String>,
@@ -202,21 +208,32 @@ impl Inspection {
             .find_map(|h| h.label.as_deref())
     }
 
-    /// For a held verdict, the holder's fencing token: the largest fencing
-    /// counter among the nodes that hold it (its term, for a leadership: no
-    /// other holder increments a counter where it holds the key, and the
-    /// grant's write-back raises the counters there to it). `None` when
-    /// free, unknown or not fenced.
+    /// For a held verdict, the holder's fencing token (its term, for a
+    /// leadership), exactly: the fence its grant stored with its key
+    /// ([`Holding::granted_fence`]), which the nodes' counters may have
+    /// passed since (other candidates' rounds draw from them). Where its
+    /// keys store none (a holder of an older version), the largest counter
+    /// among the nodes that hold it. `None` when free, unknown or not
+    /// fenced.
     pub fn fence(&self) -> Option<u64> {
         let Verdict::Held { holder, .. } = &self.verdict else {
             return None;
         };
-        self.nodes
-            .iter()
-            .filter_map(|n| n.read.as_ref().ok())
-            .filter(|h| h.holder.as_ref() == Some(holder))
-            .filter_map(|h| h.fence)
-            .max()
+        let holding = || {
+            self.nodes
+                .iter()
+                .filter_map(|n| n.read.as_ref().ok())
+                .filter(|h| h.holder.as_ref() == Some(holder))
+        };
+        // Every key that stores one stores the same (the write-back's);
+        // should two differ, the one most nodes store.
+        let mut stored: Vec<u64> = holding().filter_map(|h| h.granted_fence).collect();
+        stored.sort_unstable();
+        let most = stored
+            .chunk_by(|a, b| a == b)
+            .max_by_key(|run| run.len())
+            .map(|run| run[0]);
+        most.or_else(|| holding().filter_map(|h| h.fence).max())
     }
 
     /// For a held verdict, how long the holder keeps a quorum of keys by
@@ -523,6 +540,7 @@ impl Redlock {
                 node: node.to_owned(),
                 read: outcome.and_then(|s| {
                     let mut holding = holding(s.keys.first())?;
+                    holding.granted_fence = stored_fence(s.keys.first());
                     holding.fence = match fence(&s) {
                         Some(Stored::Text { value, .. }) => {
                             String::from_utf8_lossy(value).parse().ok()

@@ -1,7 +1,8 @@
 //! What the `redquorum` binary checks of the nodes before it runs anything:
 //! a user who may not run the scripts exits 77 before the command starts,
 //! a TTL above `--max-ttl` is bad usage, and `nodes` and `status` name a
-//! node that may evict lock keys.
+//! node that may evict lock keys; and what it reads of them: the leader's
+//! own term.
 //!
 //! Needs real nodes: built only with the `redis-tests` feature, which
 //! `scripts/test` turns on (it starts the nodes).
@@ -9,34 +10,10 @@
 
 mod support;
 
-use std::process::{Output, Stdio};
 use std::time::Duration;
 
+use support::cli::*;
 use support::*;
-use tokio::process::Command;
-
-const BIN: &str = env!("CARGO_BIN_EXE_redquorum");
-/// No single CLI run in these tests may take longer.
-const BOUND: Duration = Duration::from_secs(30);
-
-async fn run(nodes: &[String], args: &[&str]) -> Output {
-    let child = Command::new(BIN)
-        .arg("--nodes")
-        .arg(nodes.join(","))
-        .args(["--node-timeout", "1s"])
-        .args(args)
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn redquorum");
-    tokio::time::timeout(BOUND, child.wait_with_output())
-        .await
-        .expect("redquorum did not finish in time")
-        .expect("wait for redquorum")
-}
 
 /// `ACL args…` on every node.
 fn acl_all(args: &[&str]) {
@@ -225,4 +202,57 @@ async fn status_reads_a_semaphores_permit_count_from_its_nodes() {
     }
     a.release().await.unwrap();
     b.release().await.unwrap();
+}
+
+/// `leader --json` prints the leader's own term (its `REDQUORUM_TERM`), even
+/// after other candidates' rounds moved the counters on some nodes past it.
+#[tokio::test(flavor = "multi_thread")]
+async fn leader_prints_the_leaders_own_term_after_counters_moved_on() {
+    let nodes = node_urls();
+    let name = unique("term");
+    let dir = scratch("term");
+    let (term_file, done) = (dir.join("term"), dir.join("done"));
+    let leader = redquorum(
+        &nodes,
+        &[
+            "elect",
+            "--ttl",
+            "5s",
+            &name,
+            "--",
+            "sh",
+            "-c",
+            "echo \"$REDQUORUM_TERM\" > \"$TERM_FILE.tmp\"; mv \"$TERM_FILE.tmp\" \"$TERM_FILE\"; \
+             i=0; while [ ! -f \"$DONE\" ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done",
+        ],
+    )
+    .env("TERM_FILE", &term_file)
+    .env("DONE", &done)
+    .spawn()
+    .unwrap();
+    wait_for_file(&term_file, Duration::from_secs(10)).await;
+    let term: u64 = std::fs::read_to_string(&term_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // Other candidates' rounds drew counters on nodes 1 and 5.
+    let fence_key = format!("{{{name}}}:fence");
+    let mut conns = raw_all().await;
+    for i in [0, 4] {
+        let _: i64 = redis::cmd("INCRBY")
+            .arg(&fence_key)
+            .arg(17)
+            .query_async(&mut conns[i])
+            .await
+            .unwrap();
+    }
+    let out = run(&nodes, &["leader", "--json", &name]).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let seen: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(seen["term"], term, "leader --json: {seen}");
+    std::fs::write(&done, b"").unwrap();
+    let out = finish(leader).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let _ = std::fs::remove_dir_all(dir);
 }

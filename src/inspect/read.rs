@@ -18,6 +18,7 @@ pub(super) fn holding(key: Option<&Stored>) -> Result<Holding, NodeError> {
                 time_left: None,
                 holds: None,
                 fence: None,
+                granted_fence: None,
                 label: None,
             });
         }
@@ -28,11 +29,13 @@ pub(super) fn holding(key: Option<&Stored>) -> Result<Holding, NodeError> {
             } else if let Some(waiter) = value.strip_prefix(KEPT) {
                 (Holder::Kept(waiter.to_owned()), *pttl_ms, None, None)
             } else {
-                // The token, and after a NUL byte the holder's label.
-                let (token, label) = match value.split_once('\0') {
-                    Some((token, label)) => (token.to_owned(), Some(label.to_owned())),
-                    None => (value, None),
-                };
+                // The token, and after a NUL byte the holder's label (and,
+                // for a fenced lock, after another its fence: read by
+                // `stored_fence`).
+                let mut parts = value.splitn(3, '\0');
+                let token = parts.next().unwrap_or_default().to_owned();
+                let label = parts.next().map(str::to_owned);
+                let label = label.filter(|l| !l.is_empty() || parts.next().is_none());
                 (Holder::Token(token), *pttl_ms, None, label)
             }
         }
@@ -66,8 +69,21 @@ pub(super) fn holding(key: Option<&Stored>) -> Result<Holding, NodeError> {
         time_left: Some(TimeLeft::of(pttl_ms)),
         holds,
         fence: None,
+        granted_fence: None,
         label,
     })
+}
+
+/// The fence a fenced lock's key stores with its token and label (`token
+/// \0 label \0 fence`, written by the grant's write-back and by restores):
+/// the holder's own, whatever the node's counter says since.
+pub(super) fn stored_fence(key: Option<&Stored>) -> Option<u64> {
+    let Some(Stored::Text { value, .. }) = key else {
+        return None;
+    };
+    let mut parts = value.splitn(3, |b| *b == 0);
+    let (_, _, fence) = (parts.next()?, parts.next()?, parts.next()?);
+    std::str::from_utf8(fence).ok()?.parse().ok()
 }
 
 /// The live readers in a read/write lock's snapshot (`[writer, readers,

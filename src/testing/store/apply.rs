@@ -109,6 +109,10 @@ impl Store {
                     // `SET` without `PX`: no expiry.
                     self.set_text(fence_key, &fence.to_string());
                 }
+                // The fence stored with the token and label (`KEEPTTL`).
+                if let Some(entry) = self.live(key, now) {
+                    entry.store_fence(fence);
+                }
                 Reply::Done
             }
             Op::AcquireReentrant {

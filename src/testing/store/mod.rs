@@ -121,6 +121,18 @@ impl Entry {
             || t.strip_prefix(token).is_some_and(|rest| rest.starts_with('\0')))
     }
 
+    /// Stores a fence with a lock key's token and label, as
+    /// `fence_writeback.lua` does: `token \0 label \0 fence`, once.
+    fn store_fence(&mut self, fence: u64) {
+        if let Value::Text(t) = &mut self.value {
+            match t.matches('\0').count() {
+                0 => *t = format!("{t}\0\0{fence}"),
+                1 => *t = format!("{t}\0{fence}"),
+                _ => {}
+            }
+        }
+    }
+
     /// Pushes the expiry out to at least `ttl_ms` from `now` (never
     /// shorter; a key without expiry gets one, as `PTTL` -1 < TTL does in
     /// the scripts).
