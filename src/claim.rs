@@ -26,6 +26,9 @@ pub(crate) struct Claim {
     /// A fenced lock's label and fence as its key stores them once granted
     /// (`label \0 fence`, see `fence_writeback.lua`): what a restore sets.
     stored: std::sync::OnceLock<Box<str>>,
+    /// Held at least until then ([`LockOptions::hold_at_least`](crate::LockOptions::hold_at_least)):
+    /// a release before it leaves the key to expire then.
+    keep_until: std::sync::OnceLock<tokio::time::Instant>,
     /// A release was made: no restore may follow it (see
     /// [`unless_released`](Claim::unless_released)).
     released: std::sync::Mutex<bool>,
@@ -85,6 +88,7 @@ impl Claim {
             waiter: None,
             label: None,
             stored: std::sync::OnceLock::new(),
+            keep_until: std::sync::OnceLock::new(),
             released: std::sync::Mutex::default(),
         }
     }
@@ -94,6 +98,12 @@ impl Claim {
     pub(crate) fn granted_fence(&self, fence: u64) {
         let label = self.label.as_deref().unwrap_or_default();
         let _ = self.stored.set(format!("{label}\0{fence}").into());
+    }
+
+    /// Keeps the lock until `at` however soon it is released (plain and
+    /// fenced locks: the release leaves the key to expire then).
+    pub(crate) fn keep_until(&self, at: tokio::time::Instant) {
+        let _ = self.keep_until.set(at);
     }
 
     /// The same claim, its hold labelled `label` (see [`check_label`]).
@@ -124,6 +134,7 @@ impl Claim {
             waiter: None,
             label: None,
             stored: std::sync::OnceLock::new(),
+            keep_until: std::sync::OnceLock::new(),
             released: std::sync::Mutex::default(),
         })
     }
@@ -145,6 +156,7 @@ impl Claim {
             waiter: None,
             label: None,
             stored: std::sync::OnceLock::new(),
+            keep_until: std::sync::OnceLock::new(),
             released: std::sync::Mutex::default(),
         })
     }
@@ -212,6 +224,17 @@ impl Claim {
         }
     }
 
+    /// How long the key must still stay (whole milliseconds, rounded up),
+    /// when held at least until a time not yet come.
+    fn kept_for_ms(&self) -> Option<u64> {
+        let left = self
+            .keep_until
+            .get()?
+            .saturating_duration_since(tokio::time::Instant::now());
+        let ms = u64::try_from(left.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
+        (ms > 0).then_some(ms)
+    }
+
     /// The node operation for `step` on this claim.
     pub(crate) fn op(&self, step: Step, ttl_ms: u64) -> Op<'_> {
         let keys = self.keys.lock.as_slice();
@@ -258,6 +281,17 @@ impl Claim {
             },
             // A holder that waited leaves the line where it still stands;
             // a refused round's undo keeps its place for the retries.
+            // Held at least until a time not yet come: the key stays until
+            // then (computed as the release is written: a resend shortens it).
+            (Flavor::Plain | Flavor::Fenced, Step::Release)
+                if let Some(after_ms) = self.kept_for_ms() =>
+            {
+                Op::ReleaseAfter {
+                    key,
+                    token,
+                    after_ms,
+                }
+            }
             (Flavor::Plain | Flavor::Fenced, Step::Release) => Op::Release {
                 key,
                 token,

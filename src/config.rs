@@ -58,6 +58,7 @@ pub struct LockOptions {
     extend_every: Option<Duration>,
     max_extensions: Option<u32>,
     label: Option<Arc<str>>,
+    hold_at_least: Option<Duration>,
 }
 
 impl LockOptions {
@@ -133,6 +134,43 @@ impl LockOptions {
     /// The label asked for, if any.
     pub fn label_given(&self) -> Option<&str> {
         self.label.as_deref()
+    }
+
+    /// Keep the lock until `at_least` after it was granted, even when it is
+    /// released sooner: the release then leaves the key to expire at that
+    /// time instead of deleting it (ShedLock's `lockAtLeastFor`). For a job
+    /// that must run once per period (a nightly report on several
+    /// replicas whose clocks or schedulers are a few seconds apart): a lock
+    /// alone only keeps two runs from *overlapping*; held at least until
+    /// the slot is over, a replica that fires late finds it taken. At most
+    /// the TTL ([`InputError::HoldAtLeastAboveTtl`](crate::InputError::HoldAtLeastAboveTtl):
+    /// a holder that crashes keeps it for the TTL only); plain and fenced
+    /// locks only ([`InputError::HoldAtLeastUnsupported`](crate::InputError::HoldAtLeastUnsupported)).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// use std::time::Duration;
+    /// use redquorum::{LockError, LockOptions};
+    /// let slot = LockOptions::new().hold_at_least(Duration::from_secs(50));
+    /// redlock.run_with("nightly-report", Duration::from_secs(60), &slot, |_| async {
+    ///     // the report, done in a second
+    /// }).await?;
+    /// // Done, but the slot stays taken for the rest of the 50 s.
+    /// let late = redlock.try_lock("nightly-report", Duration::from_secs(60)).await;
+    /// assert!(matches!(late, Err(LockError::Taken { .. })));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn hold_at_least(mut self, at_least: Duration) -> Self {
+        self.hold_at_least = Some(at_least);
+        self
+    }
+
+    /// The time the lock is held at least, if set.
+    pub fn min_hold(&self) -> Option<Duration> {
+        self.hold_at_least
     }
 
     /// For leases: extend every `every` (default: a third of the TTL). Must

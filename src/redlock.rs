@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use crate::claim::{Claim, Keys};
 use crate::config::{Builder, LockOptions};
 use crate::driver::{Attempts, Driver, Ttl};
-use crate::error::{ConfigError, LockError};
+use crate::error::{ConfigError, InputError, LockError};
 use crate::keys::KeyLayout;
 use crate::lock::Lock;
 
@@ -369,11 +369,26 @@ impl Redlock {
         ttl: Duration,
         options: &LockOptions,
     ) -> Result<Lock, LockError> {
+        let at_least = options.min_hold();
+        if let Some(at_least) = at_least {
+            if !keys.restorable() {
+                return Err(InputError::HoldAtLeastUnsupported.into());
+            }
+            if at_least > ttl {
+                return Err(InputError::HoldAtLeastAboveTtl { at_least, ttl }.into());
+            }
+        }
         let ttl = self.driver.admit(&keys, ttl)?;
         let label = self.driver.label(options.label_given())?;
         let attempts = options.attempts();
-        self.acquire_repeatedly(keys, owner, label.as_ref(), ttl, attempts)
-            .await
+        let lock = self
+            .acquire_repeatedly(keys, owner, label.as_ref(), ttl, attempts)
+            .await?;
+        if let Some(at_least) = at_least {
+            // From the grant: at least as long as asked.
+            lock.keep_until(tokio::time::Instant::now() + at_least);
+        }
+        Ok(lock)
     }
 
     /// The body of every `try_*` lock on one claim's `keys`: one round.

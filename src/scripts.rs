@@ -104,6 +104,13 @@ lua!(
     "scripts/notify.lua"
 );
 lua!(
+    RELEASE_AFTER,
+    "scripts/release_after.lua",
+    "release_after",
+    ALLOW_OOM,
+    "scripts/ours.lua"
+);
+lua!(
     ACQUIRE_REENTRANT,
     "scripts/acquire_reentrant.lua",
     "acquire_reentrant",
@@ -226,7 +233,7 @@ lua!(INSPECT, "scripts/inspect.lua", "inspect", READ_ONLY);
 lua!(PROBE, "scripts/probe.lua", "probe", READ_ONLY);
 
 /// Every script.
-const ALL: [&Lua; 21] = [
+const ALL: [&Lua; 22] = [
     &ACQUIRE,
     &EXTEND,
     &RELEASE,
@@ -248,6 +255,7 @@ const ALL: [&Lua; 21] = [
     &RELEASE_PERMIT,
     &INSPECT,
     &PROBE,
+    &RELEASE_AFTER,
 ];
 
 /// The library's body: each script's source, unchanged, as a function
@@ -266,7 +274,7 @@ fn body() -> String {
 }
 
 /// The functions' names, in the order of [`ALL`].
-const NAMES: [&str; 21] = [
+const NAMES: [&str; 22] = [
     "acquire",
     "extend",
     "release",
@@ -288,6 +296,7 @@ const NAMES: [&str; 21] = [
     "release_permit",
     "inspect",
     "probe",
+    "release_after",
 ];
 
 /// 12 hex digits of a 64-bit FNV-1a hash of the whole library (sources,

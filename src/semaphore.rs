@@ -236,6 +236,9 @@ impl Semaphore {
         if options.is_fenced() {
             return Err(InputError::FencedPermit.into());
         }
+        if options.min_hold().is_some() {
+            return Err(InputError::HoldAtLeastUnsupported.into());
+        }
         let driver = self.redlock.driver();
         let attempts = options.attempts();
         // A waiter listens to every slot's releases (up to a bound).

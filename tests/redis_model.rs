@@ -312,6 +312,26 @@ async fn the_model_answers_every_operation_as_redis_does() {
     assert_eq!(pair.both(fenced("f3")).await, Ok(Reply::Fence(8)));
     pair.both(release("f3")).await.unwrap();
 
+    // Released after a time (hold at least): the key stays, its expiry
+    // exactly that far, for its holder only; a fenced key keeps its fence.
+    let after = |token, after_ms| Op::ReleaseAfter {
+        key: lock,
+        token,
+        after_ms,
+    };
+    assert_eq!(pair.both(acquire("r1", false)).await, Ok(Reply::Done));
+    assert_eq!(pair.both(after("other", 500)).await, Ok(Reply::NotHeld));
+    assert_eq!(pair.both(after("r1", 500)).await, Ok(Reply::Done));
+    pair.same_keys(k.range("lock", "lock")).await;
+    assert_eq!(pair.both(after("r1", 60_000)).await, Ok(Reply::Done));
+    pair.same_keys(k.range("lock", "lock")).await;
+    pair.both(release("r1")).await.unwrap();
+    pair.both(fenced("f4")).await.unwrap();
+    pair.both(write_back("f4", 20)).await.unwrap();
+    assert_eq!(pair.both(after("f4", 500)).await, Ok(Reply::Done));
+    pair.same_keys(k.range("lock", "fence")).await;
+    pair.both(release("f4")).await.unwrap();
+
     // Reentrant: one count per hold however often applied, another owner
     // refused, released hold by hold.
     let enter = |owner, hold| Op::AcquireReentrant {

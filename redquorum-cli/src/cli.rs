@@ -198,6 +198,7 @@ impl ElectArgs {
             read: false,
             write: false,
             label: self.label,
+            at_least: None,
             term: true,
             resource: self.name,
             command: self.command,
@@ -292,6 +293,14 @@ pub struct ExecArgs {
     /// stored under --interop-keys or for --read) [default: HOST pid PID].
     #[arg(long, value_name = "L")]
     pub label: Option<String>,
+
+    /// Keep the lock until D after it was taken, even when the command ends
+    /// sooner: for a job that must run once per period (a replica whose
+    /// cron fires late finds it taken). At most --ttl; a lock alone only
+    /// keeps two runs from overlapping.
+    #[arg(long = "at-least", value_parser = humantime::parse_duration, value_name = "D",
+          conflicts_with_all = ["permits", "read", "write"])]
+    pub at_least: Option<Duration>,
 
     /// `elect`: the fence is the leader's term (REDQUORUM_TERM).
     #[arg(skip)]

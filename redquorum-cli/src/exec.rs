@@ -81,6 +81,9 @@ async fn exec_with(
     if args.fence {
         options = options.fenced();
     }
+    if let Some(at_least) = args.at_least {
+        options = options.hold_at_least(at_least);
+    }
     if !args.read {
         let label = args.label.clone().unwrap_or_else(default_label);
         options = options.label(&label);

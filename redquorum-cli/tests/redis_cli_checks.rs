@@ -256,3 +256,54 @@ async fn leader_prints_the_leaders_own_term_after_counters_moved_on() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `exec --at-least`: the slot stays taken after a command that ended
+/// sooner, so a replica that starts late does not run it again; above
+/// `--ttl` it is bad usage.
+#[tokio::test(flavor = "multi_thread")]
+async fn at_least_keeps_the_slot_taken_after_the_command_ends() {
+    let nodes = node_urls();
+    let resource = unique("cron");
+    let out = run(
+        &nodes,
+        &[
+            "exec",
+            "--ttl",
+            "20s",
+            "--at-least",
+            "15s",
+            &resource,
+            "--",
+            "true",
+        ],
+    )
+    .await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let dir = scratch("cron");
+    let ran = dir.join("ran");
+    let ran_arg = ran.display().to_string();
+    let out = run(
+        &nodes,
+        &["exec", "--ttl", "20s", &resource, "--", "touch", &ran_arg],
+    )
+    .await;
+    assert_eq!(code(&out), 75, "the late replica: {}", stderr(&out));
+    assert!(!ran.exists(), "the late replica ran the slot again");
+    let out = run(
+        &nodes,
+        &[
+            "exec",
+            "--ttl",
+            "5s",
+            "--at-least",
+            "10s",
+            &unique("cron"),
+            "--",
+            "true",
+        ],
+    )
+    .await;
+    assert_eq!(code(&out), 64, "{}", stderr(&out));
+    assert!(stderr(&out).contains("hold at least"), "{}", stderr(&out));
+    let _ = std::fs::remove_dir_all(dir);
+}

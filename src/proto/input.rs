@@ -52,6 +52,19 @@ pub enum InputError {
         /// The longest TTL configured.
         max_ttl: Duration,
     },
+    /// [`LockOptions::hold_at_least`](crate::LockOptions::hold_at_least)
+    /// longer than the TTL: a holder that crashed would keep the lock for
+    /// the TTL only.
+    HoldAtLeastAboveTtl {
+        /// The time asked for.
+        at_least: Duration,
+        /// The TTL given.
+        ttl: Duration,
+    },
+    /// [`LockOptions::hold_at_least`](crate::LockOptions::hold_at_least) on
+    /// a lock other than a plain or fenced one (a reentrant, multi-resource,
+    /// read or write lock, a permit).
+    HoldAtLeastUnsupported,
     /// The resource name is empty.
     EmptyResource,
     /// A multi-resource lock over no resources.
@@ -121,6 +134,14 @@ impl fmt::Display for InputError {
                 "TTL {ttl:?} is above the longest TTL {max_ttl:?}: raise Builder::max_ttl \
                  (CLI --max-ttl), which a node restarted without persistence waits out"
             ),
+            InputError::HoldAtLeastAboveTtl { at_least, ttl } => write!(
+                f,
+                "hold at least {at_least:?} is longer than the TTL {ttl:?}: a lock is never \
+                 held past its TTL by a holder that stops"
+            ),
+            InputError::HoldAtLeastUnsupported => {
+                write!(f, "hold at least is for plain and fenced locks only")
+            }
             InputError::EmptyResource => write!(f, "resource name is empty"),
             InputError::NoResources => write!(f, "no resources given"),
             InputError::InvalidPermits(n) => {

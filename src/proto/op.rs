@@ -64,6 +64,18 @@ pub enum Op<'a> {
         /// it leaves the line, and a key kept for it is given on too.
         waiter: Option<Waiter<'a>>,
     },
+    /// Release after a time ([`LockOptions::hold_at_least`](crate::LockOptions::hold_at_least)):
+    /// if `key` holds `token`, its expiry becomes exactly `after_ms` from
+    /// now (it stays until then, and is not reported released); otherwise
+    /// nothing.
+    ReleaseAfter {
+        /// The lock key.
+        key: &'a str,
+        /// The holder's random token.
+        token: &'a str,
+        /// How long the key stays, in milliseconds.
+        after_ms: u64,
+    },
     /// Reentrant acquire: `key` is a hash of `{owner: hold count}` plus one
     /// entry per hold. Create it with count 1 if absent; if `owner` holds
     /// it, count + 1 (once per `hold`, however often this is applied) and make
@@ -342,6 +354,7 @@ impl Op<'_> {
             Op::Acquire { .. } => "acquire",
             Op::Extend { .. } => "extend",
             Op::Release { .. } => "release",
+            Op::ReleaseAfter { .. } => "release-after",
             Op::AcquireFenced { .. } => "acquire-fenced",
             Op::FenceWriteBack { .. } => "fence-write-back",
             Op::AcquireReentrant { .. } => "acquire-reentrant",
@@ -369,6 +382,7 @@ impl Op<'_> {
             Op::Acquire { key, .. }
             | Op::Extend { key, .. }
             | Op::Release { key, .. }
+            | Op::ReleaseAfter { key, .. }
             | Op::AcquireReentrant { key, .. }
             | Op::ExtendReentrant { key, .. }
             | Op::ReleaseReentrant { key, .. }

@@ -5,7 +5,7 @@
 use super::{
     ACQUIRE, ACQUIRE_FENCED, ACQUIRE_MANY, ACQUIRE_PERMIT, ACQUIRE_READ, ACQUIRE_REENTRANT,
     ACQUIRE_WRITE, EXTEND, EXTEND_MANY, EXTEND_PERMIT, EXTEND_READ, EXTEND_REENTRANT,
-    FENCE_WRITEBACK, INSPECT, RELEASE, RELEASE_MANY, RELEASE_PERMIT, RELEASE_READ,
+    FENCE_WRITEBACK, INSPECT, RELEASE, RELEASE_AFTER, RELEASE_MANY, RELEASE_PERMIT, RELEASE_READ,
     RELEASE_REENTRANT, RELEASE_WRITE,
 };
 use crate::node::{Op, Waiter};
@@ -43,6 +43,7 @@ pub(crate) fn encode(op: &Op<'_>, loaded: bool, out: &mut Vec<u8>) {
         Op::Acquire { .. } => &ACQUIRE,
         Op::Extend { .. } => &EXTEND,
         Op::Release { .. } => &RELEASE,
+        Op::ReleaseAfter { .. } => &RELEASE_AFTER,
         Op::AcquireReentrant { .. } => &ACQUIRE_REENTRANT,
         Op::ExtendReentrant { .. } => &EXTEND_REENTRANT,
         Op::ReleaseReentrant { .. } => &RELEASE_REENTRANT,
@@ -228,6 +229,14 @@ pub(crate) fn encode(op: &Op<'_>, loaded: bool, out: &mut Vec<u8>) {
                 .push(Arg::Num(ttl_ms))
                 .push(Arg::Str(label));
             (&[key, fence_key][..], in_line(&mut args, line, waiter))
+        }
+        Op::ReleaseAfter {
+            key,
+            token,
+            after_ms,
+        } => {
+            args.push(Arg::Str(token)).push(Arg::Num(after_ms));
+            (&[key][..], &[])
         }
         Op::FenceWriteBack {
             key,

@@ -42,6 +42,7 @@ enum Kind {
     Acquire,
     Extend,
     Release,
+    ReleaseAfter,
     AcquireFenced,
     FenceWriteBack,
     AcquireReentrant,
@@ -110,6 +111,11 @@ impl OwnedOp {
                 owned.label = label.to_owned();
                 owned.restore = restore;
             }
+            Op::ReleaseAfter {
+                key,
+                token,
+                after_ms,
+            } => one(Kind::ReleaseAfter, key, token, after_ms),
             Op::Release {
                 key,
                 token,
@@ -293,6 +299,11 @@ impl OwnedOp {
                 token,
                 line,
                 waiter,
+            },
+            Kind::ReleaseAfter => Op::ReleaseAfter {
+                key,
+                token,
+                after_ms: ttl_ms,
             },
             Kind::AcquireFenced => Op::AcquireFenced {
                 key,

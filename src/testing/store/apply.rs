@@ -58,6 +58,17 @@ impl Store {
                 }
                 _ => Reply::NotHeld,
             },
+            Op::ReleaseAfter {
+                key,
+                token,
+                after_ms,
+            } => match self.live(key, now) {
+                Some(e) if e.is_text(token) => {
+                    e.expires = Some(now.saturating_add(after_ms));
+                    Reply::Done
+                }
+                _ => Reply::NotHeld,
+            },
             Op::Release {
                 key,
                 token,
