@@ -124,10 +124,12 @@ pub(crate) async fn run_scenario(scenario: Scenario, urls: &[String], secs: f64)
         (Some(a), Some(b)) => Some((a + b) / 2.0),
         (a, b) => a.or(b),
     };
-    println!(
-        "[{}] contention, {CONTENDERS} tasks on one key",
-        scenario.tag()
-    );
+    if phase("contention") {
+        println!(
+            "[{}] contention, {CONTENDERS} tasks on one key",
+            scenario.tag()
+        );
+    }
     for (pass, i) in slices().enumerate().filter(|_| phase("contention")) {
         let resource = format!("{run}:contended:{i}:{pass}");
         let c = contention(&clients[i], &resource, slice).await;
