@@ -27,7 +27,7 @@ use redquorum_chaos::nemesis::{FAULTS, Nemesis};
 
 const CONTROLS: &[&str] = &["quarantine-off", "two-of-five", "paused-unfenced"];
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Args {
     seconds: u64,
     grants: Option<u64>,
@@ -197,6 +197,13 @@ async fn run(args: Args) -> ExitCode {
 }
 
 async fn run_inner(args: &Args) -> Result<ExitCode, String> {
+    // Rolling restarts take about 2.5 s for three nodes: a TTL that holds
+    // span, so that forgetting a majority can bite when nothing guards it.
+    let mut args = args.clone();
+    if args.control.as_deref() == Some("quarantine-off") {
+        args.ttl = args.ttl.max(Duration::from_secs(6));
+    }
+    let args = &args;
     let urls: Vec<String> = env("REDQUORUM_NODES")?
         .split(',')
         .map(str::to_owned)
