@@ -98,16 +98,7 @@ async fn only_the_keys_shard_hears_the_release() {
         .await
         .unwrap();
     lock.release().await.unwrap();
-    let heard = tokio::time::timeout(Duration::from_secs(5), async {
-        loop {
-            let push = sharded.recv().await.expect("the shard subscriber");
-            if push.kind == redis::PushKind::SMessage {
-                return push;
-            }
-        }
-    })
-    .await
-    .expect("the key's shard published the release");
+    let heard = support::next_release(&mut sharded).await;
     // The shard has published; a cluster-wide publication would have
     // reached the other master by now (it did, before: the negative case
     // this test was seen failing on).

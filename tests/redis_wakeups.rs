@@ -215,18 +215,7 @@ async fn every_reentrant_release_publishes_a_new_nonce_and_wakes_the_waiter() {
             .await
             .unwrap();
         lock.release().await.unwrap();
-        let message = tokio::time::timeout(Duration::from_secs(5), async {
-            loop {
-                let push = pushes.recv().await.expect("the subscriber's pushes");
-                if push.kind == redis::PushKind::SMessage {
-                    return push;
-                }
-            }
-        })
-        .await
-        .expect("no release published");
-        let nonce: String = redis::from_redis_value(message.data[1].clone()).unwrap();
-        nonces.push(nonce);
+        nonces.push(support::next_release(&mut pushes).await);
     }
     println!("published: {nonces:?}");
     assert!(

@@ -156,6 +156,24 @@ pub async fn shard_subscriber(
     (conn, rx)
 }
 
+/// The next release a [`shard_subscriber`] hears (within 5 s, or the test
+/// fails): the published token.
+pub async fn next_release(
+    pushes: &mut tokio::sync::mpsc::UnboundedReceiver<redis::PushInfo>,
+) -> String {
+    let message = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let push = pushes.recv().await.expect("the subscriber's pushes");
+            if push.kind == redis::PushKind::SMessage {
+                return push;
+            }
+        }
+    })
+    .await
+    .expect("no release published within 5 s");
+    redis::from_redis_value(message.data[1].clone()).expect("a token")
+}
+
 /// Waits (at most 5 s) until every node counts a shard subscriber on
 /// `key`'s channel.
 pub async fn wait_subscribed(conns: &mut [redis::aio::MultiplexedConnection], key: &str) {
