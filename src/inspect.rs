@@ -416,7 +416,10 @@ impl Redlock {
             keys.truncate(1);
         }
         let outcomes = self.gather(keys).await;
-        Ok(self.inspection(resource, outcomes, |s| s.keys.get(1)))
+        // Under interop keys a plain lock's value is the token alone, as
+        // its peers set it (rslock's token is random bytes, NUL included).
+        let whole = layout.interop();
+        Ok(self.inspection(resource, outcomes, whole, |s| s.keys.get(1)))
     }
 
     /// The permit count of the semaphore `name` as its nodes store it
@@ -477,7 +480,7 @@ impl Redlock {
     pub async fn inspect_rw(&self, resource: &str) -> Result<RwInspection, LockError> {
         let keys = self.driver().layout().rw_keys(named(resource)?);
         let outcomes = self.gather(keys.to_vec()).await;
-        let writer = self.inspection(resource, outcomes.clone(), |_| None);
+        let writer = self.inspection(resource, outcomes.clone(), false, |_| None);
         let nodes: Vec<NodeView<RwHolding>> = self
             .nodes()
             .zip(outcomes)
@@ -526,11 +529,13 @@ impl Redlock {
     }
 
     /// The inspection of `resource` whose lock key was read first, its
-    /// fencing counter where `fence` finds it.
+    /// fencing counter where `fence` finds it; `whole`: the key's value is
+    /// the token alone (interop keys), not `token \0 label \0 fence`.
     pub(crate) fn inspection(
         &self,
         resource: &str,
         outcomes: Vec<Result<Snapshot, NodeError>>,
+        whole: bool,
         fence: impl Fn(&Snapshot) -> Option<&Stored>,
     ) -> Inspection {
         let nodes = self
@@ -539,8 +544,8 @@ impl Redlock {
             .map(|(node, outcome)| NodeView {
                 node: node.to_owned(),
                 read: outcome.and_then(|s| {
-                    let mut holding = holding(s.keys.first())?;
-                    holding.granted_fence = stored_fence(s.keys.first());
+                    let mut holding = holding(s.keys.first(), whole)?;
+                    holding.granted_fence = stored_fence(s.keys.first()).filter(|_| !whole);
                     holding.fence = match fence(&s) {
                         Some(Stored::Text { value, .. }) => {
                             String::from_utf8_lossy(value).parse().ok()
@@ -591,7 +596,7 @@ impl Semaphore {
                     })
                     .collect();
                 let label = format!("{}:permit:{slot}", self.name());
-                slots.push(redlock.inspection(&label, one, |_| None));
+                slots.push(redlock.inspection(&label, one, false, |_| None));
             }
         }
         Ok(SemaphoreInspection { slots })

@@ -48,6 +48,18 @@ async fn shows(conn: &mut MultiplexedConnection, kind: Kind, lock: &Lock, extend
                 let count: Option<u32> = conn.hget(&key, OWNER).await.unwrap_or(None);
                 count == Some(1)
             }
+            // The token; a fenced lock's key stores its fence after it
+            // (`token \0 label \0 fence`) where the write-back reached it
+            // (the nodes counted for the grant), and then the holder's.
+            Kind::Fenced => {
+                let value: Option<String> = conn.get(&key).await.unwrap_or(None);
+                let fence = lock.fence().map(|f| f.to_string());
+                value.as_deref().is_some_and(|v| {
+                    let mut parts = v.split('\0');
+                    parts.next() == Some(lock.token())
+                        && parts.nth(1).is_none_or(|f| Some(f) == fence.as_deref())
+                })
+            }
             _ => {
                 let token: Option<String> = conn.get(&key).await.unwrap_or(None);
                 token.as_deref() == Some(lock.token())

@@ -199,3 +199,32 @@ async fn inspect_reads_interop_keys_and_sees_an_rslock_holder() {
         &redquorum::verdict::Verdict::Free { nodes: 5 }
     );
 }
+
+/// A peer's token is its value whole, NUL bytes and all (rslock draws 20
+/// random bytes: one run in thirteen has a NUL among them, which the
+/// inspection once took for the start of a label).
+#[tokio::test]
+async fn inspect_takes_a_peers_token_whole_nul_bytes_and_all() {
+    let resource = unique("interop-nul");
+    let redlock = interop("").await;
+    let token = "ab\0cd\0\x017";
+    for mut conn in raw_all().await {
+        let _: () = redis::AsyncCommands::set_ex(&mut conn, &resource, token, 10)
+            .await
+            .unwrap();
+    }
+    let seen = redlock.inspect(&resource).await.expect("inspect");
+    assert_eq!(
+        seen.verdict(),
+        &redquorum::verdict::Verdict::Held {
+            holder: redquorum::inspect::Holder::Token(token.to_owned()),
+            nodes: 5
+        }
+    );
+    assert_eq!(seen.fence(), None);
+    for mut conn in raw_all().await {
+        let _: () = redis::AsyncCommands::del(&mut conn, &resource)
+            .await
+            .unwrap();
+    }
+}

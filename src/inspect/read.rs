@@ -7,8 +7,9 @@ use super::{Holder, Holding, TimeLeft};
 use crate::error::NodeError;
 use crate::node::{KEPT, READERS_TURN, Snapshot, Stored};
 
-/// A lock key as a holding (its fence unknown yet).
-pub(super) fn holding(key: Option<&Stored>) -> Result<Holding, NodeError> {
+/// A lock key as a holding (its fence unknown yet); `whole`: its value is
+/// the token alone, NUL bytes and all (interop keys).
+pub(super) fn holding(key: Option<&Stored>, whole: bool) -> Result<Holding, NodeError> {
     let text = |value: &[u8]| String::from_utf8_lossy(value).into_owned();
     let (holder, pttl_ms, holds, label) = match key {
         None => return Err(NodeError::Protocol("a key missing in a snapshot".into())),
@@ -28,6 +29,8 @@ pub(super) fn holding(key: Option<&Stored>) -> Result<Holding, NodeError> {
                 (Holder::Kept("readers".into()), *pttl_ms, None, None)
             } else if let Some(waiter) = value.strip_prefix(KEPT) {
                 (Holder::Kept(waiter.to_owned()), *pttl_ms, None, None)
+            } else if whole {
+                (Holder::Token(value), *pttl_ms, None, None)
             } else {
                 // The token, and after a NUL byte the holder's label (and,
                 // for a fenced lock, after another its fence: read by
