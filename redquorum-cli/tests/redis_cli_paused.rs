@@ -19,13 +19,16 @@ use support::*;
 use tokio::time::Instant;
 
 /// The fenced store: takes a write only with a fence at least as large as
-/// every fence it took.
-const STORE: &str = "local h = tonumber(redis.call('GET', KEYS[1]) or '0') \
-     if tonumber(ARGV[1]) < h then return 0 end \
-     redis.call('SET', KEYS[1], ARGV[1]) return 1";
+/// every fence it took; numbers every write (KEYS[2]), so that the test
+/// knows which came after which. Returns `{taken, number}`.
+const STORE: &str = "local seq = redis.call('INCR', KEYS[2]) \
+     local h = tonumber(redis.call('GET', KEYS[1]) or '0') \
+     if tonumber(ARGV[1]) < h then return {0, seq} end \
+     redis.call('SET', KEYS[1], ARGV[1]) return {1, seq}";
 
 /// The command: writes to the store with its fence every 100 ms, appending
-/// each verdict to $OUT; its process group id goes to $PGID_FILE first.
+/// each verdict and the store's number for it to $OUT; its process group
+/// id goes to $PGID_FILE first.
 const WRITER: &str = r#"
 import os, socket, time
 store = os.environ["STORE"]
@@ -39,10 +42,12 @@ host, port = os.environ["STORE_ADDR"].split(":")
 s = socket.create_connection((host, int(port)))
 r = s.makefile("rb")
 while True:
-    s.sendall(resp("EVAL", store, "1", key, fence))
+    s.sendall(resp("EVAL", store, "2", key, key + ":seq", fence))
+    r.readline()  # *2
     verdict = "accepted" if r.readline().strip() == b":1" else "rejected"
+    seq = int(r.readline().strip()[1:])
     with open(out, "a") as o:
-        o.write("%s %s\n" % (fence, verdict))
+        o.write("%s %s %d\n" % (fence, verdict, seq))
     time.sleep(0.1)
 "#;
 
@@ -54,13 +59,16 @@ fn signal(pid: i32, sig: &str) {
     assert!(status.success(), "kill {sig} {pid}");
 }
 
-fn verdicts(out: &std::path::Path) -> Vec<(u64, bool)> {
+/// The command's writes: `(fence, accepted, the store's number)`.
+fn verdicts(out: &std::path::Path) -> Vec<(u64, bool, u64)> {
     std::fs::read_to_string(out)
         .unwrap_or_default()
         .lines()
         .filter_map(|l| {
-            let (fence, verdict) = l.split_once(' ')?;
-            Some((fence.parse().ok()?, verdict == "accepted"))
+            let mut words = l.split(' ');
+            let fence = words.next()?.parse().ok()?;
+            let accepted = words.next()? == "accepted";
+            Some((fence, accepted, words.next()?.parse().ok()?))
         })
         .collect()
 }
@@ -101,7 +109,7 @@ async fn a_paused_holders_late_writes_are_rejected_and_it_stops_on_resume() {
     until(
         "the holder's first accepted write",
         Duration::from_secs(10),
-        || verdicts(&out).iter().any(|&(_, ok)| ok),
+        || verdicts(&out).iter().any(|&(_, ok, _)| ok),
     )
     .await;
     let pgid: i32 = std::fs::read_to_string(&pgid_file)
@@ -114,7 +122,6 @@ async fn a_paused_holders_late_writes_are_rejected_and_it_stops_on_resume() {
     signal(cli, "-STOP");
     signal(-pgid, "-STOP");
     let paused = Instant::now();
-    let written = verdicts(&out).len();
 
     // Another process takes the lock once the lease has run out, and writes.
     let other = redlock().await;
@@ -129,10 +136,11 @@ async fn a_paused_holders_late_writes_are_rejected_and_it_stops_on_resume() {
     let new_fence = lock.fence().unwrap();
     assert!(new_fence > old_fence, "{new_fence} > {old_fence}");
     let mut store = raw_all().await.swap_remove(0);
-    let took: i64 = redis::cmd("EVAL")
+    let (took, new_write): (i64, u64) = redis::cmd("EVAL")
         .arg(STORE)
-        .arg(1)
+        .arg(2)
         .arg(&store_key)
+        .arg(format!("{store_key}:seq"))
         .arg(new_fence)
         .query_async(&mut store)
         .await
@@ -140,16 +148,23 @@ async fn a_paused_holders_late_writes_are_rejected_and_it_stops_on_resume() {
     assert_eq!(took, 1, "the new holder's write");
 
     // The command wakes first and writes with its old fence: rejected.
+    // (A write it sent just before the pause may be recorded after it: the
+    // store's numbers say which came after the new holder's.)
     signal(-pgid, "-CONT");
+    let after_new = |v: Vec<(u64, bool, u64)>| -> Vec<(u64, bool, u64)> {
+        v.into_iter()
+            .filter(|&(_, _, seq)| seq > new_write)
+            .collect()
+    };
     until(
         "the stale command's next write",
         Duration::from_secs(10),
-        || verdicts(&out).len() > written,
+        || !after_new(verdicts(&out)).is_empty(),
     )
     .await;
-    let late: Vec<(u64, bool)> = verdicts(&out)[written..].to_vec();
+    let late = after_new(verdicts(&out));
     assert!(
-        late.iter().all(|&(f, ok)| f == old_fence && !ok),
+        late.iter().all(|&(f, ok, _)| f == old_fence && !ok),
         "a stale write was accepted after the new holder's: {late:?}"
     );
 
