@@ -80,3 +80,10 @@ pub async fn wait_for_file(path: &Path, bound: Duration) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// `redquorum status --json RESOURCE` parsed.
+pub async fn status(nodes: &[String], resource: &str) -> serde_json::Value {
+    let out = run(nodes, &["status", "--json", "--show-token", resource]).await;
+    assert_eq!(code(&out), 0, "status failed: {}", stderr(&out));
+    serde_json::from_slice(&out.stdout).expect("status --json prints JSON")
+}
