@@ -351,13 +351,34 @@ async fn grants_reached(history: &Path, want: Option<u64>) {
     let Some(want) = want else {
         return std::future::pending().await;
     };
+    // Only what was appended since the last look is read (the history of
+    // a long run is tens of MB); lines are whole (one write(2) each), but
+    // a read may end inside one: its start is read again next time.
+    let (mut offset, mut grants) = (0u64, 0u64);
     loop {
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let text = tokio::fs::read_to_string(history).await.unwrap_or_default();
-        if text.matches(" grant ").count() as u64 >= want {
+        let Ok(new) = read_from(history, offset).await else {
+            continue;
+        };
+        let whole = new.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        grants += String::from_utf8_lossy(&new[..whole])
+            .matches(" grant ")
+            .count() as u64;
+        offset += whole as u64;
+        if grants >= want {
             return;
         }
     }
+}
+
+/// What `path` holds from byte `offset` on.
+async fn read_from(path: &Path, offset: u64) -> std::io::Result<Vec<u8>> {
+    use tokio::io::{AsyncReadExt, AsyncSeekExt};
+    let mut file = tokio::fs::File::open(path).await?;
+    file.seek(std::io::SeekFrom::Start(offset)).await?;
+    let mut new = Vec::new();
+    file.read_to_end(&mut new).await?;
+    Ok(new)
 }
 
 async fn connection(url: &str) -> redis::RedisResult<redis::aio::MultiplexedConnection> {

@@ -70,14 +70,15 @@ impl Nemesis {
     /// Draws and applies faults until `stop`, then waits for every fault
     /// to heal.
     pub async fn run(self, stop: Arc<AtomicBool>, seed: u64) {
-        let faulted = self.faulted.clone();
         let mut rng = StdRng::seed_from_u64(seed);
         let this = Arc::new(self);
+        // The faults under way: at most one per node and one client.
         let mut healing = Vec::new();
         while !stop.load(Ordering::Relaxed) {
             tokio::time::sleep(Duration::from_millis(rng.random_range(200..1500))).await;
+            healing.retain(|h: &tokio::task::JoinHandle<()>| !h.is_finished());
             let fault = this.faults[rng.random_range(0..this.faults.len())].clone();
-            let mut f = faulted.lock().await;
+            let mut f = this.faulted.lock().await;
             if fault == "stop-client" {
                 if f.client_stopped.is_some() || this.clients.is_empty() {
                     continue;
@@ -85,11 +86,17 @@ impl Nemesis {
                 let pid = this.clients[rng.random_range(0..this.clients.len())];
                 f.client_stopped = Some(pid);
                 drop(f);
-                healing.push(tokio::spawn(this.clone().stop_client(pid, faulted.clone())));
+                healing.push(tokio::spawn(this.clone().stop_client(pid)));
                 continue;
             }
-            let want = if fault == "rolling" { 3 } else { 1 };
-            if fault == "rolling" && !f.nodes.is_empty() || f.nodes.len() + want.min(1) > 2 {
+            // A rolling restart takes three nodes, none faulted before it;
+            // any other fault one more, never past two.
+            let (want, room) = if fault == "rolling" {
+                (3, f.nodes.is_empty())
+            } else {
+                (1, f.nodes.len() < 2)
+            };
+            if !room {
                 continue;
             }
             let free: Vec<usize> = (1..=this.urls.len())
@@ -105,12 +112,7 @@ impl Nemesis {
             f.nodes.extend(&chosen);
             drop(f);
             let hold = Duration::from_millis(rng.random_range(300..3000));
-            healing.push(tokio::spawn(this.clone().fault(
-                fault,
-                chosen,
-                hold,
-                faulted.clone(),
-            )));
+            healing.push(tokio::spawn(this.clone().fault(fault, chosen, hold)));
         }
         for h in healing {
             let _ = h.await;
@@ -153,13 +155,7 @@ impl Nemesis {
         );
     }
 
-    async fn fault(
-        self: Arc<Self>,
-        name: String,
-        nodes: Vec<usize>,
-        hold: Duration,
-        faulted: Arc<Mutex<Faulted>>,
-    ) {
+    async fn fault(self: Arc<Self>, name: String, nodes: Vec<usize>, hold: Duration) {
         let target = nodes
             .iter()
             .map(ToString::to_string)
@@ -245,21 +241,21 @@ impl Nemesis {
             other => eprintln!("nemesis: unknown fault {other}"),
         }
         self.log(&name, &target, "end");
-        let mut f = faulted.lock().await;
+        let mut f = self.faulted.lock().await;
         for n in &nodes {
             f.nodes.remove(n);
         }
     }
 
     /// Stops a client process past a TTL, then resumes it.
-    async fn stop_client(self: Arc<Self>, pid: u32, faulted: Arc<Mutex<Faulted>>) {
+    async fn stop_client(self: Arc<Self>, pid: u32) {
         let target = pid.to_string();
         self.log("stop-client", &target, "begin");
         signal(pid, libc::SIGSTOP);
         tokio::time::sleep(self.ttl.mul_f64(1.5)).await;
         signal(pid, libc::SIGCONT);
         self.log("stop-client", &target, "end");
-        faulted.lock().await.client_stopped = None;
+        self.faulted.lock().await.client_stopped = None;
     }
 
     /// Resumes every client that stopped itself (the paused holder) a TTL
