@@ -44,3 +44,24 @@ pub fn cpu_of(path: &str) -> Duration {
         .collect();
     Duration::from_millis(f.iter().sum::<u64>() * 10)
 }
+
+/// Context switches so far of all this process's threads (voluntary: a
+/// thread went to sleep in a system call, to be woken later; plus
+/// involuntary), from `/proc/self/task/*/status`. Threads that ended are
+/// not counted, so read it around work whose threads live throughout.
+pub fn context_switches() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("status")).ok())
+        .flat_map(|status| {
+            status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
+}

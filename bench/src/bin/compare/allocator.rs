@@ -103,15 +103,18 @@ pub(crate) fn peak_rss() -> usize {
 pub(crate) struct Cpu {
     pub(crate) client: Duration,
     pub(crate) servers: Option<Duration>,
+    /// The client process's context switches.
+    pub(crate) switches: u64,
 }
 
 impl Cpu {
-    pub(crate) fn start() -> (Duration, Option<Duration>) {
-        (process_cpu(), servers_cpu())
+    pub(crate) fn start() -> (Duration, Option<Duration>, u64) {
+        (process_cpu(), servers_cpu(), context_switches())
     }
 
-    pub(crate) fn since(start: (Duration, Option<Duration>)) -> Cpu {
+    pub(crate) fn since(start: (Duration, Option<Duration>, u64)) -> Cpu {
         Cpu {
+            switches: context_switches().saturating_sub(start.2),
             client: process_cpu().saturating_sub(start.0),
             servers: servers_cpu()
                 .zip(start.1)
@@ -121,6 +124,7 @@ impl Cpu {
 
     pub(crate) fn add(&mut self, o: Cpu) {
         self.client += o.client;
+        self.switches += o.switches;
         self.servers = match (self.servers, o.servers) {
             (Some(a), Some(b)) => Some(a + b),
             (a, b) => a.or(b),

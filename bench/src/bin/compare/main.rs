@@ -40,6 +40,11 @@
 //! - `REDQUORUM_BENCH_PHASES`: any of `lone,load,contention` (default all).
 //! - `REDQUORUM_BENCH_NODE_TIMEOUT_MS`: node timeout for redquorum and the
 //!   floor (default 50 ms); only for profiling under valgrind.
+//! - `REDQUORUM_BENCH_RUNTIME`: the clients' tokio runtime, `multi` (the
+//!   default: multi-thread, one worker per core) or `current` (one thread).
+//! - `REDQUORUM_BENCH_LONE`: where the lone client runs, `main` (the
+//!   default: in the future the main thread blocks on, as `#[tokio::main]`
+//!   runs it) or `task` (a spawned task, on one of the runtime's workers).
 //! - `REDQUORUM_BENCH_CHART`: where to write the SVG chart (default this
 //!   repository's `docs/throughput.svg`; `none` to skip).
 
@@ -109,13 +114,21 @@ fn main() {
     let chart_path = std::env::var("REDQUORUM_BENCH_CHART")
         .unwrap_or_else(|_| redquorum_bench::repo("docs/throughput.svg"));
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let flavor = std::env::var("REDQUORUM_BENCH_RUNTIME").unwrap_or_else(|_| "multi".into());
+    let runtime = match flavor.as_str() {
+        "multi" => tokio::runtime::Builder::new_multi_thread(),
+        "current" => tokio::runtime::Builder::new_current_thread(),
+        other => {
+            eprintln!("compare: REDQUORUM_BENCH_RUNTIME={other}: say multi or current");
+            std::process::exit(2);
+        }
+    }
+    .enable_all()
+    .build()
+    .expect("runtime");
     println!(
         "compare: {} nodes, ttl {TTL:?}, {secs} s per client per phase, scenarios {:?}, \
-         client runtime: tokio multi-thread, {} workers",
+         client runtime: tokio {flavor}-thread, {} workers",
         urls.len(),
         scenarios.iter().map(|s| s.tag()).collect::<Vec<_>>(),
         runtime.metrics().num_workers()

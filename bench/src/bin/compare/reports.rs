@@ -142,6 +142,19 @@ pub(crate) fn table(scenario: Scenario, r: &Results) -> String {
         cells(&|i| per_cycle(Some(r.lone[i].cpu.client), r.lone[i].latencies.len() as u64)),
         ["".into(), "".into()],
     );
+    row(
+        &mut t,
+        "client context switches per cycle, lone",
+        cells(&|i| {
+            let cycles = r.lone[i].latencies.len() as f64;
+            if cycles == 0.0 {
+                "not run".into()
+            } else {
+                format!("{:.1}", r.lone[i].cpu.switches as f64 / cycles)
+            }
+        }),
+        ["".into(), "".into()],
+    );
     for tasks in [64, 256] {
         let c = CONCURRENCY.iter().position(|&c| c == tasks).unwrap_or(0);
         let cycles = |i: usize| r.load[i][c].ok;

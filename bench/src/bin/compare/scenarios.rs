@@ -93,7 +93,15 @@ pub(crate) async fn run_scenario(scenario: Scenario, urls: &[String], secs: f64)
     );
     for (pass, i) in slices().enumerate().filter(|_| phase("lone")) {
         let until = Instant::now() + slice;
-        let l = lone(&clients[i], &format!("{run}:lone:{i}:{pass}"), until).await;
+        let resource = format!("{run}:lone:{i}:{pass}");
+        let l = if lone_in_task() {
+            let client = Arc::clone(&clients[i]);
+            tokio::spawn(async move { lone(&client, &resource, until).await })
+                .await
+                .expect("the lone task")
+        } else {
+            lone(&clients[i], &resource, until).await
+        };
         res.lone[i].merge(l);
     }
     let ceiling = |when: &str| {
@@ -191,5 +199,16 @@ impl Drop for SlowProxy {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+/// Whether the lone phase runs in a spawned task (`REDQUORUM_BENCH_LONE=task`,
+/// on one of the runtime's workers) rather than in the future the main
+/// thread blocks on (`main`, the default: what `#[tokio::main]` runs).
+fn lone_in_task() -> bool {
+    match std::env::var("REDQUORUM_BENCH_LONE").as_deref() {
+        Ok("task") => true,
+        Ok("main") | Err(_) => false,
+        Ok(other) => panic!("REDQUORUM_BENCH_LONE={other}: say main or task"),
     }
 }
