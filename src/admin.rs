@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
-use crate::ballot::Until;
 use crate::claim::{Claim, Keys};
 use crate::error::{LockError, Votes};
 use crate::proto::round::Step;
+use crate::proto::round::Wait;
 use crate::quorum::{self, DEFAULT_NODE_TIMEOUT};
 use crate::redlock::Redlock;
 use crate::semaphore::Semaphore;
@@ -90,7 +90,7 @@ impl Redlock {
         // The TTL is unknown: take one whose default node timeout is the
         // client's default.
         let ttl_ms = u64::try_from(DEFAULT_NODE_TIMEOUT.as_millis() * 20).unwrap_or(1000);
-        let everyone = Until::Nodes(std::iter::repeat_n(true, self.nodes().count()).collect());
+        let everyone = Wait::Nodes(std::iter::repeat_n(true, self.nodes().count()).collect());
         let tally = driver.release(&claim, ttl_ms, everyone, None).await;
         match tally.decision {
             quorum::Decision::Granted => Ok(driver.votes(&claim, Step::Release, tally.answers)),

@@ -17,20 +17,6 @@ use crate::error::NodeError;
 use crate::node::Reply;
 use crate::proto::round::{Round, Step, Tally, Wait};
 
-/// Node masks, inline for up to this many nodes.
-const INLINE: usize = 5;
-/// Which nodes, by index.
-pub(crate) type Mask = smallvec::SmallVec<[bool; INLINE]>;
-
-/// When a round stops listening.
-#[derive(Debug, Clone)]
-pub(crate) enum Until {
-    /// At the quorum decision (the calls still in flight go on).
-    Decision,
-    /// Once every node marked has answered.
-    Nodes(Mask),
-}
-
 /// What a round does with an answer cast after it stopped listening (an
 /// extension's restore of a key a node lost: `crate::driver`).
 pub(crate) type Late = Arc<dyn Fn(usize, &Result<Reply, NodeError>) + Send + Sync>;
@@ -61,7 +47,7 @@ impl std::fmt::Debug for Ballot {
 struct Inner {
     /// `None` once the round stopped listening.
     tally: Option<Round>,
-    until: Until,
+    until: Wait,
     waker: Option<Waker>,
     /// When the round stopped listening (for the late answers' log).
     decided: Option<Instant>,
@@ -73,7 +59,7 @@ impl Ballot {
     pub(crate) fn new(
         step: Step,
         asked: &[bool],
-        until: Until,
+        until: Wait,
         span: tracing::Span,
         names: &Arc<[Arc<str>]>,
         late: Option<Late>,
@@ -190,9 +176,6 @@ impl Ballot {
     }
 }
 
-fn done(tally: &Round, until: &Until) -> bool {
-    match until {
-        Until::Decision => tally.is_done(Wait::Decision),
-        Until::Nodes(nodes) => tally.is_done(Wait::Nodes(nodes)),
-    }
+fn done(tally: &Round, until: &Wait) -> bool {
+    tally.is_done(until)
 }

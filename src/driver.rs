@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::ballot::{Ballot, Mask, Until};
+use crate::ballot::Ballot;
 use crate::claim::{Claim, Keys};
 use crate::dispatch::{Dispatcher, Member};
 use crate::error::{Answer, InputError, LockError, NodeError, Votes};
@@ -28,6 +28,7 @@ use crate::proto::keys::KeyLayout;
 use crate::proto::per_node::PerNode;
 use crate::proto::quorum::{self, DriftFactor, MAX_TTL_MS};
 use crate::proto::retry::{Budget, Retry};
+use crate::proto::round::{Mask, Wait};
 use crate::proto::round::{Step, Tally, refusal};
 use crate::telemetry::ClientTelemetry;
 use crate::wakeup::Hub;
@@ -279,7 +280,7 @@ impl Driver {
             step,
             ttl.ms,
             None,
-            Until::Decision,
+            Wait::Decision,
             None,
             |_| step,
             Some(places),
@@ -310,7 +311,7 @@ impl Driver {
                         deadline.saturating_duration_since(now),
                     );
                     let step = Step::WriteBack(fence);
-                    let round = self.submit(claim, step, ttl.ms, Some(&to), Until::Decision);
+                    let round = self.submit(claim, step, ttl.ms, Some(&to), Wait::Decision);
                     tally = self.collect(&round, now + per_node).await;
                 }
                 Next::Granted { fence } => {
@@ -336,7 +337,7 @@ impl Driver {
                     // meets our own leftovers there; the others (silent,
                     // possibly frozen) get the release behind the acquire.
                     guard.armed = false; // handed over at the release's first poll
-                    let wait = Until::Nodes(wait_for.iter().copied().collect());
+                    let wait = Wait::Nodes(wait_for.iter().copied().collect());
                     self.give_back(Step::Undo, claim, ttl.ms, wait, Some(&behind))
                         .await;
                     let step = Step::Acquire { holder_ttl };
@@ -366,7 +367,7 @@ impl Driver {
         &self,
         claim: &Arc<Claim>,
         ttl_ms: u64,
-        until: Until,
+        until: Wait,
         only: Option<&[bool]>,
     ) -> Tally {
         claim.release_begins();
@@ -381,7 +382,7 @@ impl Driver {
         step: Step,
         claim: &Arc<Claim>,
         ttl_ms: u64,
-        until: Until,
+        until: Wait,
         only: Option<&[bool]>,
     ) -> Tally {
         let per_node = quorum::node_timeout(self.settings.node_timeout, ttl_ms, Duration::MAX);
@@ -401,7 +402,7 @@ impl Driver {
             .node_timeout
             .unwrap_or(quorum::DEFAULT_NODE_TIMEOUT);
         let timer = Instant::now() + wait;
-        let everyone = Until::Nodes(smallvec::smallvec![true; self.nodes.len()]);
+        let everyone = Wait::Nodes(smallvec::smallvec![true; self.nodes.len()]);
         let round = self.submit(claim, Step::Inspect, 0, None, everyone);
         let tally = self.collect(&round, timer).await;
         tally
@@ -427,7 +428,7 @@ impl Driver {
         }
         if tokio::runtime::Handle::try_current().is_ok() {
             claim.release_begins();
-            drop(self.submit(claim, Step::Release, ttl_ms, only, Until::Decision));
+            drop(self.submit(claim, Step::Release, ttl_ms, only, Wait::Decision));
         }
     }
 
@@ -493,7 +494,7 @@ impl Driver {
         step: Step,
         ttl_ms: u64,
         only: Option<&[bool]>,
-        until: Until,
+        until: Wait,
     ) -> Sent {
         self.submit_each(claim, step, ttl_ms, only, until, None, |_| step, None)
     }
@@ -508,7 +509,7 @@ impl Driver {
         step: Step,
         ttl_ms: u64,
         only: Option<&[bool]>,
-        until: Until,
+        until: Wait,
         late: Option<crate::ballot::Late>,
         each: impl Fn(usize) -> Step,
         places: Option<Places>,

@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::ballot::{Mask, Until};
 use crate::claim::Claim;
 use crate::driver::{Driver, Held};
 use crate::error::LockError;
 use crate::proto::quorum::{self, Decision};
 use crate::proto::round::Step;
+use crate::proto::round::{Mask, Wait};
 
 /// A lock held on a quorum of nodes, valid until [`deadline`](Lock::deadline).
 ///
@@ -256,7 +256,7 @@ impl Lock {
         }
         let tally = self
             .driver
-            .release(&self.claim, self.ttl_ms, Until::Decision, Some(&self.made))
+            .release(&self.claim, self.ttl_ms, Wait::Decision, Some(&self.made))
             .await;
         match tally.decision {
             Decision::Granted => Ok(()),

@@ -15,11 +15,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{Driver, Ttl, subject};
-use crate::ballot::{Late, Mask, Until};
+use crate::ballot::Late;
 use crate::claim::Claim;
 use crate::error::{Answer, LockError, NodeError, Votes};
 use crate::node::Reply;
 use crate::proto::quorum::{self, Decision};
+use crate::proto::round::{Mask, Wait};
 use crate::proto::round::{Step, refusal};
 
 /// An extension as first sent to a node that is not quarantined: it never
@@ -65,7 +66,7 @@ impl Driver {
             EXTEND,
             ttl.ms,
             None,
-            Until::Decision,
+            Wait::Decision,
             late.clone().map(|late| {
                 Arc::new(move |node: usize, outcome: &Result<Reply, NodeError>| {
                     late.answered(node, outcome);
@@ -122,7 +123,7 @@ impl Driver {
                 RESTORE,
                 ttl_ms,
                 Some(&lost),
-                Until::Nodes(lost.clone()),
+                Wait::Nodes(lost.clone()),
             ));
         });
         let Some(round) = round else {
@@ -220,7 +221,7 @@ impl LateRestores {
                 RESTORE,
                 self.ttl_ms,
                 Some(nodes),
-                Until::Decision,
+                Wait::Decision,
             ));
         });
         if made {

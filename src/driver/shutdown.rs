@@ -2,7 +2,7 @@
 //! ended, then every call already made waited for (docs/operations.md,
 //! shutdown).
 
-use super::{Dispatcher, Driver, MAX_TTL_MS, Step, Until};
+use super::{Dispatcher, Driver, MAX_TTL_MS, Step, Wait};
 
 impl Driver {
     /// Ends the client's work on the nodes: every lock still held is
@@ -16,7 +16,7 @@ impl Driver {
         let ttl_ms = u64::try_from(self.settings.max_ttl.as_millis()).unwrap_or(MAX_TTL_MS);
         for claim in self.holds.live() {
             claim.release_begins();
-            drop(self.submit(&claim, Step::Release, ttl_ms, None, Until::Decision));
+            drop(self.submit(&claim, Step::Release, ttl_ms, None, Wait::Decision));
         }
         for node in self.nodes.iter() {
             node.close();

@@ -31,7 +31,7 @@ use tokio::time::{Instant, Sleep};
 use super::open::{self, Stream};
 use super::{
     BACKOFF_MAX, BACKOFF_MIN, CLOSING_ATTEMPTS, Hello, IDLE_PING, Link, Pending, State, Work,
-    redirection, refusal,
+    redirection,
 };
 use crate::error::{ConfigError, NodeError};
 use crate::resp::{self, Frame};
@@ -545,7 +545,7 @@ impl Io {
                 )
                 .into(),
             ),
-            None => refusal(&text),
+            None => NodeError::from_reply(&text),
         };
         let _ = link;
         call.finish(Err(error), self.late);

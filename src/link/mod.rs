@@ -83,11 +83,6 @@ pub(crate) const IDLE_PING: Duration = Duration::from_secs(1);
 const BACKOFF_MIN: Duration = Duration::from_millis(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
-/// A node error reply as the error it means ([`NodeError::from_reply`]).
-pub(crate) fn refusal(text: &str) -> NodeError {
-    NodeError::from_reply(text)
-}
-
 /// A `MOVED` or `ASK` reply: whether `ASK`, the slot and where to.
 pub(crate) fn redirection(text: &str) -> Option<(bool, u16, &str)> {
     let mut words = text.split(' ');
@@ -440,7 +435,7 @@ impl Link {
         }
         self.schedule();
         match self.query(crate::resp::encode(&[b"PING"]), None).await? {
-            Frame::Error(text) => Err(refusal(&text)),
+            Frame::Error(text) => Err(NodeError::from_reply(&text)),
             _ => Ok(()),
         }
     }

@@ -252,7 +252,7 @@ pub(crate) async fn handshake(
     // with NOAUTH: credentials missing).
     for reply in &replies[..checks + 1] {
         if let Frame::Error(text) = reply {
-            return Err(super::refusal(text));
+            return Err(NodeError::from_reply(text));
         }
     }
     let info = match &replies[checks + 1] {
@@ -373,7 +373,7 @@ async fn read_replies(stream: &mut Stream, count: usize) -> Result<Vec<Frame>, N
                     if let Some(Frame::Error(text)) =
                         replies.iter().find(|r| matches!(r, Frame::Error(_)))
                     {
-                        return Err(super::refusal(text));
+                        return Err(NodeError::from_reply(text));
                     }
                     return Err(NodeError::Connection(
                         "the node closed the connection".into(),

@@ -61,13 +61,16 @@ impl Step {
     }
 }
 
+/// Node masks (which nodes, by index), inline for up to five nodes.
+pub(crate) type Mask = smallvec::SmallVec<[bool; 5]>;
+
 /// When a round stops listening.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Wait<'a> {
+#[derive(Debug, Clone)]
+pub(crate) enum Wait {
     /// At the quorum decision (the calls still in flight go on).
     Decision,
     /// Once every node marked has answered (or the timer fired).
-    Nodes(&'a [bool]),
+    Nodes(Mask),
 }
 
 /// A reply as a vote: done (or, for a release, already gone) is yes.
@@ -186,7 +189,7 @@ impl Round {
     }
 
     /// Whether the round may stop listening.
-    pub(crate) fn is_done(&self, wait: Wait<'_>) -> bool {
+    pub(crate) fn is_done(&self, wait: &Wait) -> bool {
         match wait {
             Wait::Decision => self.round.decision() != Decision::Pending,
             Wait::Nodes(nodes) => (0..self.answers.len()).all(|i| !nodes[i] || !self.waiting(i)),
@@ -312,11 +315,13 @@ mod tests {
         let mut c = Round::new(step, &[true; 5]);
         c.on_reply(0, Ok(Reply::Done), false);
         c.on_reply(1, Ok(Reply::Done), false);
-        assert!(!c.is_done(Wait::Decision));
+        assert!(!c.is_done(&Wait::Decision));
         c.on_reply(1, held(), false); // a second reply changes nothing
         c.on_reply(2, Ok(Reply::Done), false);
-        assert!(c.is_done(Wait::Decision));
-        assert!(!c.is_done(Wait::Nodes(&[false, false, false, true, false])));
+        assert!(c.is_done(&Wait::Decision));
+        assert!(!c.is_done(&Wait::Nodes(smallvec::smallvec![
+            false, false, false, true, false
+        ])));
         c.on_timeout();
         let tally = c.finish();
         assert_eq!(tally.decision, Decision::Granted);
@@ -332,7 +337,7 @@ mod tests {
         assert!(!c.waiting(1));
         c.on_reply(0, Ok(Reply::NotHeld), false); // gone already: a yes for a release
         c.on_reply(2, Ok(Reply::Done), false);
-        assert!(c.is_done(Wait::Nodes(&[true, true, true])));
+        assert!(c.is_done(&Wait::Nodes(smallvec::smallvec![true, true, true])));
         assert_eq!(c.finish().decision, Decision::Granted);
     }
 
@@ -362,7 +367,7 @@ mod tests {
         let mut c = Round::new(Step::Extend { restore: true }, &[true; 3]);
         c.on_reply(0, Ok(Reply::Restored), true);
         c.on_reply(1, Ok(Reply::Done), true);
-        assert!(c.is_done(Wait::Decision));
+        assert!(c.is_done(&Wait::Decision));
         assert_eq!(c.finish().decision, Decision::Granted);
         // Refusals from quarantined nodes are refusals.
         let mut c = Round::new(acquire, &[true; 3]);
