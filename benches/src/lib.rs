@@ -4,14 +4,11 @@
 
 pub mod cpu;
 pub mod listening;
-/// A copy of `tests/support/load.rs`, which the library's tests keep: they
-/// are targets of the root package and cannot use this crate without
-/// building it, and its dependencies, into every test run.
-pub mod load;
 pub mod lone;
-/// A copy of `tests/support/proxy.rs`, kept for the same reason as
-/// [`load`]. The experiments only add latency with it.
-pub mod proxy;
+
+/// The loaded host and the TCP proxy of the tests (`redquorum-test-support`);
+/// the experiments only add latency with the proxy.
+pub use redquorum_test_support::{load, proxy};
 
 /// `path` under this repository's root (the workspace's, one level above
 /// this crate), where `scripts/`, `docs/` and `target/` are: the experiments'

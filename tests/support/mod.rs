@@ -3,13 +3,13 @@
 //! The nodes come from `REDQUORUM_NODES` (comma-separated URLs, set by
 //! `scripts/test`). Without it these tests fail loudly: a lock test that
 //! passes without Redis proves nothing.
-#![allow(dead_code)] // each test binary uses a different part
+#![allow(dead_code, unused_imports)] // each test binary uses a different part
 
 pub mod acl;
 pub mod cluster;
-pub mod load;
 pub mod memory;
-pub mod proxy;
+
+pub use redquorum_test_support::{load, node_urls, patient, proxy, raw, raw_all, redlock, unique};
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -20,33 +20,6 @@ use rand::RngExt;
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 use redquorum::Redlock;
-
-/// The node URLs, in order (node 1 first).
-pub fn node_urls() -> Vec<String> {
-    let nodes = std::env::var("REDQUORUM_NODES").expect(
-        "REDQUORUM_NODES is not set: these tests need five Redis nodes; run scripts/test \
-         (or scripts/nodes up and export REDQUORUM_NODES=$(scripts/nodes urls))",
-    );
-    let urls: Vec<String> = nodes.split(',').map(|s| s.trim().to_owned()).collect();
-    assert_eq!(urls.len(), 5, "REDQUORUM_NODES must list five nodes");
-    urls
-}
-
-/// A builder over the five nodes with a patient node timeout (1 s; see
-/// [`redlock`]), for tests that change another setting.
-pub fn patient() -> redquorum::Builder {
-    Redlock::builder()
-        .nodes(node_urls())
-        .node_timeout(Duration::from_secs(1))
-}
-
-/// A client over the five nodes with default settings but a patient node
-/// timeout (1 s, capped by each lock's validity as always): tests that are
-/// not about timing must not fail because a loaded CI machine answered in
-/// 60 ms. Tests about timeouts build their own client.
-pub async fn redlock() -> Redlock {
-    patient().build().await.expect("connect")
-}
 
 /// A client whose links to the five nodes go through test proxies (to cut
 /// or slow one node's links without touching the shared nodes), with
@@ -114,11 +87,6 @@ async fn proxy_chaos(proxies: &[proxy::Proxy], stop: &AtomicBool) -> u32 {
         faults += nodes.len() as u32;
     }
     faults
-}
-
-/// A resource name no other test (or earlier run) uses.
-pub fn unique(prefix: &str) -> String {
-    format!("test:{prefix}:{:016x}", rand::random::<u64>())
 }
 
 /// The lock key redquorum uses for `resource`.
@@ -206,27 +174,6 @@ pub async fn wait_subscribed_by(
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
-}
-
-/// A direct connection to node `i` (0-based), bypassing redquorum.
-pub async fn raw(i: usize) -> MultiplexedConnection {
-    let client = redis::Client::open(node_urls()[i].as_str()).expect("url");
-    tokio::time::timeout(
-        Duration::from_secs(5),
-        client.get_multiplexed_async_connection(),
-    )
-    .await
-    .expect("raw connection timed out")
-    .expect("raw connection")
-}
-
-/// Direct connections to all five nodes.
-pub async fn raw_all() -> Vec<MultiplexedConnection> {
-    let mut conns = Vec::new();
-    for i in 0..5 {
-        conns.push(raw(i).await);
-    }
-    conns
 }
 
 /// Every key on every node that mentions `resource`, with its value (or its

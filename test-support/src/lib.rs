@@ -1,0 +1,68 @@
+//! What the tests of the library and the CLI, and the benchmarks, share:
+//! the five real nodes (from `REDQUORUM_NODES`, set by `scripts/test`),
+//! fresh resource names, clients over the nodes, direct connections to them
+//! ([`raw`]), a TCP [`proxy`] in front of a node and a [`load`]ed host.
+//!
+//! Without `REDQUORUM_NODES` the helpers that need nodes fail loudly: a lock
+//! test that passes without Redis proves nothing.
+
+pub mod load;
+pub mod proxy;
+
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redquorum::Redlock;
+
+/// The node URLs, in order (node 1 first).
+pub fn node_urls() -> Vec<String> {
+    let nodes = std::env::var("REDQUORUM_NODES").expect(
+        "REDQUORUM_NODES is not set: these tests need five Redis nodes; run scripts/test \
+         (or scripts/nodes up and export REDQUORUM_NODES=$(scripts/nodes urls))",
+    );
+    let urls: Vec<String> = nodes.split(',').map(|s| s.trim().to_owned()).collect();
+    assert_eq!(urls.len(), 5, "REDQUORUM_NODES must list five nodes");
+    urls
+}
+
+/// A resource name no other test (or earlier run) uses.
+pub fn unique(prefix: &str) -> String {
+    format!("test:{prefix}:{:016x}", rand::random::<u64>())
+}
+
+/// A builder over the five nodes with a patient node timeout (1 s; see
+/// [`redlock`]), for tests that change another setting.
+pub fn patient() -> redquorum::Builder {
+    Redlock::builder()
+        .nodes(node_urls())
+        .node_timeout(Duration::from_secs(1))
+}
+
+/// A client over the five nodes with default settings but a patient node
+/// timeout (1 s, capped by each lock's validity as always): tests that are
+/// not about timing must not fail because a loaded CI machine answered in
+/// 60 ms. Tests about timeouts build their own client.
+pub async fn redlock() -> Redlock {
+    patient().build().await.expect("connect")
+}
+
+/// A direct connection to node `i` (0-based), bypassing redquorum.
+pub async fn raw(i: usize) -> MultiplexedConnection {
+    let client = redis::Client::open(node_urls()[i].as_str()).expect("url");
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        client.get_multiplexed_async_connection(),
+    )
+    .await
+    .expect("raw connection timed out")
+    .expect("raw connection")
+}
+
+/// Direct connections to all five nodes.
+pub async fn raw_all() -> Vec<MultiplexedConnection> {
+    let mut conns = Vec::new();
+    for i in 0..5 {
+        conns.push(raw(i).await);
+    }
+    conns
+}
