@@ -4,9 +4,9 @@ use std::sync::Arc;
 
 use crate::claim::{Claim, Keys};
 use crate::error::{LockError, Votes};
+use crate::proto::quorum::{self, DEFAULT_NODE_TIMEOUT};
 use crate::proto::round::Step;
 use crate::proto::round::Wait;
-use crate::quorum::{self, DEFAULT_NODE_TIMEOUT};
 use crate::redlock::Redlock;
 use crate::semaphore::Semaphore;
 

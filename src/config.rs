@@ -1,6 +1,6 @@
-//! Settings: the [`Builder`] of a client and the [`LockOptions`] of one
-//! call (the retry policy is [`crate::proto::retry`]'s; building the client
-//! from the settings is [`connect`]'s).
+//! The [`Builder`] of a client (one call's options are
+//! [`crate::options`]'s, the retry policy is [`crate::proto::retry`]'s;
+//! building the client from the settings is [`connect`]'s).
 
 mod checks;
 mod connect;
@@ -20,9 +20,8 @@ use crate::link::{Checks, tls};
 use crate::master::{RedisNode, Servers};
 use crate::node::Node;
 use crate::proto::keys::KeyLayout;
-use crate::proto::retry::Budget;
+use crate::proto::quorum::{DEFAULT_NODE_TIMEOUT, DriftFactor, MAX_TTL_MS, quorum};
 use crate::pubsub;
-use crate::quorum::{DEFAULT_NODE_TIMEOUT, DriftFactor, MAX_TTL_MS, quorum};
 use crate::telemetry::NodeTelemetry;
 use crate::wakeup::{Hub, Open};
 
@@ -35,178 +34,6 @@ pub const DEFAULT_MAX_TTL: Duration = Duration::from_secs(60);
 /// [`Builder::connect_timeout`] says otherwise.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 pub use crate::proto::input::MAX_CONNECT_TIMEOUT;
-
-/// Options of one lock call: how long to wait for the lock, whether it
-/// carries a fencing token, and — for [`Redlock::run_with`](crate::Redlock::run_with) — how the lease
-/// is kept alive.
-///
-/// ```
-/// use std::time::Duration;
-/// use redquorum::LockOptions;
-/// let options = LockOptions::new()
-///     .wait(Duration::from_secs(5))
-///     .fenced()
-///     .extend_every(Duration::from_secs(2))
-///     .max_extensions(100);
-/// assert!(options.is_fenced());
-/// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[must_use = "LockOptions do nothing until passed to a lock call"]
-pub struct LockOptions {
-    max_wait: Option<Duration>,
-    fenced: bool,
-    extend_every: Option<Duration>,
-    max_extensions: Option<u32>,
-    label: Option<Arc<str>>,
-    hold_at_least: Option<Duration>,
-}
-
-impl LockOptions {
-    /// The defaults: retry per the client's [`Retry`] policy, no fencing
-    /// token, a lease extended every third of its TTL without limit.
-    pub fn new() -> Self {
-        LockOptions::default()
-    }
-
-    /// Keep trying for up to `max_wait` instead of following the retry
-    /// policy; then [`LockError::Timeout`](crate::LockError::Timeout) with
-    /// the last round's error.
-    ///
-    /// Between rounds a waiter sleeps until a release wakes it
-    /// ([`Builder::notify_waiters`]) or the holder's reported TTL runs out,
-    /// never past an abandoned lock's expiry. A round never starts after
-    /// `max_wait`, so the call returns within `max_wait` plus one round.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// let wait = redquorum::LockOptions::new().wait(Duration::from_secs(5));
-    /// # let _ = wait;
-    /// ```
-    pub fn wait(mut self, max_wait: Duration) -> Self {
-        self.max_wait = Some(max_wait);
-        self
-    }
-
-    /// The rounds these options allow: the retry policy's, or until the
-    /// wait is over, from now.
-    pub(crate) fn attempts(&self) -> Budget<tokio::time::Instant> {
-        match self.max_wait() {
-            None => Budget::Attempts,
-            Some(wait) => Budget::Until(tokio::time::Instant::now().checked_add(wait)),
-        }
-    }
-
-    /// Carry a fencing token, as [`Redlock::lock_fenced`](crate::Redlock::lock_fenced) does.
-    pub fn fenced(mut self) -> Self {
-        self.fenced = true;
-        self
-    }
-
-    /// Labels the hold with `label`, for people: an inspection
-    /// ([`Redlock::inspect`](crate::Redlock::inspect), `redquorum status`)
-    /// shows who holds a lock by it, beside the token; it is stored with the
-    /// token on each node and never compared (only the token makes a hold
-    /// ours). At most [`MAX_LABEL`](crate::node::MAX_LABEL) bytes, no NUL
-    /// byte ([`InputError::InvalidLabel`](crate::InputError::InvalidLabel)
-    /// at the call otherwise). Never put a secret in it: anyone who can read
-    /// the keys reads it. Replaces the client's default
-    /// ([`Builder::label`]). Not stored for readers of a read/write lock, nor
-    /// for plain locks under interop keys (their value is the token alone,
-    /// as their peers set it).
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redquorum::LockError> {
-    /// # let redlock = redquorum::testing::redlock(5).await;
-    /// use redquorum::LockOptions;
-    /// let options = LockOptions::new().label("billing-7f9c pid 4121");
-    /// let lock = redlock.lock_with("invoices", std::time::Duration::from_secs(30), &options).await?;
-    /// let seen = redlock.inspect("invoices").await?;
-    /// assert_eq!(seen.label(), Some("billing-7f9c pid 4121"));
-    /// # lock.release().await
-    /// # }
-    /// ```
-    pub fn label(mut self, label: &str) -> Self {
-        self.label = Some(label.into());
-        self
-    }
-
-    /// The label asked for, if any.
-    pub fn label_given(&self) -> Option<&str> {
-        self.label.as_deref()
-    }
-
-    /// Keep the lock until `at_least` after it was granted, even when it is
-    /// released sooner: the release then leaves the key to expire at that
-    /// time instead of deleting it (ShedLock's `lockAtLeastFor`). For a job
-    /// that must run once per period (a nightly report on several
-    /// replicas whose clocks or schedulers are a few seconds apart): a lock
-    /// alone only keeps two runs from *overlapping*; held at least until
-    /// the slot is over, a replica that fires late finds it taken. At most
-    /// the TTL ([`InputError::HoldAtLeastAboveTtl`](crate::InputError::HoldAtLeastAboveTtl):
-    /// a holder that crashes keeps it for the TTL only); plain and fenced
-    /// locks only ([`InputError::HoldAtLeastUnsupported`](crate::InputError::HoldAtLeastUnsupported)).
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redquorum::LockError> {
-    /// # let redlock = redquorum::testing::redlock(5).await;
-    /// use std::time::Duration;
-    /// use redquorum::{LockError, LockOptions};
-    /// let slot = LockOptions::new().hold_at_least(Duration::from_secs(50));
-    /// redlock.run_with("nightly-report", Duration::from_secs(60), &slot, |_| async {
-    ///     // the report, done in a second
-    /// }).await?;
-    /// // Done, but the slot stays taken for the rest of the 50 s.
-    /// let late = redlock.try_lock("nightly-report", Duration::from_secs(60)).await;
-    /// assert!(matches!(late, Err(LockError::Taken { .. })));
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn hold_at_least(mut self, at_least: Duration) -> Self {
-        self.hold_at_least = Some(at_least);
-        self
-    }
-
-    /// The time the lock is held at least, if set.
-    pub fn min_hold(&self) -> Option<Duration> {
-        self.hold_at_least
-    }
-
-    /// For leases: extend every `every` (default: a third of the TTL). Must
-    /// be above zero and below the TTL's validity.
-    pub fn extend_every(mut self, every: Duration) -> Self {
-        self.extend_every = Some(every);
-        self
-    }
-
-    /// For leases: extend at most `n` times, after which the lease runs out
-    /// at its deadline and the work is stopped.
-    pub fn max_extensions(mut self, n: u32) -> Self {
-        self.max_extensions = Some(n);
-        self
-    }
-
-    /// The maximum wait, if set.
-    pub fn max_wait(&self) -> Option<Duration> {
-        self.max_wait
-    }
-
-    /// Whether the lock carries a fencing token.
-    pub fn is_fenced(&self) -> bool {
-        self.fenced
-    }
-
-    /// The lease extension interval, if set.
-    pub fn extend_interval(&self) -> Option<Duration> {
-        self.extend_every
-    }
-
-    /// The cap on lease extensions, if set.
-    pub fn extension_cap(&self) -> Option<u32> {
-        self.max_extensions
-    }
-}
 
 /// Builds a [`Redlock`](crate::Redlock): nodes, timeouts, drift and retries.
 ///
@@ -414,7 +241,7 @@ impl Builder {
     }
 
     /// Whether waiters (a [`Redlock::lock_with`](crate::Redlock::lock_with) or [`Redlock::run_with`](crate::Redlock::run_with)
-    /// with [`LockOptions::wait`]) are woken as soon as
+    /// with [`LockOptions::wait`](crate::LockOptions::wait)) are woken as soon as
     /// the holder releases (default: yes). Releases are published on each
     /// node; one subscriber connection per node, shared by all waiters,
     /// listens. Off, waiters poll with jittered pauses up to the retry delay.
@@ -425,7 +252,7 @@ impl Builder {
     }
 
     /// The label of every hold this client takes that names none
-    /// ([`LockOptions::label`] says what a label is): the host and process,
+    /// ([`LockOptions::label`](crate::LockOptions::label) says what a label is): the host and process,
     /// say. Checked by [`build`](Builder::build)
     /// ([`InputError::InvalidLabel`](crate::InputError::InvalidLabel)).
     ///
@@ -438,7 +265,7 @@ impl Builder {
     }
 
     /// Whether waiters are served in turn (default: yes). A waiter
-    /// ([`LockOptions::wait`]) that was refused waits in its lock's line on
+    /// ([`LockOptions::wait`](crate::LockOptions::wait)) that was refused waits in its lock's line on
     /// each node, and a lock released while others wait is kept for the
     /// first of them for a moment, so that neither the releaser coming
     /// straight back nor a newcomer takes it: waiters are served before

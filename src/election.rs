@@ -34,10 +34,10 @@ use std::time::Duration;
 
 use futures::Stream;
 
-use crate::config::LockOptions;
 use crate::error::{InputError, LockError};
 use crate::inspect::{Holder, Inspection, TimeLeft, Verdict};
 use crate::lease::{KeepAlive, Lease};
+use crate::options::LockOptions;
 use crate::redlock::Redlock;
 
 /// How often [`Election::observe`] reads the leader when nothing is

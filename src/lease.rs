@@ -15,13 +15,13 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::config::LockOptions;
 use crate::driver::Driver;
 use crate::error::{InputError, LockError};
 use crate::lock::Lock;
+use crate::options::LockOptions;
 use crate::proto::lease::{Extension, Keeper, default_interval};
+use crate::proto::quorum;
 use crate::proto::round::gone_for_good;
-use crate::quorum;
 
 /// A view of a lease kept alive in the background: what it holds, how long
 /// it is valid, and a signal when it ends. Cheap to clone; hand clones to

@@ -11,11 +11,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::claim::{Claim, Keys};
-use crate::config::{Builder, LockOptions};
+use crate::config::Builder;
 use crate::driver::{Attempts, Driver, Ttl};
 use crate::error::{ConfigError, InputError, LockError};
-use crate::keys::KeyLayout;
 use crate::lock::Lock;
+use crate::options::LockOptions;
+use crate::proto::keys::KeyLayout;
 
 /// A Redlock client over N independent Redis masters.
 ///

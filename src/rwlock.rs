@@ -37,9 +37,9 @@
 use std::time::Duration;
 
 use crate::claim::Keys;
-use crate::config::LockOptions;
 use crate::error::LockError;
 use crate::lock::Lock;
+use crate::options::LockOptions;
 use crate::redlock::Redlock;
 
 impl Redlock {

@@ -29,10 +29,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::claim::{Claim, InLine, Keys};
-use crate::config::LockOptions;
 use crate::error::{InputError, LockError};
 use crate::lease::{Keeping, Lease};
 use crate::lock::Lock;
+use crate::options::LockOptions;
 use crate::proto::error::Subject;
 use crate::redlock::Redlock;
 use crate::run::run_kept;
