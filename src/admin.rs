@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::claim::{Claim, Keys};
-use crate::error::{LockError, Votes};
+use crate::proto::error::{LockError, Votes};
 use crate::proto::quorum::{self, DEFAULT_NODE_TIMEOUT};
 use crate::proto::round::Step;
 use crate::proto::round::Wait;
@@ -145,6 +145,8 @@ impl Semaphore {
                 });
             }
         }
-        merged.ok_or(LockError::Input(crate::InputError::InvalidPermits(0)))
+        merged.ok_or(LockError::Input(
+            crate::proto::input::InputError::InvalidPermits(0),
+        ))
     }
 }

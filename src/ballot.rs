@@ -13,8 +13,8 @@ use std::task::{Poll, Waker};
 
 use tokio::time::Instant;
 
-use crate::error::NodeError;
-use crate::node::Reply;
+use crate::proto::error::NodeError;
+use crate::proto::op::Reply;
 use crate::proto::round::{Round, Step, Tally, Wait};
 
 /// What a round does with an answer cast after it stopped listening (an

@@ -1,8 +1,8 @@
 //! What a lock holds on each node: its keys, and the token (or reentrant
 //! owner) that marks them as ours.
 
-use crate::error::InputError;
-use crate::node::{Op, Waiter};
+use crate::proto::input::InputError;
+use crate::proto::op::{Op, Waiter};
 use crate::proto::round::Step;
 use crate::token::Token;
 

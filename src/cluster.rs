@@ -37,12 +37,13 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::address::Address;
-use crate::error::{ConfigError, NodeError};
+use crate::error::ConfigError;
 use crate::link::{
     Checks, First, Limits, Link, LinkHandle, Options, Outstanding, Pending, Route, Standing, Work,
     tls,
 };
 use crate::master::Servers;
+use crate::proto::error::NodeError;
 use crate::proto::slot::{SLOTS, slot};
 use crate::resp::Frame;
 

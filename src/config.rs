@@ -15,10 +15,12 @@ use crate::address::{Address, TlsMaterial, redact};
 use crate::cluster::ClusterNode;
 use crate::dispatch::{DEFAULT_MAX_IN_FLIGHT, Dispatcher, Limits, Member};
 use crate::driver::{Driver, Settings};
-use crate::error::{ConfigError, InputError, NodeError};
+use crate::error::ConfigError;
 use crate::link::{Checks, tls};
 use crate::master::{RedisNode, Servers};
 use crate::node::Node;
+use crate::proto::error::NodeError;
+use crate::proto::input::InputError;
 use crate::proto::keys::KeyLayout;
 use crate::proto::quorum::{DEFAULT_NODE_TIMEOUT, DriftFactor, MAX_TTL_MS, quorum};
 use crate::pubsub;
@@ -254,7 +256,7 @@ impl Builder {
     /// The label of every hold this client takes that names none
     /// ([`LockOptions::label`](crate::LockOptions::label) says what a label is): the host and process,
     /// say. Checked by [`build`](Builder::build)
-    /// ([`InputError::InvalidLabel`](crate::InputError::InvalidLabel)).
+    /// ([`InputError::InvalidLabel`](crate::proto::input::InputError::InvalidLabel)).
     ///
     /// ```
     /// let builder = redquorum::Redlock::builder().label("worker-3 pid 4121");

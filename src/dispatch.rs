@@ -43,11 +43,12 @@ use tokio::sync::mpsc;
 use crate::ballot::Ballot;
 use crate::claim::Claim;
 use crate::cluster::ClusterNode;
-use crate::error::NodeError;
 use crate::in_flight::{InFlight, Place};
 use crate::link::{Pending, Sink, Ticket, Work};
 use crate::master::RedisNode;
-use crate::node::{Node, Reply};
+use crate::node::Node;
+use crate::proto::error::NodeError;
+use crate::proto::op::Reply;
 use crate::proto::round::Step;
 use crate::telemetry::NodeTelemetry;
 

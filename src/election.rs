@@ -34,10 +34,11 @@ use std::time::Duration;
 
 use futures::Stream;
 
-use crate::error::{InputError, LockError};
 use crate::inspect::{Holder, Inspection, TimeLeft, Verdict};
 use crate::lease::{KeepAlive, Lease};
 use crate::options::LockOptions;
+use crate::proto::error::LockError;
+use crate::proto::input::InputError;
 use crate::redlock::Redlock;
 
 /// How often [`Election::observe`] reads the leader when nothing is

@@ -8,8 +8,7 @@ use std::time::Duration;
 use crate::proto::input::{MAX_CONNECT_TIMEOUT, Pow2};
 use crate::proto::quorum::MAX_TTL_MS;
 
-pub use crate::proto::error::{Answer, LockError, NodeError, Votes};
-pub use crate::proto::input::InputError;
+use crate::proto::input::InputError;
 
 /// A client that could not be set up: a node list, URL, TLS material,
 /// credentials or setting that does not work; or, wrapped, a setting the

@@ -37,8 +37,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::claim::{Claim, Keys};
-use crate::error::{InputError, LockError, NodeError};
-use crate::node::{Snapshot, Stored};
+use crate::proto::error::{LockError, NodeError};
+use crate::proto::input::InputError;
+use crate::proto::op::{Snapshot, Stored};
 use crate::proto::verdict::{self, Read};
 use crate::redlock::Redlock;
 use crate::semaphore::Semaphore;

@@ -16,9 +16,10 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::driver::Driver;
-use crate::error::{InputError, LockError};
 use crate::lock::Lock;
 use crate::options::LockOptions;
+use crate::proto::error::LockError;
+use crate::proto::input::InputError;
 use crate::proto::lease::{Extension, Keeper, default_interval};
 use crate::proto::quorum;
 use crate::proto::round::gone_for_good;

@@ -165,11 +165,13 @@ mod wait;
 mod wakeup;
 
 pub use config::{Builder, DEFAULT_MAX_TTL, Retry};
-pub use error::{Answer, ConfigError, InputError, LockError, NodeError, Votes};
+pub use error::ConfigError;
 pub use lease::{KeepAlive, Lease, LeaseEnd};
 pub use lock::Lock;
 pub use options::LockOptions;
 pub use probe::NodeHealth;
+pub use proto::error::{Answer, LockError, NodeError, Votes};
+pub use proto::input::InputError;
 pub use proto::keys::KeyLayout;
 pub use proto::{keys, quorum, restart, verdict};
 pub use redlock::Redlock;

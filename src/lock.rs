@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use crate::claim::Claim;
 use crate::driver::{Driver, Held};
-use crate::error::LockError;
+use crate::proto::error::LockError;
 use crate::proto::quorum::{self, Decision};
 use crate::proto::round::Step;
 use crate::proto::round::{Mask, Wait};

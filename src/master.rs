@@ -8,10 +8,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::address::Address;
-use crate::error::{ConfigError, NodeError};
+use crate::error::ConfigError;
 use crate::link::{
     Checks, First, Hello, Identity, Limits, Link, LinkHandle, Options, Standing, tls,
 };
+use crate::proto::error::NodeError;
 
 /// Which server each Redis member is, by the `run_id` it last reported:
 /// shared by the members of one client, so that one server never votes

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
-use crate::error::NodeError;
+use crate::proto::error::NodeError;
 
 pub use crate::proto::op::{
     KEPT, MAX_LABEL, MAX_LINE, Op, READERS_TURN, Reply, Snapshot, Stored, Waiter,

@@ -77,7 +77,7 @@ impl LockOptions {
     /// shows who holds a lock by it, beside the token; it is stored with the
     /// token on each node and never compared (only the token makes a hold
     /// ours). At most [`MAX_LABEL`](crate::node::MAX_LABEL) bytes, no NUL
-    /// byte ([`InputError::InvalidLabel`](crate::InputError::InvalidLabel)
+    /// byte ([`InputError::InvalidLabel`](crate::proto::input::InputError::InvalidLabel)
     /// at the call otherwise). Never put a secret in it: anyone who can read
     /// the keys reads it. Replaces the client's default
     /// ([`Builder::label`](crate::Builder::label)). Not stored for readers of a read/write lock, nor
@@ -113,9 +113,9 @@ impl LockOptions {
     /// replicas whose clocks or schedulers are a few seconds apart): a lock
     /// alone only keeps two runs from *overlapping*; held at least until
     /// the slot is over, a replica that fires late finds it taken. At most
-    /// the TTL ([`InputError::HoldAtLeastAboveTtl`](crate::InputError::HoldAtLeastAboveTtl):
+    /// the TTL ([`InputError::HoldAtLeastAboveTtl`](crate::proto::input::InputError::HoldAtLeastAboveTtl):
     /// a holder that crashes keeps it for the TTL only); plain and fenced
-    /// locks only ([`InputError::HoldAtLeastUnsupported`](crate::InputError::HoldAtLeastUnsupported)).
+    /// locks only ([`InputError::HoldAtLeastUnsupported`](crate::proto::input::InputError::HoldAtLeastUnsupported)).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

@@ -9,8 +9,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::dispatch::Member;
-use crate::error::NodeError;
 use crate::link::Standing;
+use crate::proto::error::NodeError;
 use crate::redlock::Redlock;
 
 /// One node's health, as [`Redlock::probe`] saw it.

@@ -19,10 +19,10 @@ use tokio::sync::{Mutex, mpsc, watch};
 use tokio::time::Instant;
 
 use crate::address::Address;
-use crate::error::NodeError;
 use crate::link::open::{self, Stream};
 use crate::link::{IDLE_PING, tls};
 use crate::node::{Listener, Notice};
+use crate::proto::error::NodeError;
 use crate::resp::{self, Frame};
 
 /// How long a listener's `PING` may wait for its answer.

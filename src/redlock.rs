@@ -13,9 +13,11 @@ use tokio::time::Instant;
 use crate::claim::{Claim, Keys};
 use crate::config::Builder;
 use crate::driver::{Attempts, Driver, Ttl};
-use crate::error::{ConfigError, InputError, LockError};
+use crate::error::ConfigError;
 use crate::lock::Lock;
 use crate::options::LockOptions;
+use crate::proto::error::LockError;
+use crate::proto::input::InputError;
 use crate::proto::keys::KeyLayout;
 
 /// A Redlock client over N independent Redis masters.

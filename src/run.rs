@@ -6,10 +6,10 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::error::LockError;
 use crate::lease::{EndOnDrop, Keeping, Lease, keep};
 use crate::lock::Lock;
 use crate::options::LockOptions;
+use crate::proto::error::LockError;
 use crate::redlock::Redlock;
 
 impl Redlock {

@@ -37,9 +37,9 @@
 use std::time::Duration;
 
 use crate::claim::Keys;
-use crate::error::LockError;
 use crate::lock::Lock;
 use crate::options::LockOptions;
+use crate::proto::error::LockError;
 use crate::redlock::Redlock;
 
 impl Redlock {
@@ -67,7 +67,7 @@ impl Redlock {
     /// [`read_lock`](Self::read_lock), or with [`LockOptions::wait`] rounds
     /// until it is had or the wait is over ([`LockError::Timeout`]); woken
     /// when the writer releases. Fencing does not apply to read locks
-    /// ([`InputError::FencedReadWrite`](crate::InputError::FencedReadWrite)).
+    /// ([`InputError::FencedReadWrite`](crate::proto::input::InputError::FencedReadWrite)).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -116,7 +116,7 @@ impl Redlock {
     /// [`write_lock`](Self::write_lock), or with [`LockOptions::wait`] rounds
     /// until it is had or the wait is over ([`LockError::Timeout`]); woken
     /// when a reader or the writer releases. Fencing does not apply
-    /// ([`InputError::FencedReadWrite`](crate::InputError::FencedReadWrite)).
+    /// ([`InputError::FencedReadWrite`](crate::proto::input::InputError::FencedReadWrite)).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -180,7 +180,7 @@ impl Redlock {
         write: bool,
     ) -> Result<Lock, LockError> {
         if options.is_fenced() {
-            return Err(crate::InputError::FencedReadWrite.into());
+            return Err(crate::proto::input::InputError::FencedReadWrite.into());
         }
         let keys = Keys::rw(self.driver().layout(), resource, write)?;
         self.lock_keys(keys, None, ttl, options).await

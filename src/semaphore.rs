@@ -29,11 +29,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::claim::{Claim, InLine, Keys};
-use crate::error::{InputError, LockError};
 use crate::lease::{Keeping, Lease};
 use crate::lock::Lock;
 use crate::options::LockOptions;
+use crate::proto::error::LockError;
 use crate::proto::error::Subject;
+use crate::proto::input::InputError;
 use crate::redlock::Redlock;
 use crate::run::run_kept;
 use crate::wait::{GiveUp, Waiting};

@@ -18,9 +18,9 @@ use metrics::{
     gauge, histogram,
 };
 
-use crate::error::{LockError, NodeError};
-use crate::node::Reply;
+use crate::proto::error::{LockError, NodeError};
 use crate::proto::health::{Change, Failure, Tracker};
+use crate::proto::op::Reply;
 
 /// Node calls, by outcome (`node`, `outcome`).
 pub const NODE_REQUESTS: &str = "redquorum_node_requests_total";

@@ -25,7 +25,7 @@ use tokio::time::Instant;
 
 use crate::claim::{Claim, InLine, Keys};
 use crate::driver::{Attempts, Driver, Held, Ttl};
-use crate::error::{LockError, Votes};
+use crate::proto::error::{LockError, Votes};
 use crate::proto::retry::{AfterRound, Backoff, Last, WAKE_SPREAD};
 use crate::wakeup::Interest;
 
@@ -197,7 +197,7 @@ pub(crate) fn patience(driver: &Driver) -> Duration {
     let settings = &driver.settings;
     let node_timeout = settings
         .node_timeout
-        .unwrap_or(crate::quorum::DEFAULT_NODE_TIMEOUT);
+        .unwrap_or(crate::proto::quorum::DEFAULT_NODE_TIMEOUT);
     (settings.retry.max_delay() + node_timeout * PATIENCE_TIMEOUTS).max(MIN_PATIENCE)
 }
 

@@ -45,8 +45,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
-use crate::error::NodeError;
 use crate::node::Listener;
+use crate::proto::error::NodeError;
 
 /// How a node's listener is opened; `None` when the node reports nothing.
 pub(crate) type Open =

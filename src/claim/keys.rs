@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 
-use crate::error::InputError;
+use crate::proto::input::InputError;
 use crate::proto::keys::KeyLayout;
 use crate::proto::slot::slot;
 

@@ -19,8 +19,8 @@ use futures::future::BoxFuture;
 use tokio::sync::{Mutex, mpsc, watch};
 
 use super::{MAX_MASTERS, NONE, Shared, split_host_port};
-use crate::error::NodeError;
 use crate::node::{Listener, Notice};
+use crate::proto::error::NodeError;
 use crate::proto::slot::slot;
 use crate::pubsub::{Subscribed, subscribe_at};
 

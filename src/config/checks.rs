@@ -7,7 +7,9 @@ use super::Builder;
 #[cfg(doc)]
 use super::DEFAULT_MAX_TTL;
 #[cfg(doc)]
-use crate::error::{ConfigError, InputError};
+use crate::error::ConfigError;
+#[cfg(doc)]
+use crate::proto::input::InputError;
 
 impl Builder {
     /// The deployment's longest TTL (default [`DEFAULT_MAX_TTL`], 60 s): a

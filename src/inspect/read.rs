@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use super::{Holder, Holding, TimeLeft};
-use crate::error::NodeError;
-use crate::node::{KEPT, READERS_TURN, Snapshot, Stored};
+use crate::proto::error::NodeError;
+use crate::proto::op::{KEPT, READERS_TURN, Snapshot, Stored};
 
 /// A lock key as a holding (its fence unknown yet); `whole`: its value is
 /// the token alone, NUL bytes and all (interop keys).

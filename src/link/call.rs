@@ -11,8 +11,8 @@ use tokio::time::Instant;
 
 use crate::ballot::Ballot;
 use crate::claim::Claim;
-use crate::error::NodeError;
-use crate::node::Reply;
+use crate::proto::error::NodeError;
+use crate::proto::op::Reply;
 use crate::proto::round::Step;
 use crate::resp::Frame;
 use crate::telemetry::NodeTelemetry;

@@ -33,7 +33,8 @@ use super::{
     BACKOFF_MAX, BACKOFF_MIN, CLOSING_ATTEMPTS, Hello, IDLE_PING, Link, Pending, State, Work,
     redirection,
 };
-use crate::error::{ConfigError, NodeError};
+use crate::error::ConfigError;
+use crate::proto::error::NodeError;
 use crate::resp::{self, Frame};
 
 /// Redirections one call follows at most (a cluster's `MOVED` and `ASK`).

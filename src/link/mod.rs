@@ -66,7 +66,8 @@ use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
 use crate::address::Address;
-use crate::error::{ConfigError, NodeError};
+use crate::error::ConfigError;
+use crate::proto::error::NodeError;
 use crate::resp::Frame;
 
 pub(crate) use call::{CLOSING_ATTEMPTS, Outstanding, Pending, Route, Sink, Ticket, Work};

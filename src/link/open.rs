@@ -13,7 +13,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
 use crate::address::{Endpoint, Target};
-use crate::error::NodeError;
+use crate::proto::error::NodeError;
 use crate::proto::restart::{Facts, evicting, info_field};
 use crate::resp::{self, Frame};
 use crate::scripts;

@@ -8,7 +8,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use super::input::InputError;
+use super::input::InputError;
 pub use node::NodeError;
 
 mod node;

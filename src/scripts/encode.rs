@@ -8,7 +8,7 @@ use super::{
     FENCE_WRITEBACK, INSPECT, RELEASE, RELEASE_AFTER, RELEASE_MANY, RELEASE_PERMIT, RELEASE_READ,
     RELEASE_REENTRANT, RELEASE_WRITE,
 };
-use crate::node::{Op, Waiter};
+use crate::proto::op::{Op, Waiter};
 use crate::resp;
 
 /// Writes the command for `op` into `out`: `FCALL` of its function where the

@@ -1,7 +1,7 @@
 //! A node's reply to each operation, read as its [`Reply`].
 
-use crate::error::NodeError;
-use crate::node::{Op, Reply, Snapshot, Stored};
+use crate::proto::error::NodeError;
+use crate::proto::op::{Op, Reply, Snapshot, Stored};
 use crate::resp::Frame;
 
 /// The reply to `op`, from the node's reply `frame` (never an error reply:

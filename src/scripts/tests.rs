@@ -1,7 +1,7 @@
 //! The commands each operation is written as, checked.
 
 use super::*;
-use crate::node::{Op, Waiter};
+use crate::proto::op::{Op, Waiter};
 
 #[test]
 fn loaded_scripts_go_as_functions_of_a_versioned_library() {

@@ -32,8 +32,9 @@ use futures::future::BoxFuture;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use crate::error::NodeError;
-use crate::node::{Node, Op, Reply};
+use crate::node::Node;
+use crate::proto::error::NodeError;
+use crate::proto::op::{Op, Reply};
 use crate::redlock::Redlock;
 
 mod owned;

@@ -1,7 +1,7 @@
 //! An [`Op`] that owns its strings, to be queued and applied later (by a
 //! frozen node, or after a simulated delay).
 
-use crate::node::{Op, Waiter};
+use crate::proto::op::{Op, Waiter};
 
 /// An [`Op`] with owned strings; [`op`](Self::op) borrows it back.
 ///

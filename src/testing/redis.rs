@@ -6,9 +6,11 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 
 use crate::address::{Address, TlsMaterial};
-use crate::error::{ConfigError, NodeError};
+use crate::error::ConfigError;
 use crate::link::{Limits, Link, LinkHandle, Options, tls};
-use crate::node::{Node, Op, Reply};
+use crate::node::Node;
+use crate::proto::error::NodeError;
+use crate::proto::op::{Op, Reply};
 
 /// One connection to a Redis master that performs each [`Op`] as a lock
 /// round would (the same scripts, sent by `EVAL`, the same reply parsing),

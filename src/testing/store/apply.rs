@@ -1,8 +1,8 @@
 //! What each operation does (the scripts, one by one).
 
 use super::{Entry, INSPECT_MEMBERS, SERVED, Store, Value, held, labeled, permit, rw, score};
-use crate::error::NodeError;
-use crate::node::{Op, READERS_TURN, Reply, Snapshot, Stored, Waiter};
+use crate::proto::error::NodeError;
+use crate::proto::op::{Op, READERS_TURN, Reply, Snapshot, Stored, Waiter};
 
 impl Store {
     /// Applies `op` at `now` on the node's clock, as its script would.

@@ -2,8 +2,8 @@
 //! to it.
 
 use super::{Entry, PRUNE_AT_ONCE, SERVED, Store, after_last, score};
-use crate::error::NodeError;
-use crate::node::{KEPT, MAX_LINE, READERS_TURN, Reply, Waiter};
+use crate::proto::error::NodeError;
+use crate::proto::op::{KEPT, MAX_LINE, READERS_TURN, Reply, Waiter};
 
 impl Store {
     /// `line.lua`'s `line_join`: in line with `ticket` until `deadline`

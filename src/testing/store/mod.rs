@@ -37,8 +37,9 @@ use std::collections::BTreeMap;
 mod apply;
 mod line;
 
-use crate::error::NodeError;
-use crate::node::{KEPT, Notice, Reply};
+use crate::node::Notice;
+use crate::proto::error::NodeError;
+use crate::proto::op::{KEPT, Reply};
 
 /// The most members of a sorted set an inspection reads (as `inspect.lua`).
 const INSPECT_MEMBERS: usize = 4096;
@@ -51,8 +52,8 @@ const PRUNE_AT_ONCE: usize = 64;
 /// every ticket.
 const SERVED: i64 = 1 << 52;
 
-/// A node's keys and what each [`Op`] does to them; see the
-/// [module docs](self). Time is the node's clock in milliseconds, given to
+/// A node's keys and what each [`Op`](crate::node::Op) does to them (the
+/// model's notes are in its source). Time is the node's clock in milliseconds, given to
 /// every call; it must not go backwards.
 #[derive(Debug, Clone, Default)]
 pub struct Store {
