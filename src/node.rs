@@ -28,7 +28,7 @@ pub use crate::proto::op::{
 /// );
 /// assert!(redquorum::node::node_name("http://nope").is_err());
 /// ```
-pub fn node_name(url: &str) -> Result<String, crate::ConfigError> {
+pub fn node_name(url: &str) -> Result<String, crate::error::ConfigError> {
     crate::address::Address::parse(url).map(|a| a.name().to_string())
 }
 
