@@ -124,7 +124,7 @@ impl Ballot {
             waker,
             ..
         } = &mut *inner;
-        if tally.as_ref().is_some_and(|tally| done(tally, until))
+        if tally.as_ref().is_some_and(|tally| tally.is_done(until))
             && let Some(waker) = waker.take()
         {
             drop(inner);
@@ -143,7 +143,7 @@ impl Ballot {
                 ..
             } = &mut *inner;
             match tally {
-                Some(tally) if !done(tally, until) => {
+                Some(tally) if !tally.is_done(until) => {
                     match waker {
                         Some(w) if w.will_wake(cx.waker()) => {}
                         _ => *waker = Some(cx.waker().clone()),
@@ -174,8 +174,4 @@ impl Ballot {
         }
         tally.finish()
     }
-}
-
-fn done(tally: &Round, until: &Wait) -> bool {
-    tally.is_done(until)
 }

@@ -442,6 +442,60 @@ impl Link {
     }
 }
 
+impl Link {
+    /// Connected: calls go out. Returns until when the node is
+    /// quarantined (see [`check`](Self::check)).
+    fn up(&self, hello: &Hello) -> Option<Instant> {
+        let mut shared = self.lock();
+        shared.state = State::Up;
+        // Releases kept from a connection that failed under them go first,
+        // in the order they were made.
+        while let Some(call) = shared.retained.pop_back() {
+            shared.queue.push_front(call);
+        }
+        shared.same_as = None;
+        shared.misconfigured = None;
+        if let Some(server) = &hello.server {
+            shared.server = Some(server.as_str().into());
+        }
+        let quarantine = shared
+            .standing
+            .update(self.checks.as_ref(), &self.name, hello);
+        drop(shared);
+        self.changed.notify_waiters();
+        quarantine
+    }
+
+    /// An attempt failed: the node is down, and every call queued for it
+    /// fails (never sent).
+    fn down(&self, error: NodeError) {
+        let now = Instant::now();
+        let mut failed = Vec::new();
+        {
+            let mut shared = self.lock();
+            shared.state = State::Down(error.clone());
+            // Releases wait for the next connection (while their key may
+            // live): one sent before and cut, or one made while the link
+            // reconnected, whose acquire may have landed on the connection
+            // that died. Every other call fails, never sent.
+            let queued = std::mem::take(&mut shared.queue);
+            let retained = std::mem::take(&mut shared.retained);
+            for call in retained.into_iter().chain(queued) {
+                if call.resendable(now) {
+                    shared.retained.push_back(call);
+                } else {
+                    failed.push(call);
+                }
+            }
+        }
+        self.changed.notify_waiters();
+        let refused = NodeError::NotConnected(error.to_string().into());
+        for call in failed {
+            call.finish(Err(refused.clone()), self.limits.late);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -30,10 +30,8 @@ use tokio::time::{Instant, Sleep};
 
 use super::open::{self, Stream};
 use super::{
-    BACKOFF_MAX, BACKOFF_MIN, CLOSING_ATTEMPTS, Hello, IDLE_PING, Link, Pending, State, Work,
-    redirection,
+    BACKOFF_MAX, BACKOFF_MIN, CLOSING_ATTEMPTS, IDLE_PING, Link, Pending, State, Work, redirection,
 };
-use crate::error::ConfigError;
 use crate::proto::error::NodeError;
 use crate::resp::{self, Frame};
 
@@ -79,9 +77,9 @@ pub(super) async fn run(link: Arc<Link>) {
                 closing_attempts += 1;
             }
         }
-        let attempt = tokio::time::timeout(link.limits.connect, connect(&link))
+        let attempt = tokio::time::timeout(link.limits.connect, open::connect(&link))
             .await
-            .unwrap_or_else(|_| Err(slow(&link)));
+            .unwrap_or_else(|_| Err(open::slow(&link)));
         let (stream, hello) = match attempt {
             Ok(connected) => connected,
             Err(error) => {
@@ -133,111 +131,6 @@ pub(super) async fn run(link: Arc<Link>) {
             backoff = (backoff * 2).min(BACKOFF_MAX);
         } else {
             backoff = BACKOFF_MIN;
-        }
-    }
-}
-
-/// What a connection attempt that took too long means.
-fn slow(link: &Link) -> NodeError {
-    let limit = link.limits.connect;
-    if link.address.endpoint().tls != crate::address::Tls::Off {
-        NodeError::Connection(
-            format!(
-                "no answer to the TLS handshake within {limit:?}: a plain-text port, or a frozen node"
-            )
-            .into(),
-        )
-    } else {
-        NodeError::Connection(format!("no answer within {limit:?} (connecting)").into())
-    }
-}
-
-/// One attempt: the transport, the handshake, the identity check.
-async fn connect(link: &Link) -> Result<(Stream, Hello), NodeError> {
-    let endpoint = link.address.endpoint();
-    let mut stream = open::dial(endpoint, &link.tls).await?;
-    let hello = open::handshake(&mut stream, endpoint, link.checks.as_ref()).await?;
-    if let Some(identity) = &link.identity
-        && let Err(other) = identity(&hello)
-    {
-        link.lock().same_as = Some(Arc::clone(&other));
-        return Err(NodeError::Server(
-            format!("same server as member {other}").into(),
-        ));
-    }
-    if let Some(checks) = &link.checks {
-        let node = link.name.to_string();
-        let refused = if !hello.denied.is_empty() {
-            let message = format!("denied {}", hello.denied.join(", "));
-            let error = NodeError::NoPermission(message.clone().into());
-            Some((ConfigError::Permission { node, message }, error))
-        } else if let (true, Some(policy)) = (checks.strict, &hello.evicting) {
-            let error = NodeError::Server(
-                format!("maxmemory-policy {policy} may evict lock keys (strict)").into(),
-            );
-            let policy = policy.clone();
-            Some((ConfigError::Evicting { node, policy }, error))
-        } else {
-            None
-        };
-        if let Some((config, error)) = refused {
-            link.lock().misconfigured = Some(config);
-            return Err(error);
-        }
-    }
-    Ok((stream, hello))
-}
-
-impl Link {
-    /// Connected: calls go out. Returns until when the node is
-    /// quarantined (see [`check`](Self::check)).
-    fn up(&self, hello: &Hello) -> Option<Instant> {
-        let mut shared = self.lock();
-        shared.state = State::Up;
-        // Releases kept from a connection that failed under them go first,
-        // in the order they were made.
-        while let Some(call) = shared.retained.pop_back() {
-            shared.queue.push_front(call);
-        }
-        shared.same_as = None;
-        shared.misconfigured = None;
-        if let Some(server) = &hello.server {
-            shared.server = Some(server.as_str().into());
-        }
-        let quarantine = shared
-            .standing
-            .update(self.checks.as_ref(), &self.name, hello);
-        drop(shared);
-        self.changed.notify_waiters();
-        quarantine
-    }
-
-    /// An attempt failed: the node is down, and every call queued for it
-    /// fails (never sent).
-    fn down(&self, error: NodeError) {
-        let now = Instant::now();
-        let mut failed = Vec::new();
-        {
-            let mut shared = self.lock();
-            shared.state = State::Down(error.clone());
-            // Releases wait for the next connection (while their key may
-            // live): one sent before and cut, or one made while the link
-            // reconnected, whose acquire may have landed on the connection
-            // that died. Every other call fails, never sent.
-            let queued = std::mem::take(&mut shared.queue);
-            let retained = std::mem::take(&mut shared.retained);
-            for call in retained.into_iter().chain(queued) {
-                if call.resendable(now) {
-                    shared.retained.push_back(call);
-                } else {
-                    failed.push(call);
-                }
-            }
-        }
-        self.changed.notify_waiters();
-        let refused = NodeError::NotConnected(error.to_string().into());
-        for call in failed {
-            call.finish(Err(refused.clone()), self.limits.late);
         }
     }
 }

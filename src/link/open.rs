@@ -2,7 +2,9 @@
 //! keepalive), TLS over it, or a Unix socket — and the handshake: `AUTH`,
 //! `SELECT`, `PING`, `INFO server` and, for lock connections, `FUNCTION
 //! LOAD` of redquorum's library, pipelined (one round trip however far the
-//! node is). The caller bounds the whole.
+//! node is); and one whole attempt ([`connect`]): both, then the checks of
+//! who the server is and whether its settings and the user's rights will
+//! do. The caller bounds the whole.
 
 use std::io;
 use std::pin::Pin;
@@ -12,12 +14,16 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
+use std::sync::Arc;
+
 use crate::address::{Endpoint, Target};
+use crate::error::ConfigError;
 use crate::proto::error::NodeError;
 use crate::proto::restart::{Facts, evicting, info_field};
 use crate::resp::{self, Frame};
 use crate::scripts;
 
+use super::Link;
 use super::tls::Configs;
 
 /// How long a TCP connection may sit idle before the kernel probes it, and
@@ -107,6 +113,57 @@ pub(crate) struct Hello {
     /// Commands the user may not run that the library needs (lock
     /// connections only; empty where the server cannot say).
     pub(crate) denied: Vec<String>,
+}
+
+/// What a connection attempt that took too long means.
+pub(super) fn slow(link: &Link) -> NodeError {
+    let limit = link.limits.connect;
+    if link.address.endpoint().tls != crate::address::Tls::Off {
+        NodeError::Connection(
+            format!(
+                "no answer to the TLS handshake within {limit:?}: a plain-text port, or a frozen node"
+            )
+            .into(),
+        )
+    } else {
+        NodeError::Connection(format!("no answer within {limit:?} (connecting)").into())
+    }
+}
+
+/// One attempt: the transport, the handshake, the identity check.
+pub(super) async fn connect(link: &Link) -> Result<(Stream, Hello), NodeError> {
+    let endpoint = link.address.endpoint();
+    let mut stream = dial(endpoint, &link.tls).await?;
+    let hello = handshake(&mut stream, endpoint, link.checks.as_ref()).await?;
+    if let Some(identity) = &link.identity
+        && let Err(other) = identity(&hello)
+    {
+        link.lock().same_as = Some(Arc::clone(&other));
+        return Err(NodeError::Server(
+            format!("same server as member {other}").into(),
+        ));
+    }
+    if let Some(checks) = &link.checks {
+        let node = link.name.to_string();
+        let refused = if !hello.denied.is_empty() {
+            let message = format!("denied {}", hello.denied.join(", "));
+            let error = NodeError::NoPermission(message.clone().into());
+            Some((ConfigError::Permission { node, message }, error))
+        } else if let (true, Some(policy)) = (checks.strict, &hello.evicting) {
+            let error = NodeError::Server(
+                format!("maxmemory-policy {policy} may evict lock keys (strict)").into(),
+            );
+            let policy = policy.clone();
+            Some((ConfigError::Evicting { node, policy }, error))
+        } else {
+            None
+        };
+        if let Some((config, error)) = refused {
+            link.lock().misconfigured = Some(config);
+            return Err(error);
+        }
+    }
+    Ok((stream, hello))
 }
 
 /// Opens the transport to `endpoint`.

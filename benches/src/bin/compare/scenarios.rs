@@ -91,10 +91,11 @@ pub(crate) async fn run_scenario(scenario: Scenario, urls: &[String], secs: f64)
         "[{}] lone client, lock+release back to back",
         scenario.tag()
     );
+    let in_task = lone_in_task();
     for (pass, i) in slices().enumerate().filter(|_| phase("lone")) {
         let until = Instant::now() + slice;
         let resource = format!("{run}:lone:{i}:{pass}");
-        let l = if lone_in_task() {
+        let l = if in_task {
             let client = Arc::clone(&clients[i]);
             tokio::spawn(async move { lone(&client, &resource, until).await })
                 .await
