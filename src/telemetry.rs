@@ -9,7 +9,7 @@
 //! built before any recorder was installed resolves them again, once, when
 //! it first sees one, so that no series is lost to the order of start-up.
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -56,6 +56,9 @@ pub const NODE_RESENDS: &str = "redquorum_node_resends_total";
 /// 1 where the node may evict lock keys (a memory limit with an evicting
 /// `maxmemory-policy`), else 0, as of its last connection (`node`).
 pub const NODE_EVICTING: &str = "redquorum_node_evicting";
+/// 1 while the node's answers come near its node timeout or past it (too
+/// late, or nearly, to count in a round), else 0 (`node`).
+pub const NODE_SLOW: &str = "redquorum_node_slow";
 /// How long waiting acquisitions waited, in seconds (`result`: `granted`,
 /// `timeout`, `refused`).
 pub const WAIT: &str = "redquorum_wait_seconds";
@@ -99,6 +102,10 @@ pub(crate) fn describe() {
     describe_gauge!(
         NODE_EVICTING,
         "1 where the node may evict lock keys (maxmemory-policy)"
+    );
+    describe_gauge!(
+        NODE_SLOW,
+        "1 while the node's answers come near or past its node timeout"
     );
     describe_histogram!(
         WAIT,
@@ -154,6 +161,7 @@ struct Instruments {
     latency: Histogram,
     in_flight: Gauge,
     up: Gauge,
+    slow: Gauge,
 }
 
 impl Instruments {
@@ -167,6 +175,7 @@ impl Instruments {
             latency: histogram!(NODE_LATENCY, "node" => node.to_owned()),
             in_flight: gauge!(NODE_IN_FLIGHT, "node" => node.to_owned()),
             up: gauge!(NODE_UP, "node" => node.to_owned()),
+            slow: gauge!(NODE_SLOW, "node" => node.to_owned()),
         }
     }
 }
@@ -185,7 +194,15 @@ pub(crate) struct NodeTelemetry {
     /// set a later recorder's gauges right).
     in_flight: AtomicI64,
     health: Mutex<Tracker>,
+    /// Answers in a row near or past the node timeout, up to
+    /// [`SLOW_IN_A_ROW`] (the node is then slow until an answer comes
+    /// within half of it).
+    slow: AtomicU32,
 }
+
+/// Answers in a row near or past the node timeout (over 80 % of it) that
+/// make a node slow: one late answer on a loaded host is no sign.
+const SLOW_IN_A_ROW: u32 = 3;
 
 impl std::fmt::Debug for NodeTelemetry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -202,6 +219,7 @@ impl NodeTelemetry {
     pub(crate) fn new(name: &Arc<str>) -> Self {
         let first = Instruments::new(name);
         first.up.set(1.0);
+        first.slow.set(0.0);
         let resolved_with = recorder();
         NodeTelemetry {
             name: Arc::clone(name),
@@ -211,6 +229,7 @@ impl NodeTelemetry {
             later: OnceLock::new(),
             in_flight: AtomicI64::new(0),
             health: Mutex::new(Tracker::default()),
+            slow: AtomicU32::new(0),
         }
     }
 
@@ -232,6 +251,8 @@ impl NodeTelemetry {
                 .in_flight
                 .set(self.in_flight.load(Ordering::Relaxed) as f64);
             later.up.set(if self.degraded() { 0.0 } else { 1.0 });
+            let slow = self.slow.load(Ordering::Relaxed) >= SLOW_IN_A_ROW;
+            later.slow.set(f64::from(u8::from(slow)));
             later
         })
     }
@@ -275,6 +296,9 @@ impl NodeTelemetry {
             instruments.latency.record(took.as_secs_f64());
         }
         instruments.outcomes[i].increment(1);
+        if outcome.is_ok() {
+            self.answered_in(took, late);
+        }
         if counted_late {
             return;
         }
@@ -283,6 +307,47 @@ impl NodeTelemetry {
             other => other,
         };
         self.health(failure, outcome.err(), now);
+    }
+
+    /// An answer took `took` against the node timeout `late`: a node whose
+    /// answers come near it or past it [`SLOW_IN_A_ROW`] times, none
+    /// within half of it between, is
+    /// named once (with the setting to raise) and its gauge set, until an
+    /// answer comes within half of it. A node farther away than the node
+    /// timeout allows never counts in a round: it only shows here.
+    fn answered_in(&self, took: Duration, late: Duration) {
+        let slow = if took * 5 > late * 4 {
+            self.slow
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                    (n < SLOW_IN_A_ROW).then_some(n + 1)
+                })
+                .is_ok_and(|n| n + 1 == SLOW_IN_A_ROW)
+        } else if took * 2 <= late {
+            if self.slow.swap(0, Ordering::Relaxed) >= SLOW_IN_A_ROW {
+                self.instruments().slow.set(0.0);
+                tracing::info!(
+                    node = %self.name,
+                    round_trip_ms = took.as_millis() as u64,
+                    node_timeout_ms = late.as_millis() as u64,
+                    "node answers within the node timeout again"
+                );
+            }
+            return;
+        } else {
+            return;
+        };
+        if slow {
+            self.instruments().slow.set(1.0);
+            tracing::warn!(
+                node = %self.name,
+                round_trip_ms = took.as_millis() as u64,
+                node_timeout_ms = late.as_millis() as u64,
+                "node answers near or past the node timeout: its answers come too late to count \
+                 in a round (or nearly); raise the node timeout (Builder::node_timeout, CLI \
+                 --node-timeout) above its round trip, within the TTL's validity \
+                 (docs/operations.md, distant nodes)"
+            );
+        }
     }
 
     /// A call is still unanswered after the node timeout (it goes on; its
@@ -529,10 +594,16 @@ impl ClientTelemetry {
     }
 }
 
-/// What a node's connection found of it: a quarantine begun (`left`), and
-/// whether it may evict lock keys. Once per connection.
-pub(crate) fn node_checked(node: &str, left: Option<std::time::Duration>, evicting: bool) {
-    if left.is_some() {
+/// What a node's connection found of it: a quarantine `begun` now, how
+/// long one (begun now or before, same process) has `left`, and whether it
+/// may evict lock keys. Once per connection.
+pub(crate) fn node_checked(
+    node: &str,
+    begun: bool,
+    left: Option<std::time::Duration>,
+    evicting: bool,
+) {
+    if begun {
         counter!(NODE_QUARANTINES, "node" => node.to_owned()).increment(1);
     }
     gauge!(NODE_QUARANTINE, "node" => node.to_owned()).set(left.map_or(0.0, |l| l.as_secs_f64()));
@@ -542,4 +613,75 @@ pub(crate) fn node_checked(node: &str, left: Option<std::time::Duration>, evicti
 /// `calls` releases of `node` are sent again on its next connection.
 pub(crate) fn resent(node: &str, calls: u64) {
     counter!(NODE_RESENDS, "node" => node.to_owned()).increment(calls);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use metrics_exporter_prometheus::PrometheusBuilder;
+
+    use super::*;
+
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A node whose answers come near the node timeout is named once, with
+    /// the setting, after three of them; its gauge follows; an answer
+    /// within half of the timeout ends it. One late answer names nothing.
+    #[test]
+    fn a_node_answering_near_its_timeout_is_named_once() {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let timeout = Duration::from_millis(50);
+        let gauge = |scrape: &str| {
+            scrape
+                .lines()
+                .find_map(|l| l.strip_prefix("redquorum_node_slow{node=\"far\"} "))
+                .map(str::to_owned)
+        };
+        let scrapes = tracing::subscriber::with_default(subscriber, || {
+            metrics::with_local_recorder(&recorder, || {
+                let node = NodeTelemetry::new(&Arc::from("far"));
+                let ms = Duration::from_millis;
+                node.answered_in(ms(70), timeout);
+                node.answered_in(ms(1), timeout); // fast: the count starts again
+                let mut scrapes = vec![handle.render()];
+                for took in [45, 70, 41, 80] {
+                    node.answered_in(ms(took), timeout);
+                    scrapes.push(handle.render());
+                }
+                node.answered_in(ms(30), timeout); // between: still slow
+                scrapes.push(handle.render());
+                node.answered_in(ms(20), timeout);
+                scrapes.push(handle.render());
+                scrapes
+            })
+        });
+        let gauges: Vec<_> = scrapes.iter().map(|s| gauge(s)).collect();
+        let expected = ["0", "0", "0", "1", "1", "1", "0"].map(|g| Some(g.to_owned()));
+        assert_eq!(gauges, expected);
+        let logged = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(logged.matches("WARN").count(), 1, "{logged}");
+        assert!(logged.contains("node=far"), "{logged}");
+        assert!(logged.contains("round_trip_ms=41"), "{logged}");
+        assert!(logged.contains("Builder::node_timeout"), "{logged}");
+        assert_eq!(logged.matches("INFO").count(), 1, "{logged}");
+    }
 }

@@ -316,6 +316,76 @@ async fn distant_nodes_work_from_the_first_call() {
     }
 }
 
+/// Log lines written on this thread while the guard lives.
+fn capture_logs() -> (
+    std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    tracing::subscriber::DefaultGuard,
+) {
+    #[derive(Clone)]
+    struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let lines = Lines(Default::default());
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    (lines.0, tracing::subscriber::set_default(subscriber))
+}
+
+/// Two of five nodes 80 ms away (round trip) under the default node
+/// timeout (50 ms): their answers never count, and the client names each,
+/// with the setting to raise (before, only a debug trace showed why). A
+/// current-thread runtime: the connections' tasks log on this thread.
+#[tokio::test]
+async fn nodes_farther_than_the_node_timeout_are_named() {
+    let _serial = SERIAL.lock().await;
+    let (logs, _guard) = capture_logs();
+    let proxies = proxies(Duration::ZERO).await;
+    for far in &proxies[3..] {
+        far.set_latency(Duration::from_millis(40));
+    }
+    let redlock = Redlock::builder()
+        .nodes(proxies.iter().map(Proxy::url))
+        .build()
+        .await
+        .unwrap();
+    let named = |logs: &std::sync::Mutex<Vec<u8>>| {
+        let logged = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+        let far = [3, 4].map(|i| proxies[i].url().to_string());
+        let named = far.iter().all(|url| {
+            logged.lines().any(|l| {
+                l.contains("near or past the node timeout")
+                    && l.contains(url.trim_start_matches("redis://"))
+            })
+        });
+        (named, logged)
+    };
+    let start = Instant::now();
+    loop {
+        let lock = redlock.try_lock(&unique("far-named"), TTL).await.unwrap();
+        lock.release().await.unwrap();
+        let (done, logged) = named(&logs);
+        if done {
+            assert!(logged.contains("Builder::node_timeout"), "{logged}");
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "far nodes not named: {logged}"
+        );
+    }
+    redlock.shutdown().await;
+}
+
 /// A client kept beyond the runtime that built it (a `static` shared by
 /// tests, each with its own runtime) keeps working on the runtime it is
 /// used from.

@@ -266,6 +266,8 @@ async fn build_as(user: &AclUser) -> Result<Redlock, ConfigError> {
 /// the node and the command, before any lock is taken (the CLI exits 77).
 #[tokio::test]
 async fn a_user_without_script_permissions_is_refused_at_connect() {
+    // Not beside a bare restart, which forgets the ACL users.
+    let _turn = TURN.lock().await;
     let user = AclUser::create(
         "noscripts",
         &[

@@ -346,7 +346,16 @@ async fn exec_against_distant_healthy_nodes_runs_the_command() {
             .kill_on_drop(true);
         let out = finish(command.spawn().expect("spawn")).await;
         assert_eq!(code(&out), 0, "run {run_no}: {}", stderr(&out));
-        assert!(!stderr(&out).contains("WARN"), "{}", stderr(&out));
+        // Nothing degraded; a round trip this near the node timeout may be
+        // named as such (docs/operations.md §4, distant nodes).
+        let warned = stderr(&out);
+        assert!(
+            warned
+                .lines()
+                .filter(|l| l.contains("WARN"))
+                .all(|l| l.contains("near or past the node timeout")),
+            "{warned}"
+        );
     }
 }
 

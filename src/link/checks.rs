@@ -107,11 +107,104 @@ impl Standing {
                 "node is a replica: a lock node must be an independent master"
             );
         }
-        crate::telemetry::node_checked(name, begun.filter(|_| !same), hello.evicting.is_some());
+        crate::telemetry::node_checked(
+            name,
+            begun.is_some() && !same,
+            left,
+            hello.evicting.is_some(),
+        );
         if left.is_some() {
             standing.quarantine
         } else {
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::Mutex;
+
+    use metrics_exporter_prometheus::PrometheusBuilder;
+
+    use super::*;
+    use crate::proto::restart::Facts;
+
+    /// A process `run_id`, up for a second, that does not persist.
+    fn bare(run_id: &str) -> Hello {
+        Hello {
+            run_id: Some(run_id.into()),
+            facts: Facts {
+                run_id: Some(run_id.into()),
+                uptime: Some(Duration::from_secs(1)),
+                durable: Some(false),
+                born_here: Some(true),
+            },
+            ..Hello::default()
+        }
+    }
+
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The value of `name{node="n1"}` in a scrape.
+    fn sample(scrape: &str, name: &str) -> Option<f64> {
+        scrape.lines().find_map(|line| {
+            let rest = line.strip_prefix(name)?.strip_prefix("{node=\"n1\"} ")?;
+            rest.parse().ok()
+        })
+    }
+
+    /// A restarted bare node: a WARN naming it and the time left, the
+    /// counter once, and the gauge the time left — at its first connection
+    /// and at a reconnection to the same process (the gauge read 0 there).
+    #[test]
+    fn a_quarantine_is_logged_and_measured_at_every_connection() {
+        let checks = Checks {
+            quarantine: Some(Duration::from_secs(60)),
+            strict: false,
+            mark: "mark".into(),
+            probe_key: "key".into(),
+        };
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let mut standing = Standing::default();
+        let (first, again) = tracing::subscriber::with_default(subscriber, || {
+            metrics::with_local_recorder(&recorder, || {
+                let first = standing.update(Some(&checks), "n1", &bare("a"));
+                let again = standing.update(Some(&checks), "n1", &bare("a"));
+                (first, again)
+            })
+        });
+        assert!(first.is_some() && first == again, "{first:?} {again:?}");
+        let logged = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(logged.matches("WARN").count(), 2, "{logged}");
+        assert!(logged.contains("node=n1"), "{logged}");
+        assert!(logged.contains("quarantine_left_ms=59"), "{logged}");
+        let scrape = handle.render();
+        assert_eq!(
+            sample(&scrape, crate::telemetry::NODE_QUARANTINES),
+            Some(1.0),
+            "{scrape}"
+        );
+        let left = sample(&scrape, crate::telemetry::NODE_QUARANTINE).unwrap();
+        assert!(left > 58.0 && left <= 59.0, "{scrape}");
     }
 }
