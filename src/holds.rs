@@ -54,6 +54,21 @@ impl Holds {
         }
     }
 
+    /// The lock in `slot` was dropped: `release` (its release, handed to
+    /// the nodes) runs before the slot is freed, under the table's lock, so
+    /// a [`Driver::shutdown`] either finds it here and releases it itself,
+    /// or begins after the release was handed over, before it closes the
+    /// nodes.
+    ///
+    /// [`Driver::shutdown`]: crate::driver::Driver::shutdown
+    pub(crate) fn drop_with(&self, slot: usize, release: impl FnOnce()) {
+        let mut table = self.table();
+        release();
+        if table.slots.get_mut(slot).and_then(Option::take).is_some() {
+            table.free.push(slot);
+        }
+    }
+
     /// Every lock still held, whose release has not begun.
     pub(crate) fn live(&self) -> Vec<Arc<Claim>> {
         let table = self.table();

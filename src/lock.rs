@@ -270,9 +270,10 @@ impl Lock {
 impl Drop for Lock {
     fn drop(&mut self) {
         if !self.released {
-            self.driver.holds.remove(self.slot);
-            self.driver
-                .release_detached(&self.claim, self.ttl_ms, Some(&self.made));
+            let driver = &self.driver;
+            driver.holds.drop_with(self.slot, || {
+                driver.release_detached(&self.claim, self.ttl_ms, Some(&self.made));
+            });
         }
     }
 }

@@ -155,8 +155,14 @@ impl Redlock {
         self.driver.layout()
     }
 
-    /// Finishes what this client handed to the nodes, for a program about
-    /// to end: every later call is refused (as [`NodeError::NotConnected`](crate::NodeError::NotConnected)),
+    /// Settles everything this client holds and finishes what it handed to
+    /// the nodes, for a program about to end. Every lock it still holds is
+    /// released: dropped ones (a dropped keep-alive's too) and those still
+    /// owned by running tasks — locks, permits, read/write holds,
+    /// leaderships —, whose leases end as lost (`run`'s, a semaphore's
+    /// `run`, `Election::lead`'s work sees [`LockError::Lost`](crate::LockError::Lost),
+    /// a leadership's `lost()` resolves). Then every later call is refused
+    /// (as [`NodeError::NotConnected`](crate::NodeError::NotConnected)),
     /// and this waits until every call already made has ended — the tail
     /// of a release that returned at its quorum, the release of a dropped
     /// [`Lock`], a writer's intent taken back when it gave up. A node that
@@ -173,10 +179,12 @@ impl Redlock {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redquorum::LockError> {
     /// # let redlock = redquorum::testing::redlock(5).await;
-    /// let lock = redlock.lock("nightly", std::time::Duration::from_secs(60)).await?;
-    /// drop(lock); // released in the background…
-    /// redlock.shutdown().await; // …and on every node before main returns
-    /// assert!(redlock.try_lock("nightly", std::time::Duration::from_secs(60)).await.is_err());
+    /// let ttl = std::time::Duration::from_secs(60);
+    /// let dropped = redlock.lock("nightly", ttl).await?;
+    /// drop(dropped); // released in the background…
+    /// let kept = redlock.lock("hourly", ttl).await?.keep_alive()?;
+    /// redlock.shutdown().await; // …and every hold still kept, on every node
+    /// assert!(kept.lease().is_lost()); // its work is told
     /// # Ok(()) }
     /// ```
     pub async fn shutdown(&self) {

@@ -58,7 +58,9 @@ async fn a_release_cut_with_its_connection_is_sent_again() {
     proxies[0].reset_on(RELEASE);
     lock.release().await.expect("a quorum released");
     assert_eq!(proxies[0].resets(), 1, "the release call was cut");
-    until_gone(0, &key).await;
+    for node in 0..5 {
+        until_gone(node, &key).await;
+    }
 }
 
 /// The same for the undo of a refused acquisition: another holder on nodes
@@ -83,10 +85,62 @@ async fn a_refused_rounds_undo_cut_with_its_connection_is_sent_again() {
         "{refused:?}"
     );
     assert_eq!(proxies[0].resets(), 1, "the undo call was cut");
-    until_gone(0, &key).await;
+    for node in 0..2 {
+        until_gone(node, &key).await;
+    }
     for conn in &mut conns[2..] {
         let _: () = conn.del(&key).await.unwrap();
     }
+}
+
+/// The same for a waiter that gives up: the place in line it kept on each
+/// node while it waited is left by a release whose call to node 1 is cut
+/// (a waiter long gone would otherwise be handed the lock there).
+#[tokio::test]
+async fn a_waiters_line_leave_cut_with_its_connection_is_sent_again() {
+    let _turn = TURN.lock().await;
+    let holder = redlock().await;
+    let resource = unique("resend-line");
+    let held = holder.lock(&resource, TTL).await.unwrap();
+    let (proxies, waiter) = proxied(Duration::from_secs(1)).await;
+    proxies[0].reset_on(RELEASE);
+    let waiting = tokio::spawn({
+        let resource = resource.clone();
+        async move {
+            let options = redquorum::LockOptions::new().wait(Duration::from_secs(2));
+            waiter.lock_with(&resource, TTL, &options).await.map(drop)
+        }
+    });
+    let line = format!("{}:line", lock_key(&resource));
+    let mut conn = raw(0).await;
+    let in_line = |conn: &mut redis::aio::MultiplexedConnection| {
+        let mut conn = conn.clone();
+        let line = line.clone();
+        async move { conn.zcard::<_, usize>(&line).await.unwrap() }
+    };
+    let start = Instant::now();
+    while in_line(&mut conn).await == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "the waiter never got in line"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let waited = waiting.await.unwrap();
+    assert!(
+        matches!(waited, Err(redquorum::LockError::Timeout { .. })),
+        "{waited:?}"
+    );
+    let start = Instant::now();
+    while in_line(&mut conn).await != 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "node 1 kept the waiter's place after its line-leave was cut"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(proxies[0].resets(), 1, "the line-leave call was cut");
+    held.release().await.unwrap();
 }
 
 /// `CLIENT KILL` of the client's connections every 100 ms on every node

@@ -36,7 +36,8 @@ async fn dropped_keep_alives_leave_nothing_after_shutdown() {
 }
 
 /// Every kind, held by tasks that run on: each released by the shutdown,
-/// and each lease's work told it is lost.
+/// and each lease's work told it is lost — `run`'s, a semaphore's `run`,
+/// `Election::lead`'s and a campaign's leadership (`lost()`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holds_of_every_kind_owned_by_running_tasks_are_released() {
     let (nodes, redlock) = five().await;
@@ -54,19 +55,46 @@ async fn holds_of_every_kind_owned_by_running_tasks_are_released() {
         .unwrap();
     let election = redlock.election("leader").unwrap();
     let leadership = election.campaign(TTL, &LockOptions::new()).await.unwrap();
-    let (started_tx, started) = tokio::sync::oneshot::channel();
+    let leadership_lost = tokio::spawn(leadership.lost());
+    let (started_tx, mut started) = tokio::sync::mpsc::channel(3);
     let worker = {
         let redlock = redlock.clone();
+        let started_tx = started_tx.clone();
         tokio::spawn(async move {
             redlock
                 .run("leased", TTL, |lease| async move {
-                    let _ = started_tx.send(());
+                    let _ = started_tx.send(()).await;
                     lease.lost().await;
                 })
                 .await
         })
     };
-    started.await.unwrap();
+    let permit_worker = {
+        let permits = redlock.semaphore("api", 2).unwrap();
+        let started_tx = started_tx.clone();
+        tokio::spawn(async move {
+            permits
+                .run(TTL, |lease| async move {
+                    let _ = started_tx.send(()).await;
+                    lease.lost().await;
+                })
+                .await
+        })
+    };
+    let leader = {
+        let election = redlock.election("leader-2").unwrap();
+        tokio::spawn(async move {
+            election
+                .lead(TTL, &LockOptions::new(), |lease| async move {
+                    let _ = started_tx.send(()).await;
+                    lease.lost().await;
+                })
+                .await
+        })
+    };
+    for _ in 0..3 {
+        started.recv().await.unwrap();
+    }
     // Locks owned by a task that runs on past the shutdown.
     let owner = tokio::spawn(async move {
         let held = (
@@ -78,10 +106,23 @@ async fn holds_of_every_kind_owned_by_running_tasks_are_released() {
     assert!(keys_left(&nodes) > 0);
     redlock.shutdown().await;
     assert_eq!(keys_left(&nodes), 0, "keys left after shutdown");
-    let ended = tokio::time::timeout(Duration::from_secs(5), worker)
+    for (what, work) in [
+        ("run", worker),
+        ("Semaphore::run", permit_worker),
+        ("Election::lead", leader),
+    ] {
+        let ended = tokio::time::timeout(Duration::from_secs(5), work)
+            .await
+            .unwrap_or_else(|_| panic!("{what}'s work was not told"))
+            .unwrap();
+        assert!(
+            matches!(ended, Err(LockError::Lost { .. })),
+            "{what}: {ended:?}"
+        );
+    }
+    tokio::time::timeout(Duration::from_secs(5), leadership_lost)
         .await
-        .expect("the lease's work was told")
+        .expect("the leadership's lost() resolved")
         .unwrap();
-    assert!(matches!(ended, Err(LockError::Lost { .. })), "{ended:?}");
     owner.abort();
 }
