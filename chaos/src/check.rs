@@ -158,6 +158,12 @@ pub struct Report {
     pub grants: BTreeMap<String, u64>,
     /// Failed acquires by kind and error.
     pub fails: BTreeMap<String, u64>,
+    /// Acquires whose outcome on the nodes is unknown, by kind and error.
+    pub unknown: BTreeMap<String, u64>,
+    /// Operations begun (`invoke`).
+    pub invoked: u64,
+    /// Releases that returned an error (their outcome unknown).
+    pub releases_unknown: u64,
     /// Faults begun, by name.
     pub faults: BTreeMap<String, u64>,
     /// Store writes accepted and rejected.
@@ -193,7 +199,10 @@ impl fmt::Display for Report {
         };
         writeln!(f, "grants by kind: {}", list(&self.grants))?;
         writeln!(f, "faults by kind: {}", list(&self.faults))?;
+        writeln!(f, "operations invoked: {}", self.invoked)?;
         writeln!(f, "failed acquires: {}", list(&self.fails))?;
+        writeln!(f, "acquires of unknown outcome: {}", list(&self.unknown))?;
+        writeln!(f, "releases of unknown outcome: {}", self.releases_unknown)?;
         writeln!(f, "violations: {}", self.violations.len())?;
         for v in self.violations.iter().take(20) {
             writeln!(f, "  {v}")?;
@@ -249,14 +258,21 @@ pub fn check(lines: impl IntoIterator<Item = Line>) -> Report {
                     hold.end.get_or_insert(line.t);
                 }
             }
-            "fail" => {
+            "fail" | "unknown" => {
                 let key = format!(
                     "{}:{}",
                     line.get("kind").unwrap_or("?"),
                     line.get("err").unwrap_or("?")
                 );
-                *report.fails.entry(key).or_default() += 1;
+                let counts = if line.event == "fail" {
+                    &mut report.fails
+                } else {
+                    &mut report.unknown
+                };
+                *counts.entry(key).or_default() += 1;
             }
+            "invoke" => report.invoked += 1,
+            "released" if line.get("ok") != Some("1") => report.releases_unknown += 1,
             "write" => {
                 let accepted = line.get("accepted") == Some("1");
                 if accepted {

@@ -79,6 +79,7 @@ pub async fn run(config: ClientConfig) -> Result<(), Box<dyn std::error::Error>>
             ids: ids.clone(),
             store: Store::new(&config.dir, config.fenced_store),
             owner: format!("{}-t{task}", config.proc),
+            index: task,
             config: config.clone(),
             rng: StdRng::seed_from_u64(config.seed.wrapping_mul(31).wrapping_add(task as u64)),
         };
@@ -120,6 +121,8 @@ struct Task {
     ids: Arc<AtomicU64>,
     store: Store,
     owner: String,
+    /// The task's number in its process (`task` in the history).
+    index: usize,
     config: ClientConfig,
     rng: StdRng,
 }
@@ -145,6 +148,10 @@ impl Task {
                     break k;
                 }
             };
+            self.rec.record(
+                "invoke",
+                &[("task", self.index.to_string()), ("kind", kind.into())],
+            );
             self.once(kind).await;
         }
     }
@@ -178,6 +185,7 @@ impl Task {
     ) {
         let mut fields = vec![
             ("id", id.to_owned()),
+            ("task", self.index.to_string()),
             ("kind", kind.to_owned()),
             ("res", res.to_owned()),
             ("holder", holder.to_owned()),
@@ -192,10 +200,24 @@ impl Task {
         self.rec.record("grant", &fields);
     }
 
+    /// An acquire that returned an error: `fail` where the nodes' answers
+    /// refused it (another holder, a wait that ran out, bad input),
+    /// `unknown` where the client could not learn enough answers (no
+    /// quorum answered, the round was too slow, its own bound): keys may
+    /// stand on some nodes until the client takes them back in the
+    /// background. Either way the caller never acts on it.
     fn fail(&self, kind: &str, res: &str, e: &LockError) {
+        let definite = matches!(
+            e,
+            LockError::Taken { .. }
+                | LockError::Timeout { .. }
+                | LockError::Input(_)
+                | LockError::PermitCount { .. }
+        );
         self.rec.record(
-            "fail",
+            if definite { "fail" } else { "unknown" },
             &[
+                ("task", self.index.to_string()),
                 ("kind", kind.into()),
                 ("res", res.into()),
                 ("err", err_name(e)),

@@ -12,11 +12,13 @@
 //!
 //! | event      | fields                                                   | meaning |
 //! |------------|----------------------------------------------------------|---------|
-//! | `grant`    | `id kind res holder until [fence] [limit]`               | an acquire returned a lock, valid until `until` |
+//! | `invoke`   | `task kind`                                              | a task begins an operation of that kind |
+//! | `grant`    | `id task kind res holder until [fence] [limit]`          | an acquire returned a lock, valid until `until` |
 //! | `until`    | `id until`                                               | the hold's validity now ends at `until` (extended) |
 //! | `end`      | `id`                                                     | the holder stops acting on it (release begins) |
-//! | `released` | `id ok`                                                  | the release returned |
-//! | `fail`     | `kind res err`                                           | an acquire returned an error |
+//! | `released` | `id ok`                                                  | the release returned: `1`, or `0:ERROR` (its outcome unknown: it is sent again, the keys left are checked after the run) |
+//! | `fail`     | `task kind res err`                                      | an acquire was refused by the nodes' answers (`Taken`, `Timeout`, bad input) |
+//! | `unknown`  | `task kind res err`                                      | an acquire whose outcome on the nodes is unknown (`Unavailable`, `Expired`, `Busy`): never acted on, taken back in the background |
 //! | `write`    | `id res fence seq accepted`                              | a write to the fenced store, and its verdict |
 //! | `fault`    | `name target phase`                                      | the nemesis began or ended a fault |
 //! | `left`     | `node key pttl`                                          | a key with a TTL found after the run |

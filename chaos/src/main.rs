@@ -2,17 +2,21 @@
 //!
 //! ```text
 //! redquorum-chaos run [--seconds S] [--grants N] [--clients K] [--tasks T]
-//!                     [--ttl-ms MS] [--faults a,b] [--control NAME] [--dir DIR]
-//!                     [--seed N]
+//!                     [--ttl-ms MS] [--faults a,b] [--clock] [--control NAME]
+//!                     [--dir DIR] [--seed N]
 //! redquorum-chaos check HISTORY
 //! ```
 //!
 //! `run` needs `REDQUORUM_NODES` (five URLs) and `REDQUORUM_SCRIPTS_NODES`
 //! (`scripts/nodes`). It writes DIR/history.log, checks it and exits 0 when
-//! the history is clean (a negative control: when the checker caught it).
-//! Controls: `quarantine-off` (rolling empty restarts, no quarantine),
-//! `two-of-five` (each client sees three nodes, so two make its quorum),
-//! `paused-unfenced` (paused holders write to a store that takes any fence).
+//! the history is clean and every fault of the run began at least once (a
+//! negative control: when the checker caught the violation it is meant to
+//! cause). `--clock`: the nodes' clocks can be stepped (`scripts/clock-nodes`),
+//! and `clock` joins the faults. Controls: `quarantine-off` (rolling empty
+//! restarts, no quarantine), `two-of-five` (each client sees three nodes,
+//! so two make its quorum), `paused-unfenced` (paused holders write to a
+//! store that takes any fence), `clock-steps` (with `--clock`: three nodes'
+//! clocks jump at once).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -20,12 +24,31 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use redquorum_chaos::check::{Report, check};
+use redquorum_chaos::check::{Report, Violation, check};
 use redquorum_chaos::client::{self, ClientConfig};
 use redquorum_chaos::history::{Line, Recorder};
-use redquorum_chaos::nemesis::{FAULTS, Nemesis};
+use redquorum_chaos::nemesis::{CLOCK, CLOCK_MAJORITY, FAULTS, Nemesis};
 
-const CONTROLS: &[&str] = &["quarantine-off", "two-of-five", "paused-unfenced"];
+const CONTROLS: &[&str] = &[
+    "quarantine-off",
+    "two-of-five",
+    "paused-unfenced",
+    "clock-steps",
+];
+
+/// Whether `v` is what the negative control `control` is meant to cause:
+/// a control caught by something else (a key left) proves nothing.
+fn meant(control: &str, v: &Violation) -> bool {
+    match control {
+        "paused-unfenced" => matches!(v, Violation::StaleWrite { .. }),
+        _ => matches!(
+            v,
+            Violation::Overlap { .. }
+                | Violation::TooManyPermits { .. }
+                | Violation::FenceBackwards { .. }
+        ),
+    }
+}
 
 #[derive(Debug, Clone)]
 struct Args {
@@ -35,6 +58,7 @@ struct Args {
     tasks: usize,
     ttl: Duration,
     faults: Vec<String>,
+    clock: bool,
     control: Option<String>,
     dir: PathBuf,
     seed: u64,
@@ -50,8 +74,8 @@ fn usage(why: &str) -> ExitCode {
     eprintln!("redquorum-chaos: {why}");
     eprintln!(
         "usage: redquorum-chaos run [--seconds S] [--grants N] [--clients K] [--tasks T] \
-         [--ttl-ms MS] [--faults a,b] [--control {}] [--dir DIR] [--seed N]\n       \
-         redquorum-chaos check HISTORY\nfaults: {}",
+         [--ttl-ms MS] [--faults a,b] [--clock] [--control {}] [--dir DIR] [--seed N]\n       \
+         redquorum-chaos check HISTORY\nfaults: {},{CLOCK} (with --clock)",
         CONTROLS.join("|"),
         FAULTS.join(",")
     );
@@ -66,6 +90,7 @@ fn parse(mut words: impl Iterator<Item = String>) -> Result<Args, String> {
         tasks: 4,
         ttl: Duration::from_millis(2000),
         faults: FAULTS.iter().map(|s| s.to_string()).collect(),
+        clock: false,
         control: None,
         dir: PathBuf::from("target/chaos"),
         seed: rand::random(),
@@ -96,10 +121,15 @@ fn parse(mut words: impl Iterator<Item = String>) -> Result<Args, String> {
                     .filter(|s| !s.is_empty())
                     .map(str::to_owned)
                     .collect();
-                if let Some(bad) = a.faults.iter().find(|f| !FAULTS.contains(&f.as_str())) {
+                if let Some(bad) = a
+                    .faults
+                    .iter()
+                    .find(|f| !FAULTS.contains(&f.as_str()) && f.as_str() != CLOCK)
+                {
                     return Err(format!("unknown fault {bad}"));
                 }
             }
+            "--clock" => a.clock = true,
             "--control" => {
                 let v = value()?;
                 if !CONTROLS.contains(&v.as_str()) {
@@ -117,6 +147,15 @@ fn parse(mut words: impl Iterator<Item = String>) -> Result<Args, String> {
             }
             other => return Err(format!("unknown argument {other}")),
         }
+    }
+    if a.clock && !a.faults.iter().any(|f| f == CLOCK) {
+        a.faults.push(CLOCK.to_owned());
+    }
+    if !a.clock && a.faults.iter().any(|f| f == CLOCK) {
+        return Err("the clock fault needs --clock (nodes whose clocks step)".into());
+    }
+    if a.control.as_deref() == Some("clock-steps") && !a.clock {
+        return Err("the clock-steps control needs --clock".into());
     }
     Ok(a)
 }
@@ -278,6 +317,7 @@ async fn run_inner(args: &Args) -> Result<ExitCode, String> {
     let faults: Vec<String> = match control {
         Some("quarantine-off") => vec!["rolling".into()],
         Some("two-of-five") => vec!["freeze".into()],
+        Some("clock-steps") => vec![CLOCK_MAJORITY.into()],
         _ => args.faults.clone(),
     };
     let nemesis = Nemesis {
@@ -292,6 +332,7 @@ async fn run_inner(args: &Args) -> Result<ExitCode, String> {
     };
     let watcher = tokio::spawn(Arc::new(nemesis.clone()).resume_self_stopped());
     let stop = Arc::new(AtomicBool::new(false));
+    let faults_run = nemesis.faults.clone();
     let faults = tokio::spawn(nemesis.run(stop.clone(), args.seed));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(args.seconds);
     tokio::select! {
@@ -328,14 +369,26 @@ async fn run_inner(args: &Args) -> Result<ExitCode, String> {
     let report = read_history(&history).map_err(|e| e.to_string())?;
     print!("{report}");
     let caught = !report.violations.is_empty();
+    let never: Vec<&str> = faults_run
+        .iter()
+        .filter(|f| !report.faults.contains_key(f.as_str()))
+        .map(String::as_str)
+        .collect();
     Ok(match control {
         None if caught => ExitCode::from(1),
         None if report.total_grants() == 0 => {
             println!("chaos: no grant at all: the run proved nothing");
             ExitCode::from(1)
         }
+        None if !never.is_empty() => {
+            println!(
+                "chaos: faults that never began: {} (a longer run)",
+                never.join(", ")
+            );
+            ExitCode::from(1)
+        }
         None => ExitCode::SUCCESS,
-        Some(c) if caught => {
+        Some(c) if report.violations.iter().any(|v| meant(c, v)) => {
             println!("chaos: negative control {c} caught");
             ExitCode::SUCCESS
         }

@@ -11,12 +11,27 @@
 //! a TTL, which the restart quarantine keeps safe). A client process is paused (SIGSTOP) for longer
 //! than a TTL, one at a time, and every process that stops itself (the
 //! paused holder, crate::client) is resumed after the same delay.
+//!
+//! On nodes whose clocks can be stepped (`scripts/clock-nodes`), `clock`
+//! steps one node's clock forward past the TTL, so that it expires every
+//! key early. A grant survives as many jumped clocks as the nodes it
+//! reached exceed a quorum by, less one (docs/guarantees.md): one jump
+//! needs every valid hold to be on four nodes. So a step waits until no
+//! node fault has been under way for three TTLs (the longest hold is two,
+//! its grant one more before), holding new node faults back meanwhile, and
+//! the stepped node counts as faulted for two TTLs after (keys it expired
+//! early were valid at most one TTL more).
+//!
+//! Every run begins with each of its faults once, in a random order, then
+//! draws at random: a short run has seen every kind.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -36,6 +51,12 @@ pub const FAULTS: &[&str] = &[
     "idle",
     "stop-client",
 ];
+
+/// The fault that needs nodes whose clocks step (`scripts/clock-nodes`).
+pub const CLOCK: &str = "clock";
+
+/// The negative control's fault: three nodes' clocks stepped at once.
+pub const CLOCK_MAJORITY: &str = "clock3";
 
 /// What the nemesis needs.
 #[derive(Debug, Clone)]
@@ -64,6 +85,10 @@ pub struct Faulted {
     nodes: BTreeSet<usize>,
     /// The client process the nemesis stopped, if any.
     client_stopped: Option<u32>,
+    /// When the last node fault ended.
+    last_end: Option<Instant>,
+    /// A clock step waits for quiet: no new node fault begins.
+    step_pending: bool,
 }
 
 impl Nemesis {
@@ -72,17 +97,39 @@ impl Nemesis {
     pub async fn run(self, stop: Arc<AtomicBool>, seed: u64) {
         let mut rng = StdRng::seed_from_u64(seed);
         let this = Arc::new(self);
+        // Each fault once first (popped from the end), in a random order.
+        let mut first: Vec<String> = this.faults.clone();
+        for i in (1..first.len()).rev() {
+            first.swap(i, rng.random_range(0..=i));
+        }
         // The faults under way: at most one per node and one client.
         let mut healing = Vec::new();
         while !stop.load(Ordering::Relaxed) {
             tokio::time::sleep(Duration::from_millis(rng.random_range(200..1500))).await;
             healing.retain(|h: &tokio::task::JoinHandle<()>| !h.is_finished());
-            let fault = this.faults[rng.random_range(0..this.faults.len())].clone();
+            let fault = match first.last() {
+                Some(f) => f.clone(),
+                None => this.faults[rng.random_range(0..this.faults.len())].clone(),
+            };
             let mut f = this.faulted.lock().await;
+            if fault == CLOCK {
+                if f.step_pending {
+                    continue;
+                }
+                first.pop();
+                f.step_pending = true;
+                drop(f);
+                let node = rng.random_range(1..=this.urls.len());
+                healing.push(tokio::spawn(
+                    this.clone().step_when_quiet(node, stop.clone()),
+                ));
+                continue;
+            }
             if fault == "stop-client" {
                 if f.client_stopped.is_some() || this.clients.is_empty() {
                     continue;
                 }
+                first.pop();
                 let pid = this.clients[rng.random_range(0..this.clients.len())];
                 f.client_stopped = Some(pid);
                 drop(f);
@@ -91,14 +138,15 @@ impl Nemesis {
             }
             // A rolling restart takes three nodes, none faulted before it;
             // any other fault one more, never past two.
-            let (want, room) = if fault == "rolling" {
+            let (want, room) = if fault == "rolling" || fault == CLOCK_MAJORITY {
                 (3, f.nodes.is_empty())
             } else {
                 (1, f.nodes.len() < 2)
             };
-            if !room {
+            if !room || f.step_pending {
                 continue;
             }
+            first.pop();
             let free: Vec<usize> = (1..=this.urls.len())
                 .filter(|n| !f.nodes.contains(n))
                 .collect();
@@ -238,6 +286,14 @@ impl Nemesis {
                 )
                 .await;
             }
+            CLOCK_MAJORITY => {
+                // The negative control: a majority's clocks jump at once.
+                let secs = self.step_seconds();
+                for n in &nodes {
+                    self.nodes(&["step", &n.to_string(), &secs]).await;
+                }
+                tokio::time::sleep(self.ttl * 2).await;
+            }
             other => eprintln!("nemesis: unknown fault {other}"),
         }
         self.log(&name, &target, "end");
@@ -245,6 +301,43 @@ impl Nemesis {
         for n in &nodes {
             f.nodes.remove(n);
         }
+        f.last_end = Some(Instant::now());
+    }
+
+    /// Whole seconds a stepped clock jumps: past twice the TTL, so that
+    /// every key the node holds expires at once.
+    fn step_seconds(&self) -> String {
+        (self.ttl * 2).as_secs_f64().ceil().max(1.0).to_string()
+    }
+
+    /// Steps node `n`'s clock once no node fault has been under way for
+    /// three TTLs (new ones held back meanwhile); the node then counts as
+    /// faulted for two TTLs. Gives up when the run stops first.
+    async fn step_when_quiet(self: Arc<Self>, n: usize, stop: Arc<AtomicBool>) {
+        loop {
+            let mut f = self.faulted.lock().await;
+            if stop.load(Ordering::Relaxed) {
+                f.step_pending = false;
+                return;
+            }
+            let quiet =
+                f.nodes.is_empty() && f.last_end.is_none_or(|at| at.elapsed() >= self.ttl * 3);
+            if quiet {
+                f.nodes.insert(n);
+                f.step_pending = false;
+                break;
+            }
+            drop(f);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let target = n.to_string();
+        self.log(CLOCK, &target, "begin");
+        self.nodes(&["step", &target, &self.step_seconds()]).await;
+        tokio::time::sleep(self.ttl * 2).await;
+        self.log(CLOCK, &target, "end");
+        let mut f = self.faulted.lock().await;
+        f.nodes.remove(&n);
+        f.last_end = Some(Instant::now());
     }
 
     /// Stops a client process past a TTL, then resumes it.

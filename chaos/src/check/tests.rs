@@ -147,3 +147,31 @@ fn keys_left_are_violations_and_faults_are_counted() {
         "{r}"
     );
 }
+
+/// Operations begun, acquires refused and of unknown outcome, releases
+/// that returned an error: counted apart, none a violation (the caller of
+/// an unknown acquire never acts on it; keys it left are found after the
+/// run).
+#[test]
+fn unknown_outcomes_are_counted_apart() {
+    let r = history(
+        "100 c1 invoke task=0 kind=plain\n\
+         110 c1 unknown task=0 kind=plain res=x err=Unavailable\n\
+         120 c1 invoke task=0 kind=plain\n\
+         130 c1 fail task=0 kind=plain res=x err=Taken\n\
+         140 c1 invoke task=0 kind=plain\n\
+         150 c1 grant id=a task=0 kind=plain res=x holder=a until=500\n\
+         160 c1 end id=a\n\
+         170 c1 released id=a ok=0:Unavailable\n",
+    );
+    assert!(r.violations.is_empty(), "{r}");
+    assert_eq!(r.invoked, 3);
+    assert_eq!(r.fails.get("plain:Taken"), Some(&1));
+    assert_eq!(r.unknown.get("plain:Unavailable"), Some(&1));
+    assert_eq!(r.releases_unknown, 1);
+    let shown = r.to_string();
+    assert!(
+        shown.contains("acquires of unknown outcome: plain:Unavailable 1"),
+        "{shown}"
+    );
+}
