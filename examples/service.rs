@@ -7,6 +7,10 @@
 //! REDQUORUM_NODES=$(scripts/nodes urls) cargo run --example service   # in two terminals
 //! ```
 //!
+//! `REDQUORUM_ELECTION` names the election (default
+//! `example:service:scheduler`). `test-support/tests/redis_examples.rs` runs two
+//! of these and stops the leader with SIGTERM.
+//!
 //! The lifecycle, in the spirit of client-go's leader election callbacks:
 //! `lead` campaigns (waiting in line), runs the work as leader
 //! (*started leading*), and returns when the work ends or the leadership
@@ -29,7 +33,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let replica = format!("replica-{}", std::process::id());
     let redlock = Redlock::connect(&urls).await?;
-    let election = redlock.election("example:service:scheduler")?;
+    let name = std::env::var("REDQUORUM_ELECTION")
+        .unwrap_or_else(|_| "example:service:scheduler".to_owned());
+    let election = redlock.election(&name)?;
     let options = LockOptions::new().label(&replica);
 
     let leading = async {
