@@ -236,6 +236,22 @@ impl Claim {
     }
 
     /// The node operation for `step` on this claim.
+    /// The operation a call of `step` writes on a connection whose node is
+    /// `quarantined` there — learnt by that connection's handshake, which may
+    /// come after the round chose its steps (a node restarted and still
+    /// reconnecting when an extension is made): an extension of a
+    /// restorable lock then sets the key again where it is absent, and
+    /// counts (docs/design.md §4b). Every other call is [`op`](Self::op)'s.
+    pub(crate) fn op_on(&self, step: Step, ttl_ms: u64, quarantined: bool) -> Op<'_> {
+        let step = match step {
+            Step::Extend { restore: false } if quarantined && self.keys.restorable() => {
+                Step::Extend { restore: true }
+            }
+            other => other,
+        };
+        self.op(step, ttl_ms)
+    }
+
     pub(crate) fn op(&self, step: Step, ttl_ms: u64) -> Op<'_> {
         let keys = self.keys.lock.as_slice();
         let key = keys[0].as_str();

@@ -332,12 +332,6 @@ impl ClusterNode {
         Some(format!("{server}, cluster of {} masters", map.masters.len()).into())
     }
 
-    /// Whether any of its masters is quarantined now.
-    pub(crate) fn quarantined(&self) -> bool {
-        let map = self.shared.map();
-        map.masters.iter().any(|(_, master)| master.quarantined())
-    }
-
     /// What its masters' connections told of them, taken together: the
     /// longest quarantine, the first evicting policy; durable only if every
     /// master is.

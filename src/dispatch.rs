@@ -102,16 +102,6 @@ impl Member {
         }
     }
 
-    /// Whether the member is quarantined now: it restarted without
-    /// persistence within the longest TTL (`crate::proto::restart`).
-    pub(crate) fn quarantined(&self) -> bool {
-        match self {
-            Member::Redis(node) => node.link().quarantined(),
-            Member::Cluster(node) => node.quarantined(),
-            Member::Custom(node) => node.quarantined(),
-        }
-    }
-
     /// Resolves at the member's next change of connection state (`None`:
     /// a node of your own, which has none).
     pub(crate) fn changed(&self) -> Option<tokio::sync::futures::Notified<'_>> {
@@ -337,10 +327,11 @@ impl Dispatcher {
             unreachable!("a round's call is an operation")
         };
         let (claim, step, ttl_ms, grace) = (Arc::clone(claim), *step, *ttl_ms, self.limits.grace);
-        call.quarantined = node.quarantined();
+        let quarantined = node.quarantined();
+        call.quarantined = quarantined;
         let mut future: Pin<Box<dyn Future<Output = Outcome> + Send>> =
             Box::pin(tokio::task::coop::unconstrained(async move {
-                let op = claim.op(step, ttl_ms);
+                let op = claim.op_on(step, ttl_ms, quarantined);
                 tokio::time::timeout(grace, node.call(op))
                     .await
                     .unwrap_or(Err(NodeError::TimedOut))

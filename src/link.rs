@@ -401,12 +401,6 @@ impl Link {
         self.lock().standing.clone()
     }
 
-    /// Whether the node is quarantined now (`crate::proto::restart`).
-    pub(crate) fn quarantined(&self) -> bool {
-        let until = self.lock().standing.quarantine;
-        until.is_some_and(|until| Instant::now() < until)
-    }
-
     /// One command outside any round, on the current connection (queued
     /// while it reconnects), its reply as the node gave it; the caller
     /// bounds it. `ticket` counts it in the node's health.

@@ -200,3 +200,30 @@ fn resources_round_trip_through_keys() {
         assert_eq!(keys.resources().next(), Some(r));
     }
 }
+
+/// Whether an extension restores is decided where it is written, by the
+/// quarantine of the connection it goes out on: a plain or fenced lock's
+/// extension to a quarantined node sets the key again where absent; on any
+/// other node, and for kinds that do not restore, it is the round's step.
+#[test]
+fn an_extension_written_to_a_quarantined_node_restores() {
+    let restores = |claim: &Claim, quarantined| {
+        matches!(
+            claim.op_on(Step::Extend { restore: false }, 1000, quarantined),
+            Op::Extend { restore: true, .. }
+        )
+    };
+    let plain = Claim::new(Keys::single(&KeyLayout::default(), "r", false).unwrap());
+    assert!(restores(&plain, true));
+    assert!(!restores(&plain, false));
+    let many = Claim::new(Keys::many(&KeyLayout::default(), &["a", "b"]).unwrap());
+    assert!(matches!(
+        many.op_on(Step::Extend { restore: false }, 1000, true),
+        Op::ExtendMany { .. }
+    ));
+    // Any other step is written as the round made it.
+    assert_eq!(
+        plain.op_on(Step::Release, 0, true),
+        plain.op(Step::Release, 0)
+    );
+}

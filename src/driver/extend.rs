@@ -4,7 +4,12 @@
 //! - on a quarantined node (restarted without persistence within the
 //!   longest TTL), in the round itself, and counted: no one else can count
 //!   that node toward a grant, so the holder's key there is as good as one
-//!   that survived (docs/design.md §4b);
+//!   that survived (docs/design.md §4b). Decided where the call is written
+//!   (`Claim::op_on`), by the quarantine of the connection it goes out on:
+//!   a node restarted while the round was made is still reconnecting then;
+//!   chosen when the round was made, its extension went out without the
+//!   restore once the node's handshake found it restarted, and its "not
+//!   held" could make a majority that ended a kept lease;
 //! - on any other node, once a quorum granted: its "not held" before the
 //!   decision, and one that arrives after it, within the call's grace
 //!   ([`LateRestores`]) — whatever order the replies come in.
@@ -23,8 +28,8 @@ use crate::proto::quorum::{self, Decision};
 use crate::proto::round::{Mask, Wait};
 use crate::proto::round::{Step, refusal};
 
-/// An extension as first sent to a node that is not quarantined: it never
-/// sets a key again.
+/// An extension: it sets a key again only on a node quarantined on the
+/// connection it is written to (`Claim::op_on`).
 const EXTEND: Step = Step::Extend { restore: false };
 /// …and the restore: where the key is absent, it is set again.
 const RESTORE: Step = Step::Extend { restore: true };
@@ -72,13 +77,7 @@ impl Driver {
                     late.answered(node, outcome);
                 }) as Late
             }),
-            |i| {
-                if restorable && self.nodes[i].member().quarantined() {
-                    RESTORE
-                } else {
-                    EXTEND
-                }
-            },
+            |_| EXTEND,
             Some(places),
         );
         if restorable {

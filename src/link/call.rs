@@ -181,7 +181,10 @@ impl Pending {
                             ..
                         },
                         Ok(frame),
-                    ) => crate::scripts::parse_reply(&claim.op(*step, *ttl_ms), frame),
+                    ) => crate::scripts::parse_reply(
+                        &claim.op_on(*step, *ttl_ms, self.quarantined),
+                        frame,
+                    ),
                     (_, Ok(frame)) => Err(NodeError::Protocol(format!("{frame:?}").into())),
                     (_, Err(e)) => Err(e),
                 };

@@ -289,7 +289,11 @@ impl Io {
                 step,
                 ttl_ms,
                 ..
-            } => crate::scripts::encode(&claim.op(*step, *ttl_ms), self.loaded, &mut self.out),
+            } => crate::scripts::encode(
+                &claim.op_on(*step, *ttl_ms, call.quarantined),
+                self.loaded,
+                &mut self.out,
+            ),
             Work::Raw(command) => self.out.extend_from_slice(command),
             Work::Ping => self.out.extend_from_slice(b"*1\r\n$4\r\nPING\r\n"),
         }
