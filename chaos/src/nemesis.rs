@@ -331,8 +331,10 @@ impl Nemesis {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let target = n.to_string();
+        // The jump takes effect somewhere between these two lines.
         self.log(CLOCK, &target, "begin");
         self.nodes(&["step", &target, &self.step_seconds()]).await;
+        self.log(CLOCK, &target, "stepped");
         tokio::time::sleep(self.ttl * 2).await;
         self.log(CLOCK, &target, "end");
         let mut f = self.faulted.lock().await;

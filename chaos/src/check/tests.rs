@@ -175,3 +175,26 @@ fn unknown_outcomes_are_counted_apart() {
         "{shown}"
     );
 }
+
+/// An overlap across a single clock jump (the earlier grant before it, the
+/// later after it) is explained, not a violation; the same overlap with no
+/// jump between, or across a majority's jump (`clock3`), is one.
+#[test]
+fn an_overlap_across_a_clock_jump_is_explained() {
+    let grants = "100 c1 grant id=a kind=plain res=x holder=a until=900\n\
+                  400 c2 grant id=b kind=plain res=x holder=b until=1200\n";
+    let r = history(&format!(
+        "300 nemesis fault name=clock target=2 phase=begin\n{grants}"
+    ));
+    assert!(r.violations.is_empty(), "{r}");
+    assert_eq!(r.explained.len(), 1, "{r}");
+    assert!(r.to_string().contains("explained by a clock jump"), "{r}");
+    let r = history(&format!(
+        "450 nemesis fault name=clock target=2 phase=begin\n{grants}"
+    ));
+    assert_eq!(r.violations.len(), 1, "a jump after both grants: {r}");
+    let r = history(&format!(
+        "300 nemesis fault name=clock3 target=1,2,3 phase=begin\n{grants}"
+    ));
+    assert_eq!(r.violations.len(), 1, "a majority's jump: {r}");
+}
