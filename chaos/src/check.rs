@@ -19,9 +19,10 @@
 //! and a grant that reached only a bare quorum survives no such jump
 //! (docs/guarantees.md, "Clocks that jump"): contention makes such grants
 //! common. Two holds, or permits over the limit, that a jump explains — the
-//! earlier granted before it took effect, the later after it began, within a
-//! TTL (it takes effect between the fault's `begin` and `stepped` lines) —
-//! are reported apart (`explained`), not as violations. A jump of a majority
+//! earlier begun (its task's `invoke`: its keys were set somewhere between
+//! that and its grant) before the jump took effect, the later granted after
+//! it began (it takes effect between the fault's `begin` and `stepped`
+//! lines) — are reported apart (`explained`), not as violations. A jump of a majority
 //! (`clock3`, a negative control) explains nothing.
 
 use std::collections::BTreeMap;
@@ -37,6 +38,9 @@ struct Hold {
     resources: Vec<String>,
     holder: String,
     start: u64,
+    /// When its task began the operation (`invoke`): its keys were set on
+    /// the nodes somewhere between this and `start`.
+    invoked: u64,
     until: u64,
     end: Option<u64>,
     fence: Option<u64>,
@@ -245,6 +249,8 @@ pub fn check(lines: impl IntoIterator<Item = Line>) -> Report {
     // Each jump: when it began, when it had taken effect.
     let mut jumps: Vec<(u64, u64)> = Vec::new();
     let mut ttl_ns: u64 = 2_000_000_000;
+    // Each task's last `invoke`, by process and task.
+    let mut invoked: BTreeMap<(String, String), u64> = BTreeMap::new();
     let mut lines: Vec<Line> = lines.into_iter().collect();
     lines.sort_by_key(|l| l.t);
     for line in lines {
@@ -255,7 +261,12 @@ pub fn check(lines: impl IntoIterator<Item = Line>) -> Report {
             "grant" => {
                 let kind = line.get("kind").unwrap_or("?").to_owned();
                 *report.grants.entry(kind.clone()).or_default() += 1;
+                let task = (
+                    line.proc.clone(),
+                    line.get("task").unwrap_or_default().to_owned(),
+                );
                 let hold = Hold {
+                    invoked: invoked.get(&task).copied().unwrap_or(line.t).min(line.t),
                     id: id.clone(),
                     kind,
                     resources: line
@@ -296,7 +307,11 @@ pub fn check(lines: impl IntoIterator<Item = Line>) -> Report {
                 };
                 *counts.entry(key).or_default() += 1;
             }
-            "invoke" => report.invoked += 1,
+            "invoke" => {
+                report.invoked += 1;
+                let task = line.get("task").unwrap_or_default().to_owned();
+                invoked.insert((line.proc.clone(), task), line.t);
+            }
             "released" if line.get("ok") != Some("1") => report.releases_unknown += 1,
             "write" => {
                 let accepted = line.get("accepted") == Some("1");
@@ -351,8 +366,10 @@ pub fn check(lines: impl IntoIterator<Item = Line>) -> Report {
         overlaps(resource, &list, &mut report.violations);
         fences(resource, &list, &mut report.violations);
     }
-    // What a single jump explains: granted before it and after it.
+    // What a single jump explains: begun before it took effect, granted
+    // after it began.
     let start = |id: &str| holds.get(id).map(|h| h.start);
+    let began = |id: &str| holds.get(id).map(|h| h.invoked);
     let jumped = |before: Option<u64>, after: Option<u64>| match (before, after) {
         (Some(before), Some(after)) => jumps
             .iter()
@@ -362,7 +379,7 @@ pub fn check(lines: impl IntoIterator<Item = Line>) -> Report {
     let (explained, violations) = std::mem::take(&mut report.violations)
         .into_iter()
         .partition(|v| match v {
-            Violation::Overlap { first, second, .. } => jumped(start(&first.0), start(&second.0)),
+            Violation::Overlap { first, second, .. } => jumped(began(&first.0), start(&second.0)),
             Violation::TooManyPermits { id, .. } => {
                 let after = start(id);
                 jumped(after.map(|a| a.saturating_sub(ttl_ns)), after)
