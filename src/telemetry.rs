@@ -9,7 +9,7 @@
 //! built before any recorder was installed resolves them again, once, when
 //! it first sees one, so that no series is lost to the order of start-up.
 
-use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -198,6 +198,11 @@ pub(crate) struct NodeTelemetry {
     /// [`SLOW_IN_A_ROW`] (the node is then slow until an answer comes
     /// within half of it).
     slow: AtomicU32,
+    /// When the last of those was counted, in nanoseconds since `born`
+    /// (0: none): a burst of answers to calls queued behind one stall
+    /// counts once.
+    slow_at: AtomicU64,
+    born: Instant,
 }
 
 /// Answers in a row near or past the node timeout (over 80 % of it) that
@@ -230,6 +235,8 @@ impl NodeTelemetry {
             in_flight: AtomicI64::new(0),
             health: Mutex::new(Tracker::default()),
             slow: AtomicU32::new(0),
+            slow_at: AtomicU64::new(0),
+            born: Instant::now(),
         }
     }
 
@@ -297,7 +304,7 @@ impl NodeTelemetry {
         }
         instruments.outcomes[i].increment(1);
         if outcome.is_ok() {
-            self.answered_in(took, late);
+            self.answered_in(took, late, now.saturating_duration_since(self.born));
         }
         if counted_late {
             return;
@@ -309,14 +316,24 @@ impl NodeTelemetry {
         self.health(failure, outcome.err(), now);
     }
 
-    /// An answer took `took` against the node timeout `late`: a node whose
-    /// answers come near it or past it [`SLOW_IN_A_ROW`] times, none
-    /// within half of it between, is
-    /// named once (with the setting to raise) and its gauge set, until an
-    /// answer comes within half of it. A node farther away than the node
-    /// timeout allows never counts in a round: it only shows here.
-    fn answered_in(&self, took: Duration, late: Duration) {
+    /// An answer took `took` against the node timeout `late`, `at` (since
+    /// the node's telemetry was made): a node whose answers come near it or
+    /// past it [`SLOW_IN_A_ROW`] times, at least a node timeout apart (the
+    /// answers to calls queued behind one stall — a reconnection, a frozen
+    /// node — come back at once: they count once), none within half of it
+    /// between, is named once (with the setting to raise) and its gauge
+    /// set, until an answer comes within half of it. A node farther away
+    /// than the node timeout allows never counts in a round: it only shows
+    /// here.
+    fn answered_in(&self, took: Duration, late: Duration, at: Duration) {
         let slow = if took * 5 > late * 4 {
+            let at = u64::try_from(at.as_nanos()).unwrap_or(u64::MAX).max(1);
+            let last = self.slow_at.load(Ordering::Relaxed);
+            let apart = u64::try_from(late.as_nanos()).unwrap_or(u64::MAX);
+            if last != 0 && at.saturating_sub(last) < apart {
+                return;
+            }
+            self.slow_at.store(at, Ordering::Relaxed);
             self.slow
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
                     (n < SLOW_IN_A_ROW).then_some(n + 1)
@@ -660,22 +677,33 @@ mod tests {
             metrics::with_local_recorder(&recorder, || {
                 let node = NodeTelemetry::new(&Arc::from("far"));
                 let ms = Duration::from_millis;
-                node.answered_in(ms(70), timeout);
-                node.answered_in(ms(1), timeout); // fast: the count starts again
+                // Answers 100 ms apart (two node timeouts).
+                let mut at = ms(0);
+                let mut answer = |took| {
+                    at += ms(100);
+                    node.answered_in(ms(took), timeout, at);
+                };
+                answer(70);
+                answer(1); // fast: the count starts again
                 let mut scrapes = vec![handle.render()];
-                for took in [45, 70, 41, 80] {
-                    node.answered_in(ms(took), timeout);
+                // A burst of slow answers (calls queued behind one stall)
+                // counts once.
+                for _ in 0..5 {
+                    node.answered_in(ms(90), timeout, ms(201));
+                }
+                for took in [70, 41, 80] {
+                    answer(took);
                     scrapes.push(handle.render());
                 }
-                node.answered_in(ms(30), timeout); // between: still slow
+                answer(30); // between: still slow
                 scrapes.push(handle.render());
-                node.answered_in(ms(20), timeout);
+                answer(20);
                 scrapes.push(handle.render());
                 scrapes
             })
         });
         let gauges: Vec<_> = scrapes.iter().map(|s| gauge(s)).collect();
-        let expected = ["0", "0", "0", "1", "1", "1", "0"].map(|g| Some(g.to_owned()));
+        let expected = ["0", "0", "1", "1", "1", "0"].map(|g| Some(g.to_owned()));
         assert_eq!(gauges, expected);
         let logged = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
         assert_eq!(logged.matches("WARN").count(), 1, "{logged}");

@@ -19,10 +19,13 @@
 //! and a grant that reached only a bare quorum survives no such jump
 //! (docs/guarantees.md, "Clocks that jump"): contention makes such grants
 //! common. Two holds, or permits over the limit, that a jump explains — the
-//! earlier begun (its task's `invoke`: its keys were set somewhere between
-//! that and its grant) before the jump took effect, the later granted after
-//! it began (it takes effect between the fault's `begin` and `stepped`
-//! lines) — are reported apart (`explained`), not as violations. A jump of a majority
+//! earlier begun before the jump took effect (its keys were set in its last
+//! round: after its task's `invoke`, and at most a TTL before its grant), the
+//! later granted after the jump began and within a TTL of it taking effect
+//! (by then every key set before it is gone anyway) — are reported apart
+//! (`explained`), not as violations. A jump takes effect between the
+//! fault's `begin` and `stepped` lines; one with no `stepped` did not
+//! happen. A jump of a majority
 //! (`clock3`, a negative control) explains nothing.
 
 use std::collections::BTreeMap;
@@ -77,6 +80,8 @@ pub enum Violation {
     TooManyPermits {
         /// The semaphore.
         semaphore: String,
+        /// The earliest of the permits held at once.
+        earliest: String,
         /// How many at once.
         held: usize,
         /// Its limit.
@@ -132,12 +137,14 @@ impl fmt::Display for Violation {
             ),
             Violation::TooManyPermits {
                 semaphore,
+                earliest,
                 held,
                 limit,
                 id,
             } => write!(
                 f,
-                "{held} permits of {semaphore} at once (limit {limit}) when {id} was granted"
+                "{held} permits of {semaphore} at once (limit {limit}) when {id} was granted \
+                 (the earliest held: {earliest})"
             ),
             Violation::FenceBackwards {
                 resource,
@@ -246,8 +253,9 @@ pub fn check(lines: impl IntoIterator<Item = Line>) -> Report {
     let mut holds: BTreeMap<String, Hold> = BTreeMap::new();
     let mut writes: BTreeMap<String, Vec<(u64, String, u64, bool)>> = BTreeMap::new();
     let (mut first, mut last) = (u64::MAX, 0);
-    // Each jump: when it began, when it had taken effect.
-    let mut jumps: Vec<(u64, u64)> = Vec::new();
+    // Each jump: when it began, when it had taken effect (`None`: it did
+    // not).
+    let mut jumps: Vec<(u64, Option<u64>)> = Vec::new();
     let mut ttl_ns: u64 = 2_000_000_000;
     // Each task's last `invoke`, by process and task.
     let mut invoked: BTreeMap<(String, String), u64> = BTreeMap::new();
@@ -332,7 +340,7 @@ pub fn check(lines: impl IntoIterator<Item = Line>) -> Report {
             }
             "fault" if line.get("phase") == Some("stepped") => {
                 if let Some(jump) = jumps.last_mut() {
-                    jump.1 = line.t;
+                    jump.1 = Some(line.t);
                 }
             }
             "note" if line.num("ttl_ms").is_some() => {
@@ -340,7 +348,7 @@ pub fn check(lines: impl IntoIterator<Item = Line>) -> Report {
             }
             "fault" if line.get("phase") == Some("begin") => {
                 if line.get("name") == Some("clock") {
-                    jumps.push((line.t, line.t));
+                    jumps.push((line.t, None));
                 }
                 *report
                     .faults
@@ -369,21 +377,24 @@ pub fn check(lines: impl IntoIterator<Item = Line>) -> Report {
     // What a single jump explains: begun before it took effect, granted
     // after it began.
     let start = |id: &str| holds.get(id).map(|h| h.start);
-    let began = |id: &str| holds.get(id).map(|h| h.invoked);
+    let began = |id: &str| {
+        holds
+            .get(id)
+            .map(|h| h.invoked.max(h.start.saturating_sub(ttl_ns)))
+    };
     let jumped = |before: Option<u64>, after: Option<u64>| match (before, after) {
-        (Some(before), Some(after)) => jumps
-            .iter()
-            .any(|&(began, stepped)| before < stepped && began <= after),
+        (Some(before), Some(after)) => jumps.iter().any(|&(began, stepped)| {
+            stepped.is_some_and(|stepped| {
+                before < stepped && began <= after && after < stepped + ttl_ns
+            })
+        }),
         _ => false,
     };
     let (explained, violations) = std::mem::take(&mut report.violations)
         .into_iter()
         .partition(|v| match v {
             Violation::Overlap { first, second, .. } => jumped(began(&first.0), start(&second.0)),
-            Violation::TooManyPermits { id, .. } => {
-                let after = start(id);
-                jumped(after.map(|a| a.saturating_sub(ttl_ns)), after)
-            }
+            Violation::TooManyPermits { id, earliest, .. } => jumped(began(earliest), start(id)),
             _ => false,
         });
     report.explained = explained;
@@ -418,10 +429,13 @@ fn overlaps(resource: &str, list: &[&Hold], out: &mut Vec<Violation>) {
             continue; // never valid (granted after its validity ended)
         }
         if hold.kind == "permit" {
-            let held = 1 + active.iter().filter(|a| a.kind == "permit").count();
+            let permits = active.iter().filter(|a| a.kind == "permit");
+            let held = 1 + permits.clone().count();
             if let Some(limit) = hold.limit.filter(|l| held as u64 > *l) {
+                let earliest = permits.map(|a| a.id.clone()).next().unwrap_or_default();
                 out.push(Violation::TooManyPermits {
                     semaphore: resource.to_owned(),
+                    earliest,
                     held,
                     limit,
                     id: hold.id.clone(),

@@ -20,7 +20,7 @@
 //! | `fail`     | `task kind res err`                                      | an acquire was refused by the nodes' answers (`Taken`, `Timeout`, bad input) |
 //! | `unknown`  | `task kind res err`                                      | an acquire whose outcome on the nodes is unknown (`Unavailable`, `Expired`, `Busy`): never acted on, taken back in the background |
 //! | `write`    | `id res fence seq accepted`                              | a write to the fenced store, and its verdict |
-//! | `fault`    | `name target phase`                                      | the nemesis began or ended a fault |
+//! | `fault`    | `name target phase`                                      | the nemesis began (`begin`) or ended (`end`) a fault; a clock jump has taken effect at `stepped` |
 //! | `left`     | `node key pttl`                                          | a key with a TTL found after the run |
 //! | `note`     | anything                                                 | free text for the reader |
 

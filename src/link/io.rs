@@ -425,6 +425,9 @@ impl Io {
             }
             call.redirects += 1;
             call.asking = ask;
+            // The node it goes to next says whether it is quarantined
+            // there (`Claim::op_on`), when it is written again.
+            call.quarantined = false;
             route.redirect(call, ask, slot, to);
             return;
         }

@@ -177,22 +177,35 @@ fn unknown_outcomes_are_counted_apart() {
 }
 
 /// An overlap across a single clock jump (the earlier grant before it, the
-/// later after it) is explained, not a violation; the same overlap with no
-/// jump between, or across a majority's jump (`clock3`), is one.
+/// later after it, within a TTL) is explained, not a violation; the same
+/// overlap with no jump between, across a jump that did not happen (no
+/// `stepped`), a TTL or more after the jump, or across a majority's jump
+/// (`clock3`), is one.
 #[test]
 fn an_overlap_across_a_clock_jump_is_explained() {
     let grants = "100 c1 grant id=a kind=plain res=x holder=a until=900\n\
                   400 c2 grant id=b kind=plain res=x holder=b until=1200\n";
-    let r = history(&format!(
-        "300 nemesis fault name=clock target=2 phase=begin\n{grants}"
-    ));
+    let jump = |at: u64| {
+        format!(
+            "{at} nemesis fault name=clock target=2 phase=begin\n\
+             {} nemesis fault name=clock target=2 phase=stepped\n",
+            at + 1
+        )
+    };
+    let r = history(&format!("{}{grants}", jump(300)));
     assert!(r.violations.is_empty(), "{r}");
     assert_eq!(r.explained.len(), 1, "{r}");
     assert!(r.to_string().contains("explained by a clock jump"), "{r}");
-    let r = history(&format!(
-        "450 nemesis fault name=clock target=2 phase=begin\n{grants}"
-    ));
+    let r = history(&format!("{}{grants}", jump(450)));
     assert_eq!(r.violations.len(), 1, "a jump after both grants: {r}");
+    let r = history(&format!(
+        "300 nemesis fault name=clock target=2 phase=begin\n{grants}"
+    ));
+    assert_eq!(r.violations.len(), 1, "a step that failed: {r}");
+    // With a TTL of 0 the later grant comes past a TTL after the jump: every
+    // key set before the jump would be gone by then anyway.
+    let r = history(&format!("1 run note ttl_ms=0\n{}{grants}", jump(300)));
+    assert_eq!(r.violations.len(), 1, "a later grant past a TTL: {r}");
     let r = history(&format!(
         "300 nemesis fault name=clock3 target=1,2,3 phase=begin\n{grants}"
     ));
