@@ -21,9 +21,9 @@
 //! common. Two holds, or permits over the limit, that a jump explains — the
 //! earlier begun before the jump took effect (its keys were set in its last
 //! round: after its task's `invoke`, and at most a TTL before its grant), the
-//! later granted after the jump began and within a TTL of it taking effect
-//! (by then every key set before it is gone anyway) — are reported apart
-//! (`explained`), not as violations. A jump takes effect between the
+//! later granted after the jump began and within a TTL of the later of the
+//! jump and the earlier grant (by then every key set before the jump is gone
+//! anyway) — are reported apart (`explained`), not as violations. A jump takes effect between the
 //! fault's `begin` and `stepped` lines; one with no `stepped` did not
 //! happen. A jump of a majority
 //! (`clock3`, a negative control) explains nothing.
@@ -382,10 +382,14 @@ pub fn check(lines: impl IntoIterator<Item = Line>) -> Report {
             .get(id)
             .map(|h| h.invoked.max(h.start.saturating_sub(ttl_ns)))
     };
-    let jumped = |before: Option<u64>, after: Option<u64>| match (before, after) {
-        (Some(before), Some(after)) => jumps.iter().any(|&(began, stepped)| {
+    // `first`'s keys were set before a jump took effect, `second` was
+    // granted after it began, and before `first`'s validity from its grant
+    // (or from the jump, if granted before it) ran out: its keys set before
+    // the jump would have been gone by then anyway.
+    let jumped = |first: &str, second: &str| match (began(first), start(first), start(second)) {
+        (Some(before), Some(granted), Some(after)) => jumps.iter().any(|&(began, stepped)| {
             stepped.is_some_and(|stepped| {
-                before < stepped && began <= after && after < stepped + ttl_ns
+                before < stepped && began <= after && after < stepped.max(granted) + ttl_ns
             })
         }),
         _ => false,
@@ -393,8 +397,8 @@ pub fn check(lines: impl IntoIterator<Item = Line>) -> Report {
     let (explained, violations) = std::mem::take(&mut report.violations)
         .into_iter()
         .partition(|v| match v {
-            Violation::Overlap { first, second, .. } => jumped(began(&first.0), start(&second.0)),
-            Violation::TooManyPermits { id, earliest, .. } => jumped(began(earliest), start(id)),
+            Violation::Overlap { first, second, .. } => jumped(&first.0, &second.0),
+            Violation::TooManyPermits { id, earliest, .. } => jumped(earliest, id),
             _ => false,
         });
     report.explained = explained;
