@@ -444,12 +444,13 @@ async fn real_case(s: Settings, name: String, ttl: Duration) -> Ended {
     );
     match bounded("release", lock.release()).await {
         Ok(()) => {}
-        // A node timeout of a few ms may pass before a quorum confirms on a
-        // loaded machine, and so may 50 ms when every node must write and
-        // fsync a megabyte-long key; the releases are sent all the same (the
-        // loop below checks that they land).
-        Err(LockError::Unavailable { .. })
-            if node_timeout(&s, ttl) < Duration::from_millis(50) || name.len() >= 1 << 16 => {}
+        // The node timeout may pass before a quorum confirms: a few ms on a
+        // loaded machine, 50 ms when every node must write and fsync a
+        // megabyte-long key, or when this binary's other property test has
+        // both cores (CI saw every node time out on a one-byte name). The
+        // releases are sent all the same: the loop below checks that they
+        // land, which is the property.
+        Err(LockError::Unavailable { .. }) => {}
         Err(e) => panic!("release with {s:?}: {e}"),
     }
     // The rest of the release lands in the background.
