@@ -144,6 +144,8 @@ pub mod inspect;
 mod lease;
 mod link;
 mod lock;
+#[cfg(test)]
+mod log_capture;
 mod master;
 pub mod node;
 mod options;

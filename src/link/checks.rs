@@ -123,12 +123,10 @@ impl Standing {
 
 #[cfg(test)]
 mod tests {
-    use std::io::Write;
-    use std::sync::Mutex;
-
     use metrics_exporter_prometheus::PrometheusBuilder;
 
     use super::*;
+    use crate::log_capture::Lines;
     use crate::proto::restart::Facts;
 
     /// A process `run_id`, up for a second, that does not persist.
@@ -142,19 +140,6 @@ mod tests {
                 born_here: Some(true),
             },
             ..Hello::default()
-        }
-    }
-
-    #[derive(Clone, Default)]
-    struct Lines(Arc<Mutex<Vec<u8>>>);
-
-    impl Write for Lines {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
         }
     }
 
@@ -180,11 +165,7 @@ mod tests {
         let recorder = PrometheusBuilder::new().build_recorder();
         let handle = recorder.handle();
         let lines = Lines::default();
-        let writer = lines.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .finish();
+        let subscriber = lines.subscriber();
         let mut standing = Standing::default();
         let (first, again) = tracing::subscriber::with_default(subscriber, || {
             metrics::with_local_recorder(&recorder, || {
@@ -194,7 +175,7 @@ mod tests {
             })
         });
         assert!(first.is_some() && first == again, "{first:?} {again:?}");
-        let logged = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        let logged = lines.text();
         assert_eq!(logged.matches("WARN").count(), 2, "{logged}");
         assert!(logged.contains("node=n1"), "{logged}");
         assert!(logged.contains("quarantine_left_ms=59"), "{logged}");
