@@ -163,20 +163,7 @@ async fn a_leader_that_shuts_down_hands_over_at_once() {
         })
     };
     // The candidate is in line before the leader stops.
-    let line = format!("{{{name}}}:lock:line");
-    let mut conn = raw(0).await;
-    let start = Instant::now();
-    while redis::AsyncCommands::zcard::<_, usize>(&mut conn, &line)
-        .await
-        .unwrap()
-        == 0
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "the candidate never got in line"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_in_line(&name).await;
     let stopped = Instant::now();
     leading.abort();
     leader.shutdown().await;

@@ -68,3 +68,23 @@ pub async fn raw_all() -> Vec<MultiplexedConnection> {
     }
     conns
 }
+
+/// Waits (at most 10 s) until someone waits in line for the lock on
+/// `resource` on node 1 (its key layout's default prefix): a candidate or
+/// waiter is queued there, so a release wakes it.
+pub async fn until_in_line(resource: &str) {
+    let line = format!("{{{resource}}}:lock:line");
+    let mut conn = raw(0).await;
+    let start = std::time::Instant::now();
+    while redis::AsyncCommands::zcard::<_, usize>(&mut conn, &line)
+        .await
+        .unwrap()
+        == 0
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "nobody got in line for {resource}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

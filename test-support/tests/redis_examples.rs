@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use redquorum::LockOptions;
 use redquorum_test_support::process::Process;
-use redquorum_test_support::{raw, redlock, unique};
+use redquorum_test_support::{raw, redlock, unique, until_in_line};
 
 /// examples/service.rs as replicas run it: two processes, the first
 /// leading, the second in line; SIGTERM to the leader, and the second
@@ -26,20 +26,7 @@ async fn the_service_example_hands_over_on_sigterm() {
     let led = first.until("leading, term").await;
     let mut second = Process::start(env!("CARGO_BIN_EXE_service"), &env);
     // The second is in line (waiting on a release) before the first stops.
-    let line = format!("{{{name}}}:lock:line");
-    let mut conn = raw(0).await;
-    let start = Instant::now();
-    while redis::AsyncCommands::zcard::<_, usize>(&mut conn, &line)
-        .await
-        .unwrap()
-        == 0
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "the second never got in line"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_in_line(&name).await;
     let stopped = Instant::now();
     first.signal("TERM");
     let leads = second.until("leading, term").await;

@@ -9,7 +9,9 @@ pub mod acl;
 pub mod cluster;
 pub mod memory;
 
-pub use redquorum_test_support::{load, node_urls, patient, proxy, raw, raw_all, redlock, unique};
+pub use redquorum_test_support::{
+    load, node_urls, patient, proxy, raw, raw_all, redlock, unique, until_in_line,
+};
 
 use std::collections::BTreeMap;
 use std::process::Command;
