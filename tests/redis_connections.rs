@@ -21,6 +21,10 @@ use tokio::time::Instant;
 
 const TTL: Duration = Duration::from_secs(30);
 
+/// A node timeout for tests that check which calls land, not how fast: the
+/// default (50 ms) leaves a shared machine's stalls too little room.
+const ROOMY: Duration = Duration::from_millis(250);
+
 /// One test at a time: some change every node's settings.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -85,7 +89,12 @@ async fn holding(resource: &str) -> usize {
 async fn connections_closed_while_idle_cost_no_round() {
     let _serial = SERIAL.lock().await;
     let _timeout = IdleTimeout::set(1).await;
-    let redlock = Redlock::connect(node_urls()).await.unwrap();
+    let redlock = Redlock::builder()
+        .nodes(node_urls())
+        .node_timeout(ROOMY)
+        .build()
+        .await
+        .unwrap();
     for round in 0..3 {
         let resource = unique("idle-close");
         let mut lock = redlock.try_lock(&resource, TTL).await.unwrap();
@@ -134,7 +143,10 @@ async fn silently_dropped_connections_are_found_before_a_round_needs_them() {
     for proxy in &proxies {
         proxy.set_blackhole_idle(Some(Duration::from_millis(1_500)));
     }
-    let redlock = Redlock::connect(proxies.iter().map(Proxy::url))
+    let redlock = Redlock::builder()
+        .nodes(proxies.iter().map(Proxy::url))
+        .node_timeout(ROOMY)
+        .build()
         .await
         .unwrap();
     let mut failed = Vec::new();
@@ -146,8 +158,8 @@ async fn silently_dropped_connections_are_found_before_a_round_needs_them() {
             }
         }
         // Found (a PING within 1 s of idleness, unanswered for its 1 s
-        // grace) and replaced before the round.
-        tokio::time::sleep(Duration::from_millis(2_500)).await;
+        // grace) and replaced before the round, with a second to spare.
+        tokio::time::sleep(Duration::from_millis(3_000)).await;
         let resource = unique("blackhole");
         match redlock.try_lock(&resource, TTL).await {
             Ok(lock) => {
@@ -192,7 +204,9 @@ async fn probe_reports_nodes_back_within_one_attempt() {
         proxy.set_down(false);
     }
     let back = Instant::now();
-    let health = redlock.probe(Duration::from_millis(50)).await;
+    // Room for the reconnection and its handshake, far below the reconnect
+    // backoff (up to 1 s) that a probe waiting for it would meet.
+    let health = redlock.probe(Duration::from_millis(300)).await;
     let took = back.elapsed();
     println!("probe after the nodes came back: {took:?}");
     assert!(
@@ -293,12 +307,12 @@ async fn a_node_that_always_answers_late_stays_degraded() {
 /// from the first call: a node still connecting for the first time is
 /// waited for, before the round's clock starts.
 ///
-/// Each node timeout is four round trips: the machine is shared, and a
-/// call that waits past a timeout only as long as one round trip would be
-/// a flake, not a finding (CI once saw a release to nodes 150 ms away miss
-/// a 250 ms timeout on all five). So that `build` still returns while the
-/// nodes are connecting, the handshake meets six round trips' latency (its
-/// chunks keep the latency they met), the calls after it one.
+/// Each node timeout is four round trips and 250 ms: the machine is
+/// shared, and its stalls come in absolute time (CI once saw a release to
+/// nodes 150 ms away miss a 250 ms timeout on all five). So that `build`
+/// still returns while the nodes are connecting, the handshake meets six
+/// round trips' latency (its chunks keep the latency they met), the calls
+/// after it one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn distant_nodes_work_from_the_first_call() {
     let _serial = SERIAL.lock().await;
@@ -307,7 +321,7 @@ async fn distant_nodes_work_from_the_first_call() {
         let proxies = proxies(3 * round_trip).await;
         let builder = Redlock::builder()
             .nodes(proxies.iter().map(Proxy::url))
-            .node_timeout(4 * round_trip)
+            .node_timeout(4 * round_trip + Duration::from_millis(250))
             .connect_timeout(Duration::from_secs(5));
         let start = Instant::now();
         let redlock = builder.build().await.unwrap();
@@ -384,8 +398,11 @@ async fn nodes_farther_than_the_node_timeout_are_named() {
     };
     let start = Instant::now();
     loop {
-        let lock = redlock.try_lock(&unique("far-named"), TTL).await.unwrap();
-        lock.release().await.unwrap();
+        // A round may miss its quorum on a stall (two of five nodes are
+        // always late): the property is the log line.
+        if let Ok(lock) = redlock.try_lock(&unique("far-named"), TTL).await {
+            let _ = lock.release().await;
+        }
         let (done, logged) = named(&logs);
         if done {
             assert!(logged.contains("Builder::node_timeout"), "{logged}");

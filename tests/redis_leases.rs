@@ -123,10 +123,11 @@ async fn lease_lost_to_a_majority_cut_stops_the_work() {
         );
     }
     let cut_at = cut_at.lock().unwrap().expect("cut happened");
-    // Stopped within the TTL of the cut (plus scheduling slack).
+    // Stopped within the TTL of the cut, plus slack for `run`'s release
+    // (which waits its node timeout for the cut nodes) and scheduling.
     let stopped_after = returned - cut_at;
     assert!(
-        stopped_after < ttl + Duration::from_millis(200),
+        stopped_after < ttl + Duration::from_millis(500),
         "stopped {stopped_after:?} after the cut"
     );
     assert!(steps.len() < 200);

@@ -100,6 +100,7 @@ async fn without_notifications_a_waiter_falls_back_to_polling() {
     let holder = support::redlock().await;
     let waiter = Redlock::builder()
         .nodes(&urls)
+        .node_timeout(Duration::from_secs(1))
         .retry(Retry::new(3, Duration::from_millis(300)))
         .build()
         .await

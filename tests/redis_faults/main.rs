@@ -31,10 +31,13 @@ static CLUSTER: Mutex<()> = Mutex::const_new(());
 /// what waiting for the frozen node would cost (the TCP response timeout).
 const NO_STALL: Duration = Duration::from_millis(750);
 
+/// A client whose node timeout (250 ms) leaves a shared machine's stalls
+/// room: these tests check which nodes answer, not how fast (the grace
+/// that drops an unresponsive node's connection stays 1 s).
 async fn client() -> Redlock {
     Redlock::builder()
         .nodes(node_urls())
-        .node_timeout(Duration::from_millis(50))
+        .node_timeout(Duration::from_millis(250))
         .build()
         .await
         .expect("connect")
@@ -177,7 +180,7 @@ async fn node_down_at_connect_does_not_delay_and_rejoins() {
         .await
         .unwrap();
     lock.release().await.unwrap();
-    match redlock.try_lock(&resource, Duration::from_millis(50)).await {
+    match redlock.try_lock(&resource, Duration::from_secs(1)).await {
         Ok(lock) => drop(lock),
         Err(e) => panic!("four of five nodes must grant: {e}"),
     }
@@ -267,7 +270,11 @@ async fn slow_or_cut_node_does_not_slow_rounds() {
     proxy.set_latency(Duration::from_millis(20));
     // Slow link: still granted with node 1 needed (40 ms < 200 ms timeout)…
     assert!(grants_with_node(&redlock, &resource, 1).await);
-    // …and without needing it, a round does not wait for it.
+    // …and without needing it, a round does not wait for it: a cycle that
+    // waited for node 1 takes a round trip of 40 ms at least, so the
+    // fastest of five is under it (the others may meet the machine's
+    // stalls).
+    let mut fastest = Duration::MAX;
     for _ in 0..5 {
         let start = Instant::now();
         let lock = redlock
@@ -275,12 +282,9 @@ async fn slow_or_cut_node_does_not_slow_rounds() {
             .await
             .unwrap();
         lock.release().await.unwrap();
-        assert!(
-            start.elapsed() < Duration::from_millis(40),
-            "{:?}",
-            start.elapsed()
-        );
+        fastest = fastest.min(start.elapsed());
     }
+    assert!(fastest < Duration::from_millis(40), "{fastest:?}");
     proxy.set_latency(Duration::ZERO);
     proxy.set_cut(true);
     assert!(
@@ -442,7 +446,7 @@ async fn leftovers_live_only_on_the_unreachable_node_until_their_ttl() {
     {
         let _frozen = Frozen::new(&[5]);
         let lock = redlock.try_lock(&resource, ttl).await.unwrap();
-        // Held past the grace (4 × 50 ms, at least 1 s): node 5's
+        // Held past the grace (4 × 250 ms, at least 1 s): node 5's
         // connection is dropped.
         tokio::time::sleep(Duration::from_millis(1500)).await;
         lock.release().await.unwrap();

@@ -16,7 +16,6 @@ mod support;
 
 use std::time::Duration;
 
-use redquorum::Redlock;
 use support::cli::*;
 use support::proxy::Proxy;
 use support::*;
@@ -142,10 +141,10 @@ async fn the_command_sees_resource_token_and_fence() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_held_resource_with_zero_wait_exits_75_within_a_second() {
+async fn a_held_resource_with_zero_wait_exits_75_at_once() {
     let nodes = node_urls();
     let resource = unique("cli-held");
-    let redlock = Redlock::connect(&nodes).await.unwrap();
+    let redlock = redlock().await;
     let lock = redlock
         .lock(&resource, Duration::from_secs(20))
         .await
@@ -163,7 +162,10 @@ async fn a_held_resource_with_zero_wait_exits_75_within_a_second() {
         let out = finish(command.spawn().unwrap()).await;
         let elapsed = start.elapsed();
         assert_eq!(code(&out), 75, "{}", stderr(&out));
-        assert!(elapsed < Duration::from_secs(1), "took {elapsed:?}");
+        // At once: a process's start and first connections, far below the
+        // 20 s a wait for the holder's TTL would take (a loaded machine
+        // starts a debug binary slowly, so the bound is not one second).
+        assert!(elapsed < Duration::from_secs(5), "took {elapsed:?}");
         assert!(stderr(&out).contains("held elsewhere"), "{}", stderr(&out));
         println!("{args:?}: exit 75 after {elapsed:?}");
     }
@@ -284,7 +286,7 @@ async fn sigterm_is_passed_on_and_the_lock_released() {
 async fn status_shows_the_holder_and_release_by_token_frees_it() {
     let nodes = node_urls();
     let resource = unique("cli-status");
-    let redlock = Redlock::connect(&nodes).await.unwrap();
+    let redlock = redlock().await;
     let lock = redlock
         .lock(&resource, Duration::from_secs(20))
         .await
