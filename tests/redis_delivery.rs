@@ -26,8 +26,10 @@ const TASKS: usize = 16;
 const PER_TASK: usize = 25;
 const TTL: Duration = Duration::from_secs(10);
 const EXTENDED: Duration = Duration::from_secs(60);
-/// How long after the call returns every node must show its effect.
-const SPREAD_BOUND: Duration = Duration::from_millis(100);
+/// How long after the call returns every node must show its effect: a
+/// call that never arrives never shows, so the bound is room for a loaded
+/// machine (both cores are kept busy here), not the property.
+const SPREAD_BOUND: Duration = Duration::from_secs(1);
 const OWNER: &str = "delivery-owner";
 
 #[derive(Debug, Clone, Copy)]

@@ -346,10 +346,11 @@ async fn readers_releasing_together_wake_the_writer() {
         let writer = waiting.await.unwrap();
         let after = released.elapsed();
         println!("round {round}: writer had the lock {after:?} after {count} readers released");
-        // A liveness bound far above the few ms a wake-up takes and far below
-        // the 30 s the readers' keys would live.
+        // A liveness bound far above the few ms a wake-up takes (and the
+        // readers' own releases, timed with it) and far below the 30 s the
+        // readers' keys would live.
         assert!(
-            after < Duration::from_secs(1),
+            after < Duration::from_secs(5),
             "writer woken {after:?} after {count} readers released"
         );
         writer.unwrap().release().await.unwrap();
