@@ -382,16 +382,10 @@ impl ClusterNode {
     /// with why not. Whether it was made.
     pub(crate) fn submit(&self, mut call: Pending) -> bool {
         let shared = &self.shared;
-        let Work::Op {
-            claim,
-            step,
-            ttl_ms,
-            route,
-        } = &mut call.work
-        else {
-            unreachable!("a round's call is an operation")
+        let Work::Errand { errand, route } = &mut call.work else {
+            unreachable!("a round's call is an errand")
         };
-        let key_slot = slot(claim.op(*step, *ttl_ms).first_key().as_bytes());
+        let key_slot = slot(errand.key().as_bytes());
         let mut map = shared.map();
         let target = match map.outstanding.get_mut(&key_slot) {
             Some((first, count)) => {

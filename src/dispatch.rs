@@ -44,7 +44,7 @@ use crate::ballot::Ballot;
 use crate::claim::Claim;
 use crate::cluster::ClusterNode;
 use crate::in_flight::{InFlight, Place};
-use crate::link::{Pending, Sink, Ticket, Work};
+use crate::link::{Errand, Pending, Sink, Ticket, Work};
 use crate::master::RedisNode;
 use crate::node::Node;
 use crate::proto::error::NodeError;
@@ -293,22 +293,21 @@ impl Dispatcher {
             telemetry: Arc::clone(&self.telemetry),
             _slot: place,
         };
-        let sink = Sink::Ballot {
-            ballot: Arc::clone(ballot),
-            node,
-        };
-        let work = Work::Op {
+        let mut errand = Box::new(Vote {
             claim: Arc::clone(claim),
             step,
             ttl_ms,
-            route: None,
-        };
-        let call = Pending::new(work, sink, Some(ticket));
+            ballot: Arc::clone(ballot),
+            node,
+            quarantined: false,
+        });
         match &self.member {
-            Member::Redis(redis) => redis.link().submit(call),
-            Member::Cluster(cluster) => cluster.submit(call),
+            Member::Redis(redis) => redis.link().submit(Vote::call(errand, ticket)),
+            Member::Cluster(cluster) => cluster.submit(Vote::call(errand, ticket)),
             Member::Custom(custom) => {
-                self.call_custom(Arc::clone(custom), call);
+                errand.quarantined = custom.quarantined();
+                let call = Vote::call(errand, ticket);
+                self.call_custom(Arc::clone(custom), claim, step, ttl_ms, call);
                 true
             }
         }
@@ -316,19 +315,16 @@ impl Dispatcher {
 
     /// A call to a node of your own: polled once now (which sends it, in
     /// the order calls are made), then driven by the node's delivery task.
-    fn call_custom(&self, node: Arc<dyn Node>, mut call: Pending) {
-        let Work::Op {
-            claim,
-            step,
-            ttl_ms,
-            ..
-        } = &call.work
-        else {
-            unreachable!("a round's call is an operation")
-        };
-        let (claim, step, ttl_ms, grace) = (Arc::clone(claim), *step, *ttl_ms, self.limits.grace);
+    fn call_custom(
+        &self,
+        node: Arc<dyn Node>,
+        claim: &Arc<Claim>,
+        step: Step,
+        ttl_ms: u64,
+        call: Pending,
+    ) {
+        let (claim, grace) = (Arc::clone(claim), self.limits.grace);
         let quarantined = node.quarantined();
-        call.quarantined = quarantined;
         let mut future: Pin<Box<dyn Future<Output = Outcome> + Send>> =
             Box::pin(tokio::task::coop::unconstrained(async move {
                 let op = claim.op_on(step, ttl_ms, quarantined);
@@ -353,6 +349,56 @@ impl Dispatcher {
                 }
             }
         }
+    }
+}
+
+/// A round's call to one node, as the transport carries it: node `node`'s
+/// vote on `step` of `claim`, cast into `ballot` at its end.
+struct Vote {
+    claim: Arc<Claim>,
+    step: Step,
+    ttl_ms: u64,
+    ballot: Arc<Ballot>,
+    node: usize,
+    /// Last written where the node was quarantined: its yes counts toward
+    /// no new grant, and an extension restores its key there
+    /// (`Claim::op_on`).
+    quarantined: bool,
+}
+
+impl Vote {
+    fn call(errand: Box<Vote>, ticket: Ticket) -> Pending {
+        let work = Work::Errand {
+            errand,
+            route: None,
+        };
+        Pending::new(work, Sink::Errand, Some(ticket))
+    }
+}
+
+impl Errand for Vote {
+    fn encode(&mut self, loaded: bool, quarantined: bool, out: &mut Vec<u8>) {
+        self.quarantined = quarantined;
+        let op = self.claim.op_on(self.step, self.ttl_ms, quarantined);
+        crate::scripts::encode(&op, loaded, out);
+    }
+
+    fn key(&self) -> &str {
+        self.claim.op(self.step, self.ttl_ms).first_key()
+    }
+
+    fn resend_within(&self) -> Option<std::time::Duration> {
+        matches!(self.step, Step::Release | Step::Undo)
+            .then(|| std::time::Duration::from_millis(self.ttl_ms))
+    }
+
+    fn read(&self, frame: crate::resp::Frame) -> Outcome {
+        let op = self.claim.op_on(self.step, self.ttl_ms, self.quarantined);
+        crate::scripts::parse_reply(&op, frame)
+    }
+
+    fn answer(&mut self, outcome: Outcome) {
+        self.ballot.cast(self.node, outcome, self.quarantined);
     }
 }
 

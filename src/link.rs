@@ -70,7 +70,7 @@ use crate::error::ConfigError;
 use crate::proto::error::NodeError;
 use crate::resp::Frame;
 
-pub(crate) use call::{CLOSING_ATTEMPTS, Outstanding, Pending, Route, Sink, Ticket, Work};
+pub(crate) use call::{CLOSING_ATTEMPTS, Errand, Outstanding, Pending, Route, Sink, Ticket, Work};
 pub(crate) use checks::{Checks, Standing};
 pub(crate) use open::Hello;
 

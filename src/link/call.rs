@@ -2,6 +2,11 @@
 //! ([`Sink`]), the bookkeeping it carries until it ends ([`Ticket`]), and
 //! whether it may be sent again after its connection failed under it
 //! ([`MAX_RESENDS`]).
+//!
+//! The transport knows nothing of what a round's call carries: an
+//! [`Errand`] brings its own encoding, its own reading of the reply and its
+//! own way to hand the answer on; the link brings delivery, order, the
+//! connection it is written on and what that connection knows of the node.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,22 +14,42 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::ballot::Ballot;
-use crate::claim::Claim;
 use crate::proto::error::NodeError;
 use crate::proto::op::Reply;
-use crate::proto::round::Step;
 use crate::resp::Frame;
 use crate::telemetry::NodeTelemetry;
 
+/// A call that brings its own command and takes its own answer: a round's
+/// operation on a claim's keys (made by `crate::dispatch`).
+pub(crate) trait Errand: Send {
+    /// Appends its command for the connection it is written on: `loaded`
+    /// where the library's functions are (`FCALL`, else `EVAL`),
+    /// `quarantined` while the node's yes counts toward no new grant there
+    /// (`crate::proto::restart`; an extension then restores its key). The
+    /// reply is read, and handed on, as of the last encoding.
+    fn encode(&mut self, loaded: bool, quarantined: bool, out: &mut Vec<u8>);
+
+    /// The key a cluster routes it by.
+    fn key(&self) -> &str;
+
+    /// How long after it was first made it may be sent again on the next
+    /// connection, its own having failed before its answer (releases and
+    /// undos, which are idempotent: their key's TTL); `None`: never.
+    fn resend_within(&self) -> Option<Duration>;
+
+    /// Reads the node's reply to the last encoding.
+    fn read(&self, frame: Frame) -> Result<Reply, NodeError>;
+
+    /// Hands the outcome on (once, at the call's end).
+    fn answer(&mut self, outcome: Result<Reply, NodeError>);
+}
+
 /// What a call asks of the node.
 pub(crate) enum Work {
-    /// An operation on a claim's keys, encoded for the connection it goes
-    /// on (`FCALL` where the library is loaded, else `EVAL`).
-    Op {
-        claim: Arc<Claim>,
-        step: Step,
-        ttl_ms: u64,
+    /// An errand (a round's operation), encoded for the connection it goes
+    /// on.
+    Errand {
+        errand: Box<dyn Errand>,
         /// For a cluster member's call: where a `MOVED` or `ASK` sends it.
         route: Option<Outstanding>,
     },
@@ -36,8 +61,8 @@ pub(crate) enum Work {
 
 /// Where a call's outcome goes.
 pub(crate) enum Sink {
-    /// Node `node`'s answer in a round.
-    Ballot { ballot: Arc<Ballot>, node: usize },
+    /// The errand's own way ([`Errand::answer`]).
+    Errand,
     /// A query's reply, as the node gave it.
     Reply(oneshot::Sender<Result<Frame, NodeError>>),
     /// Nobody: the link's own `PING`.
@@ -99,9 +124,6 @@ pub(crate) struct Pending {
     pub(crate) asking: bool,
     /// Already counted as late.
     pub(crate) late: bool,
-    /// Written while its node was quarantined (`crate::proto::restart`):
-    /// a yes counts toward no new grant.
-    pub(crate) quarantined: bool,
     /// When it was first made (`made` is reset when it is sent again).
     pub(crate) born: Instant,
     /// Times it was sent again after its connection failed under it.
@@ -131,7 +153,6 @@ impl Pending {
             redirects: 0,
             asking: false,
             late: false,
-            quarantined: false,
             born: Instant::now(),
             resends: 0,
         }
@@ -142,11 +163,9 @@ impl Pending {
     /// [`MAX_RESENDS`] times, whose key may still live.
     pub(crate) fn resendable(&self, now: Instant) -> bool {
         match &self.work {
-            Work::Op { step, ttl_ms, .. } => {
-                matches!(step, Step::Release | Step::Undo)
-                    && self.resends < MAX_RESENDS
-                    && now < self.born + Duration::from_millis(*ttl_ms)
-            }
+            Work::Errand { errand, .. } => errand
+                .resend_within()
+                .is_some_and(|within| self.resends < MAX_RESENDS && now < self.born + within),
             Work::Raw(_) | Work::Ping => false,
         }
     }
@@ -158,7 +177,6 @@ impl Pending {
         self.made = now;
         self.late = false;
         self.asking = false;
-        self.quarantined = false;
         self
     }
 
@@ -171,36 +189,24 @@ impl Pending {
                 self.account(reply.as_ref().map(|_| &Reply::Done), late);
                 let _ = tx.send(reply);
             }
-            Sink::Ballot { ballot, node } => {
+            Sink::Errand => {
                 let outcome = match (&self.work, reply) {
-                    (
-                        Work::Op {
-                            claim,
-                            step,
-                            ttl_ms,
-                            ..
-                        },
-                        Ok(frame),
-                    ) => crate::scripts::parse_reply(
-                        &claim.op_on(*step, *ttl_ms, self.quarantined),
-                        frame,
-                    ),
+                    (Work::Errand { errand, .. }, Ok(frame)) => errand.read(frame),
                     (_, Ok(frame)) => Err(NodeError::Protocol(format!("{frame:?}").into())),
                     (_, Err(e)) => Err(e),
                 };
-                self.account(outcome.as_ref(), late);
-                ballot.cast(node, outcome, self.quarantined);
+                self.finish_reply(outcome, late);
             }
             Sink::Nobody => {}
         }
     }
 
-    /// Ends a call to a node of your own with its outcome: counted, and
-    /// handed to its sink.
+    /// Ends an errand's call with its outcome (a node of your own's, or
+    /// one read from the reply): counted, and handed on.
     pub(crate) fn finish_reply(mut self, outcome: Result<Reply, NodeError>, late: Duration) {
         self.account(outcome.as_ref(), late);
-        if let Sink::Ballot { ballot, node } = std::mem::replace(&mut self.sink, Sink::Nobody) {
-            ballot.cast(node, outcome, self.quarantined);
+        if let Work::Errand { errand, .. } = &mut self.work {
+            errand.answer(outcome);
         }
     }
 

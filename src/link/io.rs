@@ -271,10 +271,11 @@ impl Io {
 
     /// Appends `call`'s command to the output.
     fn encode(&mut self, mut call: Pending) {
+        let mut quarantined = false;
         if let Some(until) = self.quarantine {
             // The clock is read only while a quarantine runs.
             if Instant::now() < until {
-                call.quarantined = true;
+                quarantined = true;
             } else {
                 self.quarantine = None;
             }
@@ -283,17 +284,8 @@ impl Io {
         if call.asking {
             self.out.extend_from_slice(b"*1\r\n$6\r\nASKING\r\n");
         }
-        match &call.work {
-            Work::Op {
-                claim,
-                step,
-                ttl_ms,
-                ..
-            } => crate::scripts::encode(
-                &claim.op_on(*step, *ttl_ms, call.quarantined),
-                self.loaded,
-                &mut self.out,
-            ),
+        match &mut call.work {
+            Work::Errand { errand, .. } => errand.encode(self.loaded, quarantined, &mut self.out),
             Work::Raw(command) => self.out.extend_from_slice(command),
             Work::Ping => self.out.extend_from_slice(b"*1\r\n$4\r\nPING\r\n"),
         }
@@ -411,7 +403,7 @@ impl Io {
             return;
         };
         let route = match &call.work {
-            Work::Op {
+            Work::Errand {
                 route: Some(outstanding),
                 ..
             } => Some(Arc::clone(&outstanding.route)),
@@ -426,8 +418,7 @@ impl Io {
             call.redirects += 1;
             call.asking = ask;
             // The node it goes to next says whether it is quarantined
-            // there (`Claim::op_on`), when it is written again.
-            call.quarantined = false;
+            // there, when it is written again.
             route.redirect(call, ask, slot, to);
             return;
         }

@@ -340,7 +340,7 @@ pub const MAX_LABEL: usize = 256;
 /// but not kept in line (it may be served out of turn).
 pub const MAX_LINE: usize = 1024;
 
-impl Op<'_> {
+impl<'a> Op<'a> {
     /// The operation's name, as its script is named (`acquire`,
     /// `release-write`…), for logs.
     ///
@@ -377,7 +377,7 @@ impl Op<'_> {
 
     /// The first key the operation touches (all of an operation's keys share
     /// one Redis Cluster slot).
-    pub(crate) fn first_key(&self) -> &str {
+    pub(crate) fn first_key(&self) -> &'a str {
         match *self {
             Op::Acquire { key, .. }
             | Op::Extend { key, .. }
