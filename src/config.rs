@@ -13,9 +13,10 @@ pub use crate::proto::retry::Retry;
 
 use crate::address::{Address, TlsMaterial, redact};
 use crate::cluster::ClusterNode;
-use crate::dispatch::{DEFAULT_MAX_IN_FLIGHT, Dispatcher, Limits, Member};
+use crate::dispatch::{DEFAULT_MAX_IN_FLIGHT, Dispatcher, Member};
 use crate::driver::{Driver, Settings};
 use crate::error::ConfigError;
+use crate::link::Limits;
 use crate::link::{Checks, tls};
 use crate::master::{RedisNode, Servers};
 use crate::node::Node;

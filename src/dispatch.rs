@@ -44,15 +44,13 @@ use crate::ballot::Ballot;
 use crate::claim::Claim;
 use crate::cluster::ClusterNode;
 use crate::in_flight::{InFlight, Place};
-use crate::link::{Errand, Pending, Sink, Ticket, Work};
+use crate::link::{Errand, Limits, Pending, Sink, Ticket, Work};
 use crate::master::RedisNode;
 use crate::node::Node;
 use crate::proto::error::NodeError;
 use crate::proto::op::Reply;
 use crate::proto::round::Step;
 use crate::telemetry::NodeTelemetry;
-
-pub(crate) use crate::link::Limits;
 
 /// A node call's outcome.
 pub(crate) type Outcome = Result<Reply, NodeError>;
