@@ -63,9 +63,9 @@ impl Ballot {
         span: tracing::Span,
         names: &Arc<[Arc<str>]>,
         late: Option<Late>,
-    ) -> Arc<Self> {
+    ) -> Self {
         let names = (!span.is_disabled()).then(|| Arc::clone(names));
-        Arc::new(Ballot {
+        Ballot {
             names,
             made: Instant::now(),
             late,
@@ -76,7 +76,7 @@ impl Ballot {
                 decided: None,
             }),
             span,
-        })
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {

@@ -382,7 +382,7 @@ impl ClusterNode {
     /// with why not. Whether it was made.
     pub(crate) fn submit(&self, mut call: Pending) -> bool {
         let shared = &self.shared;
-        let Work::Errand { errand, route } = &mut call.work else {
+        let Work::Errand { errand, route, .. } = &mut call.work else {
             unreachable!("a round's call is an errand")
         };
         let key_slot = slot(errand.key().as_bytes());

@@ -248,25 +248,18 @@ impl Dispatcher {
         }
     }
 
-    /// Makes `step` on `claim` as node `node` of `ballot`: queued for the
-    /// node, in the order calls are made, or refused at once — the client
-    /// shut down, the node down, or [`Limits::max_in_flight`] calls already
-    /// in flight — and the refusal cast at once. `place`: one reserved for
-    /// it already ([`reserve`](Self::reserve)). Returns whether it was
-    /// made: a call made reaches the node exactly once (unless the
-    /// connection fails under it), whatever becomes of the round.
-    pub(crate) fn call(
-        &self,
-        ballot: &Arc<Ballot>,
-        node: usize,
-        claim: &Arc<Claim>,
-        step: Step,
-        ttl_ms: u64,
-        place: Option<Place>,
-    ) -> bool {
+    /// Makes node `node`'s call of `round`: queued for the node, in the
+    /// order calls are made, or refused at once — the client shut down, the
+    /// node down, or [`Limits::max_in_flight`] calls already in flight —
+    /// and the refusal cast at once. `place`: one reserved for it already
+    /// ([`reserve`](Self::reserve)). Returns whether it was made: a call
+    /// made reaches the node exactly once (unless the connection fails
+    /// under it), whatever becomes of the round.
+    pub(crate) fn call(&self, round: &Arc<RoundCalls>, node: usize, place: Option<Place>) -> bool {
+        let step = round.step;
         let refuse = |error: NodeError| {
             self.telemetry.refused(&error);
-            ballot.cast(node, Err(error), false);
+            round.ballot.cast(node, Err(error), false);
             false
         };
         if self.closed.load(Ordering::Acquire) {
@@ -291,21 +284,17 @@ impl Dispatcher {
             telemetry: Arc::clone(&self.telemetry),
             _slot: place,
         };
-        let mut errand = Box::new(Vote {
-            claim: Arc::clone(claim),
-            step,
-            ttl_ms,
-            ballot: Arc::clone(ballot),
+        let work = Work::Errand {
+            errand: Arc::clone(round) as Arc<dyn Errand>,
             node,
-            quarantined: false,
-        });
+            route: None,
+        };
+        let call = Pending::new(work, Sink::Errand, Some(ticket));
         match &self.member {
-            Member::Redis(redis) => redis.link().submit(Vote::call(errand, ticket)),
-            Member::Cluster(cluster) => cluster.submit(Vote::call(errand, ticket)),
+            Member::Redis(redis) => redis.link().submit(call),
+            Member::Cluster(cluster) => cluster.submit(call),
             Member::Custom(custom) => {
-                errand.quarantined = custom.quarantined();
-                let call = Vote::call(errand, ticket);
-                self.call_custom(Arc::clone(custom), claim, step, ttl_ms, call);
+                self.call_custom(Arc::clone(custom), round, call);
                 true
             }
         }
@@ -313,16 +302,11 @@ impl Dispatcher {
 
     /// A call to a node of your own: polled once now (which sends it, in
     /// the order calls are made), then driven by the node's delivery task.
-    fn call_custom(
-        &self,
-        node: Arc<dyn Node>,
-        claim: &Arc<Claim>,
-        step: Step,
-        ttl_ms: u64,
-        call: Pending,
-    ) {
-        let (claim, grace) = (Arc::clone(claim), self.limits.grace);
+    fn call_custom(&self, node: Arc<dyn Node>, round: &RoundCalls, mut call: Pending) {
+        let (claim, step, ttl_ms) = (Arc::clone(&round.claim), round.step, round.ttl_ms);
+        let grace = self.limits.grace;
         let quarantined = node.quarantined();
+        call.quarantined = quarantined;
         let mut future: Pin<Box<dyn Future<Output = Outcome> + Send>> =
             Box::pin(tokio::task::coop::unconstrained(async move {
                 let op = claim.op_on(step, ttl_ms, quarantined);
@@ -350,33 +334,30 @@ impl Dispatcher {
     }
 }
 
-/// A round's call to one node, as the transport carries it: node `node`'s
-/// vote on `step` of `claim`, cast into `ballot` at its end.
-struct Vote {
+/// One round's calls: `step` on `claim`'s keys, asked of each node, the
+/// answers cast into `ballot`. The errand every call of the round carries
+/// (one allocation per round).
+#[derive(Debug)]
+pub(crate) struct RoundCalls {
     claim: Arc<Claim>,
     step: Step,
     ttl_ms: u64,
-    ballot: Arc<Ballot>,
-    node: usize,
-    /// Last written where the node was quarantined: its yes counts toward
-    /// no new grant, and an extension restores its key there
-    /// (`Claim::op_on`).
-    quarantined: bool,
+    pub(crate) ballot: Ballot,
 }
 
-impl Vote {
-    fn call(errand: Box<Vote>, ticket: Ticket) -> Pending {
-        let work = Work::Errand {
-            errand,
-            route: None,
-        };
-        Pending::new(work, Sink::Errand, Some(ticket))
+impl RoundCalls {
+    pub(crate) fn new(claim: &Arc<Claim>, step: Step, ttl_ms: u64, ballot: Ballot) -> Arc<Self> {
+        Arc::new(RoundCalls {
+            claim: Arc::clone(claim),
+            step,
+            ttl_ms,
+            ballot,
+        })
     }
 }
 
-impl Errand for Vote {
-    fn encode(&mut self, loaded: bool, quarantined: bool, out: &mut Vec<u8>) {
-        self.quarantined = quarantined;
+impl Errand for RoundCalls {
+    fn encode(&self, loaded: bool, quarantined: bool, out: &mut Vec<u8>) {
         let op = self.claim.op_on(self.step, self.ttl_ms, quarantined);
         crate::scripts::encode(&op, loaded, out);
     }
@@ -390,13 +371,13 @@ impl Errand for Vote {
             .then(|| std::time::Duration::from_millis(self.ttl_ms))
     }
 
-    fn read(&self, frame: crate::resp::Frame) -> Outcome {
-        let op = self.claim.op_on(self.step, self.ttl_ms, self.quarantined);
+    fn read(&self, quarantined: bool, frame: crate::resp::Frame) -> Outcome {
+        let op = self.claim.op_on(self.step, self.ttl_ms, quarantined);
         crate::scripts::parse_reply(&op, frame)
     }
 
-    fn answer(&mut self, outcome: Outcome) {
-        self.ballot.cast(self.node, outcome, self.quarantined);
+    fn answer(&self, node: usize, quarantined: bool, outcome: Outcome) {
+        self.ballot.cast(node, outcome, quarantined);
     }
 }
 

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use crate::ballot::Ballot;
 use crate::claim::{Claim, Keys};
-use crate::dispatch::{Dispatcher, Member};
+use crate::dispatch::{Dispatcher, Member, RoundCalls};
 use crate::proto::acquire::{Acquisition, Next};
 use crate::proto::error::Subject;
 use crate::proto::error::{Answer, LockError, NodeError, Votes};
@@ -276,14 +276,13 @@ impl Driver {
         let t0 = Instant::now();
         let deadline = t0 + ttl.validity;
         let per_node = quorum::node_timeout(self.settings.node_timeout, ttl.ms, ttl.validity);
-        let round = self.submit_each(
+        let round = self.submit_with(
             claim,
             step,
             ttl.ms,
             None,
             Wait::Decision,
             None,
-            |_| step,
             Some(places),
         );
         // If this future is dropped from here on, the guard releases whatever
@@ -497,14 +496,13 @@ impl Driver {
         only: Option<&[bool]>,
         until: Wait,
     ) -> Sent {
-        self.submit_each(claim, step, ttl_ms, only, until, None, |_| step, None)
+        self.submit_with(claim, step, ttl_ms, only, until, None, None)
     }
 
-    /// [`submit`](Self::submit), node `i`'s call being `each(i)` (a round of
-    /// `step` counts them all alike), and `late` hearing the answers that
-    /// come after the round stopped listening.
+    /// [`submit`](Self::submit), with `late` hearing the answers that come
+    /// after the round stopped listening, and places already reserved.
     #[allow(clippy::too_many_arguments)]
-    fn submit_each(
+    fn submit_with(
         &self,
         claim: &Arc<Claim>,
         step: Step,
@@ -512,7 +510,6 @@ impl Driver {
         only: Option<&[bool]>,
         until: Wait,
         late: Option<crate::ballot::Late>,
-        each: impl Fn(usize) -> Step,
         places: Option<Places>,
     ) -> Sent {
         let mut places = places.unwrap_or_default();
@@ -526,6 +523,7 @@ impl Driver {
             nodes = self.nodes.len()
         );
         let ballot = Ballot::new(step, &asked, until, span, &self.names, late);
+        let round = RoundCalls::new(claim, step, ttl_ms, ballot);
         let made = self
             .nodes
             .iter()
@@ -533,10 +531,10 @@ impl Driver {
             .enumerate()
             .map(|(i, (node, &asked))| {
                 let place = places.get_mut(i).and_then(Option::take);
-                asked && node.call(&ballot, i, claim, each(i), ttl_ms, place)
+                asked && node.call(&round, i, place)
             })
             .collect();
-        Sent { ballot, made }
+        Sent { round, made }
     }
 
     /// Waits until `round` may stop listening, or `timer` passes (nodes
@@ -549,10 +547,10 @@ impl Driver {
         tokio::task::coop::consume_budget().await;
         let timed_out = tokio::select! {
             biased;
-            () = round.ballot.decided() => false,
+            () = round.round.ballot.decided() => false,
             () = tokio::time::sleep_until(timer) => true,
         };
-        round.ballot.close(timed_out)
+        round.round.ballot.close(timed_out)
     }
 }
 
@@ -573,7 +571,7 @@ fn subject(claim: &Claim, step: Step) -> Subject {
 /// One round's ballot, and the nodes its calls were made to.
 #[derive(Debug)]
 struct Sent {
-    ballot: Arc<Ballot>,
+    round: Arc<RoundCalls>,
     made: Mask,
 }
 

@@ -66,7 +66,7 @@ impl Driver {
         let late = restorable.then(|| LateRestores::new(self, claim, ttl.ms));
         // Handed to every node at once: nodes that answer after the decision
         // get the extension all the same.
-        let round = self.submit_each(
+        let round = self.submit_with(
             claim,
             EXTEND,
             ttl.ms,
@@ -77,7 +77,6 @@ impl Driver {
                     late.answered(node, outcome);
                 }) as Late
             }),
-            |_| EXTEND,
             Some(places),
         );
         if restorable {

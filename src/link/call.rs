@@ -19,15 +19,15 @@ use crate::proto::op::Reply;
 use crate::resp::Frame;
 use crate::telemetry::NodeTelemetry;
 
-/// A call that brings its own command and takes its own answer: a round's
-/// operation on a claim's keys (made by `crate::dispatch`).
-pub(crate) trait Errand: Send {
+/// What a round asks of every node, bringing its own command and taking
+/// its own answers: one operation on a claim's keys (made by
+/// `crate::dispatch`), shared by the round's calls.
+pub(crate) trait Errand: Send + Sync {
     /// Appends its command for the connection it is written on: `loaded`
     /// where the library's functions are (`FCALL`, else `EVAL`),
     /// `quarantined` while the node's yes counts toward no new grant there
-    /// (`crate::proto::restart`; an extension then restores its key). The
-    /// reply is read, and handed on, as of the last encoding.
-    fn encode(&mut self, loaded: bool, quarantined: bool, out: &mut Vec<u8>);
+    /// (`crate::proto::restart`; an extension then restores its key).
+    fn encode(&self, loaded: bool, quarantined: bool, out: &mut Vec<u8>);
 
     /// The key a cluster routes it by.
     fn key(&self) -> &str;
@@ -37,19 +37,21 @@ pub(crate) trait Errand: Send {
     /// undos, which are idempotent: their key's TTL); `None`: never.
     fn resend_within(&self) -> Option<Duration>;
 
-    /// Reads the node's reply to the last encoding.
-    fn read(&self, frame: Frame) -> Result<Reply, NodeError>;
+    /// Reads a node's reply to the command encoded `quarantined` or not.
+    fn read(&self, quarantined: bool, frame: Frame) -> Result<Reply, NodeError>;
 
-    /// Hands the outcome on (once, at the call's end).
-    fn answer(&mut self, outcome: Result<Reply, NodeError>);
+    /// Hands node `node`'s outcome on (once per call, at its end), its
+    /// call written `quarantined` or not.
+    fn answer(&self, node: usize, quarantined: bool, outcome: Result<Reply, NodeError>);
 }
 
 /// What a call asks of the node.
 pub(crate) enum Work {
-    /// An errand (a round's operation), encoded for the connection it goes
-    /// on.
+    /// Node `node`'s part of a round's errand, encoded for the connection
+    /// it goes on.
     Errand {
-        errand: Box<dyn Errand>,
+        errand: Arc<dyn Errand>,
+        node: usize,
         /// For a cluster member's call: where a `MOVED` or `ASK` sends it.
         route: Option<Outstanding>,
     },
@@ -124,6 +126,10 @@ pub(crate) struct Pending {
     pub(crate) asking: bool,
     /// Already counted as late.
     pub(crate) late: bool,
+    /// Last written where the node was quarantined (its connection's
+    /// handshake said so, `crate::proto::restart`): a yes counts toward no
+    /// new grant.
+    pub(crate) quarantined: bool,
     /// When it was first made (`made` is reset when it is sent again).
     pub(crate) born: Instant,
     /// Times it was sent again after its connection failed under it.
@@ -153,6 +159,7 @@ impl Pending {
             redirects: 0,
             asking: false,
             late: false,
+            quarantined: false,
             born: Instant::now(),
             resends: 0,
         }
@@ -177,6 +184,7 @@ impl Pending {
         self.made = now;
         self.late = false;
         self.asking = false;
+        self.quarantined = false;
         self
     }
 
@@ -191,7 +199,9 @@ impl Pending {
             }
             Sink::Errand => {
                 let outcome = match (&self.work, reply) {
-                    (Work::Errand { errand, .. }, Ok(frame)) => errand.read(frame),
+                    (Work::Errand { errand, .. }, Ok(frame)) => {
+                        errand.read(self.quarantined, frame)
+                    }
                     (_, Ok(frame)) => Err(NodeError::Protocol(format!("{frame:?}").into())),
                     (_, Err(e)) => Err(e),
                 };
@@ -203,10 +213,10 @@ impl Pending {
 
     /// Ends an errand's call with its outcome (a node of your own's, or
     /// one read from the reply): counted, and handed on.
-    pub(crate) fn finish_reply(mut self, outcome: Result<Reply, NodeError>, late: Duration) {
+    pub(crate) fn finish_reply(self, outcome: Result<Reply, NodeError>, late: Duration) {
         self.account(outcome.as_ref(), late);
-        if let Work::Errand { errand, .. } = &mut self.work {
-            errand.answer(outcome);
+        if let Work::Errand { errand, node, .. } = &self.work {
+            errand.answer(*node, self.quarantined, outcome);
         }
     }
 

@@ -271,11 +271,10 @@ impl Io {
 
     /// Appends `call`'s command to the output.
     fn encode(&mut self, mut call: Pending) {
-        let mut quarantined = false;
         if let Some(until) = self.quarantine {
             // The clock is read only while a quarantine runs.
             if Instant::now() < until {
-                quarantined = true;
+                call.quarantined = true;
             } else {
                 self.quarantine = None;
             }
@@ -284,8 +283,10 @@ impl Io {
         if call.asking {
             self.out.extend_from_slice(b"*1\r\n$6\r\nASKING\r\n");
         }
-        match &mut call.work {
-            Work::Errand { errand, .. } => errand.encode(self.loaded, quarantined, &mut self.out),
+        match &call.work {
+            Work::Errand { errand, .. } => {
+                errand.encode(self.loaded, call.quarantined, &mut self.out)
+            }
             Work::Raw(command) => self.out.extend_from_slice(command),
             Work::Ping => self.out.extend_from_slice(b"*1\r\n$4\r\nPING\r\n"),
         }
@@ -419,6 +420,7 @@ impl Io {
             call.asking = ask;
             // The node it goes to next says whether it is quarantined
             // there, when it is written again.
+            call.quarantined = false;
             route.redirect(call, ask, slot, to);
             return;
         }
