@@ -370,9 +370,28 @@ impl Driver {
         until: Wait,
         only: Option<&[bool]>,
     ) -> Tally {
+        let releasing = self.release_now(claim, ttl_ms, until, only);
+        self.settle(releasing).await
+    }
+
+    /// [`release`](Self::release)'s calls, made now (synchronously: under
+    /// a lock of the caller's, `crate::holds`); [`settle`](Self::settle)
+    /// waits for their answers.
+    pub(crate) fn release_now(
+        &self,
+        claim: &Arc<Claim>,
+        ttl_ms: u64,
+        until: Wait,
+        only: Option<&[bool]>,
+    ) -> Releasing {
         claim.release_begins();
-        self.give_back(Step::Release, claim, ttl_ms, until, only)
-            .await
+        self.give_back_now(Step::Release, claim, ttl_ms, until, only)
+    }
+
+    /// Waits until a release's round may stop listening (`until`), or its
+    /// node timeout passed.
+    pub(crate) async fn settle(&self, releasing: Releasing) -> Tally {
+        self.collect(&releasing.round, releasing.timer).await
     }
 
     /// [`release`](Self::release) as `step`: [`Step::Release`], or
@@ -385,10 +404,22 @@ impl Driver {
         until: Wait,
         only: Option<&[bool]>,
     ) -> Tally {
+        let releasing = self.give_back_now(step, claim, ttl_ms, until, only);
+        self.settle(releasing).await
+    }
+
+    fn give_back_now(
+        &self,
+        step: Step,
+        claim: &Arc<Claim>,
+        ttl_ms: u64,
+        until: Wait,
+        only: Option<&[bool]>,
+    ) -> Releasing {
         let per_node = quorum::node_timeout(self.settings.node_timeout, ttl_ms, Duration::MAX);
         let timer = Instant::now() + per_node;
         let round = self.submit(claim, step, ttl_ms, only, until);
-        self.collect(&round, timer).await
+        Releasing { round, timer }
     }
 
     /// Reads what every node holds under `claim`'s keys ([`Step::Inspect`]),
@@ -568,7 +599,15 @@ fn subject(claim: &Claim, step: Step) -> Subject {
     }
 }
 
-/// One round's ballot, and the nodes its calls were made to.
+/// A release whose calls are made ([`Driver::release_now`]), its answers
+/// to be waited for until `timer` ([`Driver::settle`]).
+#[derive(Debug)]
+pub(crate) struct Releasing {
+    round: Sent,
+    timer: Instant,
+}
+
+/// One round's calls (its ballot), and the nodes they were made to.
 #[derive(Debug)]
 struct Sent {
     round: Arc<RoundCalls>,

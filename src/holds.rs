@@ -46,27 +46,20 @@ impl Holds {
         }
     }
 
-    /// The lock in `slot` was released (or dropped).
-    pub(crate) fn remove(&self, slot: usize) {
-        let mut table = self.table();
-        if table.slots.get_mut(slot).and_then(Option::take).is_some() {
-            table.free.push(slot);
-        }
-    }
-
-    /// The lock in `slot` was dropped: `release` (its release, handed to
-    /// the nodes) runs before the slot is freed, under the table's lock, so
-    /// a [`Driver::shutdown`] either finds it here and releases it itself,
-    /// or begins after the release was handed over, before it closes the
-    /// nodes.
+    /// The lock in `slot` is released or dropped: `release` (its release,
+    /// handed to the nodes) runs before the slot is freed, under the
+    /// table's lock, so a [`Driver::shutdown`] either finds it here and
+    /// releases it itself, or begins after the release was handed over,
+    /// before it closes the nodes. Returns what `release` returned.
     ///
     /// [`Driver::shutdown`]: crate::driver::Driver::shutdown
-    pub(crate) fn drop_with(&self, slot: usize, release: impl FnOnce()) {
+    pub(crate) fn remove_with<R>(&self, slot: usize, release: impl FnOnce() -> R) -> R {
         let mut table = self.table();
-        release();
+        let released = release();
         if table.slots.get_mut(slot).and_then(Option::take).is_some() {
             table.free.push(slot);
         }
+        released
     }
 
     /// Every lock still held, whose release has not begun.
@@ -106,8 +99,8 @@ mod tests {
         let sa = holds.add(&a);
         let sb = holds.add(&b);
         assert_eq!(holds.live().len(), 2);
-        holds.remove(sa);
-        holds.remove(sa); // twice changes nothing
+        holds.remove_with(sa, || ());
+        holds.remove_with(sa, || ()); // twice changes nothing
         assert_eq!(holds.len(), 1);
         let c = claim("c");
         assert_eq!(holds.add(&c), sa, "a freed slot is used again");
@@ -115,6 +108,6 @@ mod tests {
         assert_eq!(holds.live().len(), 1);
         drop(c);
         assert!(holds.live().is_empty(), "a dropped claim is not live");
-        holds.remove(sb);
+        holds.remove_with(sb, || ());
     }
 }

@@ -247,17 +247,23 @@ impl Lock {
         // Set before the release is handed over, in the same poll: from here
         // on `Drop` must not release a second time.
         self.released = true;
-        self.driver.holds.remove(self.slot);
-        if self.claim.is_released() {
+        let driver = &self.driver;
+        // Handed over as the lock leaves the table of holds, under its
+        // lock: a `shutdown` on another thread either finds the lock there
+        // and releases it itself, or begins after these calls were made —
+        // never in between, when the nodes it closes would refuse them.
+        let releasing = driver.holds.remove_with(self.slot, || {
+            (!self.claim.is_released()).then(|| {
+                driver.release_now(&self.claim, self.ttl_ms, Wait::Decision, Some(&self.made))
+            })
+        });
+        let Some(releasing) = releasing else {
             return Ok(()); // by `Redlock::shutdown`
-        }
+        };
         if Instant::now() >= self.deadline {
             self.driver.telemetry.expired();
         }
-        let tally = self
-            .driver
-            .release(&self.claim, self.ttl_ms, Wait::Decision, Some(&self.made))
-            .await;
+        let tally = self.driver.settle(releasing).await;
         match tally.decision {
             Decision::Granted => Ok(()),
             _ => Err(LockError::Unavailable {
@@ -271,7 +277,7 @@ impl Drop for Lock {
     fn drop(&mut self) {
         if !self.released {
             let driver = &self.driver;
-            driver.holds.drop_with(self.slot, || {
+            driver.holds.remove_with(self.slot, || {
                 driver.release_detached(&self.claim, self.ttl_ms, Some(&self.made));
             });
         }

@@ -126,3 +126,49 @@ async fn holds_of_every_kind_owned_by_running_tasks_are_released() {
         .unwrap();
     owner.abort();
 }
+
+/// Explicit releases racing a shutdown on another thread: each is either
+/// found by the shutdown, which releases it itself, or handed to the nodes
+/// before the shutdown closes them. Before, a release that left the table
+/// of holds just before the shutdown looked, and made its calls just after
+/// the nodes were closed, was refused and left its keys for their TTL.
+/// The two sides start together, the releases after a varying spin, so that
+/// the rounds sweep the ways they can interleave.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_racing_a_shutdown_leave_nothing() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    for round in 0..3_000u32 {
+        let (nodes, redlock) = five().await;
+        let mut locks = Vec::new();
+        for i in 0..2 {
+            locks.push(redlock.lock(&format!("race:{i}"), TTL).await.unwrap());
+        }
+        let go = Arc::new(AtomicBool::new(false));
+        let spins = (round * 7) % 400;
+        let releases = {
+            let go = Arc::clone(&go);
+            tokio::spawn(async move {
+                while !go.load(Ordering::Acquire) {
+                    std::hint::spin_loop();
+                }
+                for _ in 0..spins {
+                    std::hint::spin_loop();
+                }
+                futures::future::join_all(locks.into_iter().map(|lock| lock.release())).await
+            })
+        };
+        tokio::task::yield_now().await;
+        go.store(true, Ordering::Release);
+        redlock.shutdown().await;
+        let released = releases.await.unwrap();
+        // A release may still be refused (its thread preempted between
+        // looking and calling while the shutdown released the lock and
+        // closed the nodes): the keys are what must not be left.
+        let refused = released.iter().filter(|r| r.is_err()).count();
+        assert_eq!(
+            keys_left(&nodes),
+            0,
+            "round {round}: keys left ({refused} releases refused)"
+        );
+    }
+}
