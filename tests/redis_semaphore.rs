@@ -168,7 +168,9 @@ async fn bad_permit_counts_are_typed() {
 async fn run_keeps_the_permit_for_the_work_and_gives_it_back() {
     let redlock = redlock().await;
     let semaphore = redlock.semaphore(&unique("sem-run"), 1).unwrap();
-    let ttl = Duration::from_millis(300);
+    // Long enough that a loaded machine's stall does not miss an
+    // extension (a 300 ms lease was once lost so in a rehearsal).
+    let ttl = Duration::from_secs(1);
     let other = semaphore.clone();
     let out = semaphore
         .run(ttl, |lease| async move {
