@@ -28,6 +28,7 @@ use redquorum_chaos::check::{Report, Violation, check};
 use redquorum_chaos::client::{self, ClientConfig};
 use redquorum_chaos::history::{Line, Recorder};
 use redquorum_chaos::nemesis::{CLOCK, CLOCK_MAJORITY, FAULTS, Nemesis};
+use redquorum_test_support::proxy::Proxy;
 
 const CONTROLS: &[&str] = &[
     "quarantine-off",
@@ -280,14 +281,26 @@ async fn run_inner(args: &Args) -> Result<ExitCode, String> {
         control.unwrap_or("none"),
         history.display()
     );
+    // The clients reach each node through a proxy of this process, which
+    // the nemesis can have reset the connection carrying a chosen call
+    // (`cut`); the nemesis's own commands and the final scan go direct.
+    let mut proxies = Vec::new();
+    for url in &urls {
+        let address = url
+            .strip_prefix("redis://")
+            .filter(|a| !a.contains(['@', '/']))
+            .ok_or_else(|| format!("{url}: the chaos run takes plain redis://host:port nodes"))?;
+        proxies.push(Arc::new(Proxy::start(address).await));
+    }
+    let via: Vec<String> = proxies.iter().map(|p| p.url()).collect();
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut children = Vec::new();
     for i in 1..=args.clients {
         let nodes = if control == Some("two-of-five") {
             // Two clients that share one node and need two of their three.
-            if i % 2 == 1 { &urls[0..3] } else { &urls[2..5] }
+            if i % 2 == 1 { &via[0..3] } else { &via[2..5] }
         } else {
-            &urls[..]
+            &via[..]
         };
         let mut cmd = tokio::process::Command::new(&exe);
         cmd.arg("client")
@@ -329,6 +342,7 @@ async fn run_inner(args: &Args) -> Result<ExitCode, String> {
         rec: rec.clone(),
         clients: children.iter().filter_map(|c| c.id()).collect(),
         faulted: Default::default(),
+        proxies,
     };
     let watcher = tokio::spawn(Arc::new(nemesis.clone()).resume_self_stopped());
     let stop = Arc::new(AtomicBool::new(false));

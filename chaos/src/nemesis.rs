@@ -2,9 +2,12 @@
 //! processes, each logged in the history as it begins and ends.
 //!
 //! Node faults go through `scripts/nodes` (freeze, kill and start, restarts
-//! that wipe the data, with and without persistence) and through the node
+//! that wipe the data, with and without persistence), through the node
 //! itself (`CLIENT PAUSE`, `CLIENT KILL` of every client connection,
-//! `CONFIG SET timeout 1` for idle closes). At most two of five nodes are
+//! `CONFIG SET timeout 1` for idle closes) and through the proxy every
+//! client reaches the node by (`cut`: the connection that next carries a
+//! chosen call — an acquire, an extension or a release — is reset, the
+//! call never reaching the node). At most two of five nodes are
 //! faulted at a time, counting a node restarted empty as faulted until
 //! its quarantine is over (but for a rolling restart: three nodes one after
 //! another, each down for about 0.8 s, a majority without its keys within
@@ -39,6 +42,8 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use tokio::sync::Mutex;
 
+use redquorum_test_support::proxy::Proxy;
+
 use crate::history::Recorder;
 
 /// Every fault the nemesis knows.
@@ -52,7 +57,11 @@ pub const FAULTS: &[&str] = &[
     "resets",
     "idle",
     "stop-client",
+    "cut",
 ];
+
+/// The calls `cut` chooses from, by their functions' names.
+const CUT_CALLS: [&str; 3] = ["redquorum_acquire", "redquorum_extend", "redquorum_release"];
 
 /// The fault that needs nodes whose clocks step (`scripts/clock-nodes`).
 pub const CLOCK: &str = "clock";
@@ -79,6 +88,9 @@ pub struct Nemesis {
     pub clients: Vec<u32>,
     /// What is faulted now.
     pub faulted: Arc<Mutex<Faulted>>,
+    /// The proxy in front of each node, node `i` at index `i - 1`; the
+    /// clients reach the nodes through them.
+    pub proxies: Vec<Arc<Proxy>>,
 }
 
 /// Nodes faulted now, so that faults stay on a minority.
@@ -296,6 +308,30 @@ impl Nemesis {
                         .clone(),
                 )
                 .await;
+            }
+            "cut" => {
+                // One chosen call on its way to node n: its connection is
+                // reset and the call never arrives. A release so lost is
+                // sent again on the next connection; an acquire or an
+                // extension counts as that node's failure.
+                let call = CUT_CALLS[hold.subsec_millis() as usize % CUT_CALLS.len()];
+                let proxy = &self.proxies[n - 1];
+                let before = proxy.resets();
+                proxy.reset_on(call.as_bytes());
+                let until = Instant::now() + hold.max(Duration::from_secs(1));
+                while proxy.resets() == before && Instant::now() < until {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                proxy.disarm_reset();
+                let hit = proxy.resets() > before;
+                self.rec.record(
+                    "note",
+                    &[
+                        ("cut", call.into()),
+                        ("node", ns.clone()),
+                        ("reset", u8::from(hit).to_string()),
+                    ],
+                );
             }
             CLOCK_MAJORITY => {
                 // The negative control: a majority's clocks jump at once.

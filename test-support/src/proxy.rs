@@ -145,6 +145,11 @@ impl Proxy {
         *self.shared.reset_on.lock().unwrap() = Some(pattern.to_vec());
     }
 
+    /// Disarms a `reset_on` that has not fired.
+    pub fn disarm_reset(&self) {
+        *self.shared.reset_on.lock().unwrap() = None;
+    }
+
     /// How many connections `reset_on` has reset.
     pub fn resets(&self) -> u64 {
         self.shared.resets.load(Ordering::Relaxed)
