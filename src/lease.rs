@@ -20,7 +20,7 @@ use crate::lock::Lock;
 use crate::options::LockOptions;
 use crate::proto::error::LockError;
 use crate::proto::input::InputError;
-use crate::proto::lease::{Extension, Keeper, default_interval};
+use crate::proto::keeper::{Extension, Keeper, default_interval};
 use crate::proto::quorum;
 use crate::proto::round::gone_for_good;
 

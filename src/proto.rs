@@ -7,7 +7,7 @@
 //!   [`input`]: input the protocol refuses;
 //! - [`keys`]: which Redis keys a lock uses, and [`slot`]: which cluster
 //!   slot a key lives in;
-//! - [`lease`]: keeping a lease — when to extend next, when it is gone;
+//! - [`keeper`]: keeping a lease — when to extend next, when it is gone;
 //! - [`op`]: the operations a node performs and its replies;
 //! - [`round`]: one round's tally — replies and timeouts in, the decision,
 //!   each node's answer, the fencing maximum, which nodes to clean up and the
@@ -32,8 +32,8 @@ pub mod acquire;
 pub mod error;
 pub mod health;
 pub mod input;
+pub mod keeper;
 pub mod keys;
-pub mod lease;
 pub mod op;
 pub mod per_node;
 pub mod quorum;
