@@ -19,6 +19,11 @@ use support::*;
 const PERMITS: u32 = 3;
 const TASKS: usize = 10;
 
+/// One test at a time of those that need the machine's time: ten
+/// contending tasks of one test starved another's lease keeper of its
+/// extensions (a 1 s lease lost in a CI rehearsal).
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Holders counted while valid: (most at once, grants, waits that ran out).
 ///
 /// A wait that runs out is counted, not a failure: under random faults a
@@ -86,6 +91,7 @@ async fn contend(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_tasks_on_three_permits_never_exceed_three_and_reach_three() {
+    let _serial = SERIAL.lock().await;
     let redlock = redlock().await;
     let (most, grants, timeouts) = contend(
         &redlock,
@@ -101,6 +107,7 @@ async fn ten_tasks_on_three_permits_never_exceed_three_and_reach_three() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_minority_changes_nothing() {
+    let _serial = SERIAL.lock().await;
     let (proxies, redlock) = proxied(Duration::from_millis(200)).await;
     // Two of five links held: requests pile up unanswered, as to a
     // SIGSTOPped server.
@@ -120,6 +127,7 @@ async fn a_frozen_minority_changes_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_minority_faults_change_nothing() {
+    let _serial = SERIAL.lock().await;
     let (proxies, redlock) = proxied(Duration::from_millis(100)).await;
     let ((most, grants, timeouts), faults) = under_chaos(
         &proxies,
@@ -164,13 +172,15 @@ async fn bad_permit_counts_are_typed() {
 /// `run` keeps its permit past its TTL while the work runs, and gives it
 /// back at the end: the only permit is refused to others meanwhile, then
 /// free.
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_keeps_the_permit_for_the_work_and_gives_it_back() {
+    let _serial = SERIAL.lock().await;
     let redlock = redlock().await;
     let semaphore = redlock.semaphore(&unique("sem-run"), 1).unwrap();
     // Long enough that a loaded machine's stall does not miss an
-    // extension (a 300 ms lease was once lost so in a rehearsal).
-    let ttl = Duration::from_secs(1);
+    // extension (300 ms and 1 s leases were lost so in rehearsals, beside
+    // the contending tests above, which now wait their turn).
+    let ttl = Duration::from_secs(2);
     let other = semaphore.clone();
     let out = semaphore
         .run(ttl, |lease| async move {
