@@ -35,6 +35,7 @@ use crate::telemetry::ClientTelemetry;
 use crate::wakeup::Hub;
 
 mod extend;
+mod release;
 mod room;
 mod shutdown;
 
@@ -338,8 +339,8 @@ impl Driver {
                     // possibly frozen) get the release behind the acquire.
                     guard.armed = false; // handed over at the release's first poll
                     let wait = Wait::Nodes(wait_for.iter().copied().collect());
-                    self.give_back(Step::Undo, claim, ttl.ms, wait, Some(&behind))
-                        .await;
+                    let undo = self.give_back(Step::Undo, claim, ttl.ms, wait, Some(&behind));
+                    self.settle(undo).await;
                     let step = Step::Acquire { holder_ttl };
                     return Err(refusal(decision, self.votes(claim, step, answers)));
                 }
@@ -354,72 +355,6 @@ impl Driver {
             Some(label) => crate::claim::check_label(label).map(Some),
             None => Ok(self.settings.label.clone()),
         }
-    }
-
-    /// Releases `claim` on every node (or those marked in `only`). Returns
-    /// once `until` is satisfied or the node timeout passed; the calls still
-    /// in flight then reach their nodes all the same (bounded by each node's
-    /// grace), with no task of their own.
-    ///
-    /// The calls are made at the first poll: from then on, dropping this
-    /// future changes nothing on the nodes.
-    pub(crate) async fn release(
-        &self,
-        claim: &Arc<Claim>,
-        ttl_ms: u64,
-        until: Wait,
-        only: Option<&[bool]>,
-    ) -> Tally {
-        let releasing = self.release_now(claim, ttl_ms, until, only);
-        self.settle(releasing).await
-    }
-
-    /// [`release`](Self::release)'s calls, made now (synchronously: under
-    /// a lock of the caller's, `crate::holds`); [`settle`](Self::settle)
-    /// waits for their answers.
-    pub(crate) fn release_now(
-        &self,
-        claim: &Arc<Claim>,
-        ttl_ms: u64,
-        until: Wait,
-        only: Option<&[bool]>,
-    ) -> Releasing {
-        claim.release_begins();
-        self.give_back_now(Step::Release, claim, ttl_ms, until, only)
-    }
-
-    /// Waits until a release's round may stop listening (`until`), or its
-    /// node timeout passed.
-    pub(crate) async fn settle(&self, releasing: Releasing) -> Tally {
-        self.collect(&releasing.round, releasing.timer).await
-    }
-
-    /// [`release`](Self::release) as `step`: [`Step::Release`], or
-    /// [`Step::Undo`] for a refused round.
-    async fn give_back(
-        &self,
-        step: Step,
-        claim: &Arc<Claim>,
-        ttl_ms: u64,
-        until: Wait,
-        only: Option<&[bool]>,
-    ) -> Tally {
-        let releasing = self.give_back_now(step, claim, ttl_ms, until, only);
-        self.settle(releasing).await
-    }
-
-    fn give_back_now(
-        &self,
-        step: Step,
-        claim: &Arc<Claim>,
-        ttl_ms: u64,
-        until: Wait,
-        only: Option<&[bool]>,
-    ) -> Releasing {
-        let per_node = quorum::node_timeout(self.settings.node_timeout, ttl_ms, Duration::MAX);
-        let timer = Instant::now() + per_node;
-        let round = self.submit(claim, step, ttl_ms, only, until);
-        Releasing { round, timer }
     }
 
     /// Reads what every node holds under `claim`'s keys ([`Step::Inspect`]),
@@ -448,19 +383,6 @@ impl Driver {
                 )),
             })
             .collect()
-    }
-
-    /// Makes a release of `claim` on every node (or those marked in `only`)
-    /// without waiting, for `Drop`. Outside a tokio runtime nothing is sent
-    /// (the keys expire at their TTL).
-    pub(crate) fn release_detached(&self, claim: &Arc<Claim>, ttl_ms: u64, only: Option<&[bool]>) {
-        if claim.is_released() {
-            return; // by `shutdown`
-        }
-        if tokio::runtime::Handle::try_current().is_ok() {
-            claim.release_begins();
-            drop(self.submit(claim, Step::Release, ttl_ms, only, Wait::Decision));
-        }
     }
 
     /// Waits, before a round's clock starts, for nodes still connecting for
@@ -597,14 +519,6 @@ fn subject(claim: &Claim, step: Step) -> Subject {
         kind: claim.keys().kind(),
         step: step.name(),
     }
-}
-
-/// A release whose calls are made ([`Driver::release_now`]), its answers
-/// to be waited for until `timer` ([`Driver::settle`]).
-#[derive(Debug)]
-pub(crate) struct Releasing {
-    round: Sent,
-    timer: Instant,
 }
 
 /// One round's calls (its ballot), and the nodes they were made to.
