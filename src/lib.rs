@@ -128,56 +128,33 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
-mod address;
-mod admin;
-mod ballot;
-mod claim;
-mod cluster;
-mod config;
-mod dispatch;
-mod driver;
-pub mod election;
-mod error;
-mod holds;
-mod in_flight;
-pub mod inspect;
-mod lease;
-mod link;
-mod lock;
+mod api;
+mod client;
+mod engine;
 #[cfg(test)]
 mod log_capture;
-mod master;
-pub mod node;
-mod options;
-mod probe;
 mod proto;
-mod pubsub;
-mod redlock;
-mod resp;
-mod run;
-pub mod rwlock;
-mod scripts;
-pub mod semaphore;
+mod settings;
 pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
-mod token;
-mod turns;
-mod wait;
-mod wakeup;
+mod transport;
 
-pub use config::{Builder, DEFAULT_MAX_TTL, Retry};
-pub use error::ConfigError;
-pub use lease::{KeepAlive, Lease, LeaseEnd};
-pub use lock::Lock;
-pub use options::LockOptions;
-pub use probe::NodeHealth;
+pub use api::lease::{KeepAlive, Lease, LeaseEnd};
+pub use api::lock::Lock;
+pub use api::probe::NodeHealth;
+pub use api::redlock::Redlock;
+pub use api::semaphore::{Permit, Semaphore};
+pub use api::{election, inspect, rwlock, semaphore};
+pub use client::Builder;
 pub use proto::error::{Answer, LockError, NodeError, Votes};
 pub use proto::input::InputError;
 pub use proto::keys::KeyLayout;
+pub use proto::retry::Retry;
 pub use proto::{keys, quorum, restart, verdict};
-pub use redlock::Redlock;
-pub use semaphore::{Permit, Semaphore};
+pub use settings::config_error::ConfigError;
+pub use settings::{DEFAULT_MAX_TTL, LockOptions};
+pub use transport::node;
 
 // The README's example is compiled as a doctest, so it stays true.
 #[cfg(doctest)]

@@ -25,7 +25,7 @@
 //! - [`retry`]: the retry policy, and the pause before the next round as a
 //!   function of the last outcome, the time left and a random draw.
 //!
-//! The driver (`crate::driver`) feeds these with what the nodes answered and
+//! The driver (`crate::engine::driver`) feeds these with what the nodes answered and
 //! what the clock says, and does what they say.
 
 pub mod acquire;

@@ -32,10 +32,10 @@ use futures::future::BoxFuture;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use crate::node::Node;
+use crate::api::redlock::Redlock;
 use crate::proto::error::NodeError;
 use crate::proto::op::{Op, Reply};
-use crate::redlock::Redlock;
+use crate::transport::node::Node;
 
 mod owned;
 mod redis;

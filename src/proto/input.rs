@@ -9,10 +9,6 @@ use super::quorum::MAX_TTL_MS;
 /// The longest key prefix accepted, in bytes.
 pub const MAX_KEY_PREFIX: usize = 256;
 
-/// The longest connect timeout accepted (a builder setting: its error is
-/// `ConfigError`'s, but the bound is input's, stated where every limit is).
-pub const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(3600);
-
 /// The most permits a semaphore may have (each is a slot key per node, and
 /// an acquisition tries up to all of them).
 pub const MAX_PERMITS: u32 = 1024;
@@ -32,7 +28,7 @@ impl fmt::Display for Pow2 {
 #[non_exhaustive]
 pub enum InputError {
     /// The TTL is zero, not a whole number of milliseconds ≥ 1, or above
-    /// [`MAX_TTL_MS`](crate::quorum::MAX_TTL_MS).
+    /// [`MAX_TTL_MS`](crate::proto::quorum::MAX_TTL_MS).
     InvalidTtl(Duration),
     /// The TTL is not longer than the clock-drift allowance, so no lock with
     /// it could ever be valid.
@@ -80,7 +76,7 @@ pub enum InputError {
     FencedPermit,
     /// A key prefix ([`Builder::key_prefix`](crate::Builder::key_prefix))
     /// that holds `{` or `}`, or is longer than
-    /// [`MAX_KEY_PREFIX`](crate::keys::MAX_KEY_PREFIX) bytes.
+    /// [`MAX_KEY_PREFIX`](crate::proto::keys::MAX_KEY_PREFIX) bytes.
     InvalidKeyPrefix(String),
     /// A multi-resource lock naming one resource twice.
     DuplicateResource(String),
@@ -111,7 +107,7 @@ pub enum InputError {
     EmptyToken,
     /// A holder's label ([`LockOptions::label`](crate::LockOptions::label),
     /// [`Builder::label`](crate::Builder::label)) longer than
-    /// [`MAX_LABEL`](crate::node::MAX_LABEL) bytes, or holding a NUL byte.
+    /// [`MAX_LABEL`](crate::transport::node::MAX_LABEL) bytes, or holding a NUL byte.
     InvalidLabel(String),
 }
 

@@ -5,12 +5,12 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
-use crate::address::{Address, TlsMaterial};
-use crate::error::ConfigError;
-use crate::link::{Limits, Link, LinkHandle, Options, tls};
-use crate::node::Node;
 use crate::proto::error::NodeError;
 use crate::proto::op::{Op, Reply};
+use crate::settings::config_error::ConfigError;
+use crate::transport::address::{Address, TlsMaterial};
+use crate::transport::link::{Limits, Link, LinkHandle, Options, tls};
+use crate::transport::node::Node;
 
 /// One connection to a Redis master that performs each [`Op`] as a lock
 /// round would (the same scripts, sent by `EVAL`, the same reply parsing),
@@ -44,11 +44,11 @@ impl Node for RedisTestNode {
 
     fn call<'a>(&'a self, op: Op<'a>) -> BoxFuture<'a, Result<Reply, NodeError>> {
         let mut command = Vec::new();
-        crate::scripts::encode(&op, false, &mut command);
+        crate::transport::scripts::encode(&op, false, &mut command);
         let link = Arc::clone(self.link.arc());
         Box::pin(async move {
             let frame = link.query(command, None).await?;
-            crate::scripts::parse_reply(&op, frame)
+            crate::transport::scripts::parse_reply(&op, frame)
         })
     }
 }

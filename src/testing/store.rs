@@ -1,5 +1,5 @@
 //! What a node does with each operation, written once: the semantics of
-//! redquorum's scripts (`src/scripts/*.lua`) on a map of keys, in Rust, on
+//! redquorum's scripts (`src/transport/scripts/*.lua`) on a map of keys, in Rust, on
 //! a clock the caller gives.
 //!
 //! [`MemoryNode`](super::MemoryNode) is a [`Store`] behind a queue; a
@@ -37,9 +37,9 @@ use std::collections::BTreeMap;
 mod apply;
 mod line;
 
-use crate::node::Notice;
 use crate::proto::error::NodeError;
 use crate::proto::op::{KEPT, Reply};
+use crate::transport::node::Notice;
 
 /// The most members of a sorted set an inspection reads (as `inspect.lua`).
 const INSPECT_MEMBERS: usize = 4096;
@@ -52,7 +52,7 @@ const PRUNE_AT_ONCE: usize = 64;
 /// every ticket.
 const SERVED: i64 = 1 << 52;
 
-/// A node's keys and what each [`Op`](crate::node::Op) does to them (the
+/// A node's keys and what each [`Op`](crate::transport::node::Op) does to them (the
 /// model's notes are in its source). Time is the node's clock in milliseconds, given to
 /// every call; it must not go backwards.
 #[derive(Debug, Clone, Default)]

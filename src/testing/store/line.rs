@@ -1,4 +1,4 @@
-//! The line of waiters (`src/scripts/line.lua`), and giving a lock back
+//! The line of waiters (`src/transport/scripts/line.lua`), and giving a lock back
 //! to it.
 
 use super::{Entry, PRUNE_AT_ONCE, SERVED, Store, after_last, score};

@@ -1,0 +1,362 @@
+//! Leader election over the quorum: at most one leader whose leadership is
+//! valid at any instant, and a term that grows with every new leader.
+//!
+//! An election named `N` is the fenced lock on `N` (docs/election.md). A
+//! candidate [campaigns](Election::campaign): it waits in line for the lock
+//! and, once granted, keeps it alive in the background as a lease
+//! ([`Leadership`]); the lock's fencing token is the leader's **term**,
+//! larger than every earlier leader's — pass it to what the leader writes
+//! to, so that a deposed leader's late writes are refused. The leadership
+//! is *lost* when it can no longer be kept ([`Leadership::lost`] fires
+//! before its validity ends), and handed over at once by
+//! [`Leadership::resign`] (the next candidate is woken by the release).
+//! [`Election::leader`] reads who leads from a quorum, and
+//! [`Election::observe`] reports each change.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), redquorum::LockError> {
+//! # let redlock = redquorum::testing::redlock(5).await;
+//! use std::time::Duration;
+//! use redquorum::{LockOptions, election::LeaderState};
+//!
+//! let election = redlock.election("billing-scheduler")?;
+//! let options = LockOptions::new().label("host-a pid 4121");
+//! let leadership = election.campaign(Duration::from_secs(10), &options).await?;
+//! let LeaderState::Leading(leader) = election.leader().await? else { panic!() };
+//! assert_eq!((leader.term, leader.label.as_deref()), (leadership.term(), Some("host-a pid 4121")));
+//! leadership.resign().await?;
+//! # Ok(()) }
+//! ```
+
+use std::future::Future;
+use std::time::Duration;
+
+use futures::Stream;
+
+use crate::api::inspect::{Holder, Inspection, TimeLeft, Verdict};
+use crate::api::lease::{KeepAlive, Lease};
+use crate::api::redlock::Redlock;
+use crate::proto::error::LockError;
+use crate::proto::input::InputError;
+use crate::settings::LockOptions;
+
+/// How often [`Election::observe`] reads the leader when nothing is
+/// reported: the bound on how late it notices a leader whose lease lapsed
+/// (a crashed leader releases nothing).
+pub const OBSERVE_POLL: Duration = Duration::from_millis(500);
+
+/// After a release is reported, [`Election::observe`] reads the leader this
+/// often…
+const AFTER_RELEASE_POLL: Duration = Duration::from_millis(5);
+/// …for this long at most, until it sees the next leader.
+const AFTER_RELEASE_FOR: Duration = Duration::from_millis(500);
+
+/// An election: see the [module docs](self) and [`Redlock::election`].
+#[derive(Debug, Clone)]
+#[must_use = "an Election does nothing until a candidate campaigns or a reader asks who leads"]
+pub struct Election {
+    redlock: Redlock,
+    name: String,
+}
+
+/// Who leads an election, as a quorum of nodes says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LeaderState {
+    /// A leader holds the election on a quorum.
+    Leading(Leader),
+    /// No leader holds a quorum (free there, or leftovers of a contested
+    /// round on fewer nodes).
+    Vacant,
+    /// Too few nodes answered to tell.
+    Unknown,
+}
+
+/// The current leader of an election.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Leader {
+    /// Its term: its leadership's fencing token.
+    pub term: u64,
+    /// Its label ([`LockOptions::label`]), if it gave one.
+    pub label: Option<String>,
+    /// Its token's first 8 characters (the whole token is what
+    /// [`Redlock::release_token`] needs; the CLI's `status --show-token`
+    /// prints it).
+    pub token_prefix: String,
+    /// How long a quorum of nodes keep its key, by their clocks.
+    pub time_left: Option<TimeLeft>,
+}
+
+/// This process's leadership of an election: a lease kept alive in the
+/// background. Dropping it resigns (in the background); prefer
+/// [`resign`](Self::resign), which hands over at once.
+#[derive(Debug)]
+#[must_use = "dropping a Leadership resigns it at once: hold it for as long as you lead"]
+pub struct Leadership {
+    keep: KeepAlive,
+}
+
+impl Redlock {
+    /// The election named `name`: a fenced lock on `name`, so that
+    /// `redquorum status NAME` shows its leader too.
+    /// [`InputError::EmptyResource`] for an empty name.
+    pub fn election(&self, name: &str) -> Result<Election, InputError> {
+        if name.is_empty() {
+            return Err(InputError::EmptyResource);
+        }
+        Ok(Election {
+            redlock: self.clone(),
+            name: name.to_owned(),
+        })
+    }
+}
+
+impl Election {
+    /// The election's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Stands for leader: waits (in line, woken by releases) until elected,
+    /// then keeps the leadership alive as a lease of `ttl`, extended every
+    /// third of it unless `options` say otherwise. Waits at most
+    /// `options`' [`wait`](LockOptions::wait) ([`LockError::Timeout`]),
+    /// forever without one. `options`' label names the leader
+    /// ([`Leader::label`]); it is fenced whatever `options` say.
+    pub async fn campaign(
+        &self,
+        ttl: Duration,
+        options: &LockOptions,
+    ) -> Result<Leadership, LockError> {
+        let options = campaign_options(options);
+        // The keeping checked before standing: a leadership that could not
+        // be kept must not be won (and its term spent) first.
+        crate::api::lease::Keeping::new(self.redlock.driver(), ttl, &options)?;
+        let lock = self.redlock.lock_with(&self.name, ttl, &options).await?;
+        let keep = lock.keep_alive_with(&options)?;
+        Ok(Leadership { keep })
+    }
+
+    /// Who leads now, from a quorum of nodes (one read per node, each
+    /// bounded by the node timeout): never a leader whose key a quorum does
+    /// not hold. A snapshot: to act as leader, campaign.
+    pub async fn leader(&self) -> Result<LeaderState, LockError> {
+        Ok(state(&self.redlock.inspect(&self.name).await?))
+    }
+
+    /// Campaigns, runs `work` as leader, and resigns when it ends: its
+    /// output, or [`LockError::Lost`] — the work dropped at its next
+    /// `.await` — if the leadership could not be kept. The work gets the
+    /// leadership's lease: its term ([`Lease::fence`]) and validity.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// use std::time::Duration;
+    /// let election = redlock.election("nightly-report")?;
+    /// let term = election
+    ///     .lead(Duration::from_secs(10), &redquorum::LockOptions::new(), |lease| async move {
+    ///         // write the report, fenced by the term
+    ///         lease.fence().unwrap()
+    ///     })
+    ///     .await?;
+    /// assert!(term >= 1);
+    /// # Ok(()) }
+    /// ```
+    pub async fn lead<F, Fut, T>(
+        &self,
+        ttl: Duration,
+        options: &LockOptions,
+        work: F,
+    ) -> Result<T, LockError>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        // A lease on the fenced lock: `run_with`'s keeper, loss and
+        // release, with the campaign's options.
+        self.redlock
+            .run_with(&self.name, ttl, &campaign_options(options), work)
+            .await
+    }
+
+    /// Each change of leader, as [`leader`](Self::leader) reads it: the
+    /// state now, then every later one that differs (a new term, a vacancy,
+    /// unknown). A release wakes it at once (it then reads every 5 ms until
+    /// it sees the next leader, for half a second at most); otherwise it
+    /// reads every [`OBSERVE_POLL`], which bounds how late it sees a leader
+    /// that crashed. Never reports a leader whose key a quorum does not
+    /// hold. It samples: a leadership that starts without a release before
+    /// it (the first, or one after a lapse) and ends within one poll may
+    /// go unseen — the terms it reports grow, but need not be consecutive.
+    /// Endless; drop it to stop.
+    pub fn observe(&self) -> impl Stream<Item = LeaderState> + Send + 'static {
+        self.observe_every(OBSERVE_POLL)
+    }
+
+    /// [`observe`](Self::observe), reading every `poll` when nothing is
+    /// reported.
+    pub fn observe_every(
+        &self,
+        poll: Duration,
+    ) -> impl Stream<Item = LeaderState> + Send + 'static {
+        let (redlock, name) = (self.redlock.clone(), self.name.clone());
+        let key = redlock.key_layout().lock_key(&name);
+        let interest = redlock.driver().hub().map(|hub| hub.register(&key));
+        let start = Observer {
+            redlock,
+            name,
+            interest,
+            last: None,
+            poll,
+            burst_until: None,
+        };
+        futures::stream::unfold(start, |mut observer| async move {
+            let state = observer.next_change().await;
+            Some((state, observer))
+        })
+    }
+}
+
+/// A candidate's options: fenced (the term), and waiting forever unless
+/// they bound the wait.
+fn campaign_options(options: &LockOptions) -> LockOptions {
+    let options = options.clone().fenced();
+    match options.max_wait() {
+        Some(_) => options,
+        None => options.wait(Duration::MAX),
+    }
+}
+
+/// What [`Election::observe`] carries from one change to the next.
+struct Observer {
+    redlock: Redlock,
+    name: String,
+    interest: Option<crate::engine::wakeup::Interest>,
+    last: Option<LeaderState>,
+    poll: Duration,
+    /// After a release is heard, fast reads until the next leader is seen
+    /// or this instant passes (kept across reported changes: a vacancy
+    /// is usually followed by a leader within milliseconds).
+    burst_until: Option<tokio::time::Instant>,
+}
+
+impl Observer {
+    /// The next state that differs from the last reported.
+    async fn next_change(&mut self) -> LeaderState {
+        loop {
+            if let Some(interest) = &mut self.interest {
+                interest.mark_seen();
+            }
+            let now = match self.redlock.inspect(&self.name).await {
+                Ok(seen) => state(&seen),
+                Err(_) => LeaderState::Unknown,
+            };
+            if self.last.as_ref().is_none_or(|last| !same(last, &now)) {
+                if matches!(now, LeaderState::Leading(_)) {
+                    // The next leader is seen: back to the slow pace.
+                    self.burst_until = None;
+                }
+                self.last = Some(now.clone());
+                return now;
+            }
+            let in_burst = self
+                .burst_until
+                .is_some_and(|until| tokio::time::Instant::now() < until);
+            let pause = if in_burst {
+                AFTER_RELEASE_POLL
+            } else {
+                self.poll
+            };
+            let released = async {
+                match &mut self.interest {
+                    Some(interest) => interest.released().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                () = released => {
+                    self.burst_until = Some(tokio::time::Instant::now() + AFTER_RELEASE_FOR);
+                }
+                () = tokio::time::sleep(pause) => {}
+            }
+        }
+    }
+}
+
+/// Whether two states are the same leadership (time left aside).
+fn same(a: &LeaderState, b: &LeaderState) -> bool {
+    match (a, b) {
+        (LeaderState::Leading(a), LeaderState::Leading(b)) => {
+            a.term == b.term && a.token_prefix == b.token_prefix
+        }
+        (LeaderState::Vacant, LeaderState::Vacant)
+        | (LeaderState::Unknown, LeaderState::Unknown) => true,
+        _ => false,
+    }
+}
+
+/// The leader an inspection shows.
+fn state(seen: &Inspection) -> LeaderState {
+    match seen.verdict() {
+        Verdict::Held {
+            holder: Holder::Token(token),
+            ..
+        } => match seen.fence() {
+            Some(term) => LeaderState::Leading(Leader {
+                term,
+                label: seen.label().map(str::to_owned),
+                token_prefix: token.chars().take(8).collect(),
+                time_left: seen.time_left(),
+            }),
+            // Held without a fencing counter: not a leadership (a plain
+            // lock on the name).
+            None => LeaderState::Unknown,
+        },
+        // Free on a quorum, leftovers of a contested round on fewer, or a
+        // hand-over under way (the key kept for the next candidate in
+        // line): no leader in any of them.
+        Verdict::Free { .. }
+        | Verdict::NotHeld { .. }
+        | Verdict::Held {
+            holder: Holder::Kept(_),
+            ..
+        } => LeaderState::Vacant,
+        _ => LeaderState::Unknown,
+    }
+}
+
+impl Leadership {
+    /// The term: this leadership's fencing token, larger than every earlier
+    /// leader's of this election.
+    pub fn term(&self) -> u64 {
+        self.lease().fence().unwrap_or_default()
+    }
+
+    /// The leadership's lease: validity, term, and the [`Lease::lost`] and
+    /// [`Lease::ended`] signals (clones for subtasks).
+    pub fn lease(&self) -> &Lease {
+        self.keep.lease()
+    }
+
+    /// Whether it is still valid: act as leader only while it is.
+    pub fn is_valid(&self) -> bool {
+        self.lease().is_valid()
+    }
+
+    /// Resolves when the leadership is lost: it could not be kept, before
+    /// its validity ends. Not on resignation.
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.lease().lost()
+    }
+
+    /// Hands the leadership over: stops extending and releases it on every
+    /// node, waking the next candidate.
+    pub async fn resign(self) -> Result<(), LockError> {
+        self.keep.release().await
+    }
+}

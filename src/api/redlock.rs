@@ -1,0 +1,432 @@
+//! The public face: [`Redlock`] and its lock calls. Each call checks its
+//! input once ([`Driver::admit`](crate::engine::driver::Driver::admit)) and hands
+//! its rounds to the driver ([`crate::engine::driver`]); waiting between rounds is
+//! [`crate::api::wait`]'s, and what a round decides, and how long to pause after
+//! a failed one, is the protocol's ([`crate::proto`]).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::api::lock::Lock;
+use crate::engine::claim::{Claim, Keys};
+use crate::engine::driver::{Attempts, Driver, Ttl};
+use crate::proto::error::LockError;
+use crate::proto::input::InputError;
+use crate::proto::keys::KeyLayout;
+use crate::settings::LockOptions;
+
+/// A Redlock client over N independent Redis masters.
+///
+/// Cheap to clone (one `Arc`); every clone shares the node connections.
+/// A lock is granted when a majority of the configured nodes — `N / 2 + 1`,
+/// however many are reachable — agree within the validity window.
+///
+/// ```
+/// use std::time::Duration;
+/// use redquorum::Redlock;
+///
+/// async fn connect() -> Result<Redlock, redquorum::ConfigError> {
+///     Redlock::connect([
+///         "redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003",
+///         "redis://127.0.0.1:7004", "redis://127.0.0.1:7005",
+///     ])
+///     .await
+/// }
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let _ = connect;
+/// # let redlock = redquorum::testing::redlock(5).await; // in place of connect().await?
+/// let lock = redlock.lock("orders:42", Duration::from_secs(10)).await?;
+/// if lock.is_valid() {
+///     // ... the critical section: exclusion holds while the lock is valid ...
+/// }
+/// lock.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+#[must_use = "a Redlock client does nothing unless its lock calls are made"]
+pub struct Redlock {
+    driver: Arc<Driver>,
+}
+
+impl fmt::Debug for Redlock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Redlock")
+            .field("nodes", &self.driver.nodes())
+            .field("quorum", &self.quorum())
+            .field("settings", &self.driver.settings)
+            .finish()
+    }
+}
+
+impl Redlock {
+    /// The client over a connected driver.
+    pub(crate) fn from_driver(driver: Driver) -> Self {
+        Redlock {
+            driver: Arc::new(driver),
+        }
+    }
+
+    /// The configured nodes' names (passwords masked), in order.
+    pub fn nodes(&self) -> impl Iterator<Item = &str> {
+        self.driver.nodes().iter().map(|n| &**n.name())
+    }
+
+    /// Per node (name, in configured order): the calls queued or awaiting an
+    /// answer right now. Never above [`Builder::max_in_flight`](crate::Builder::max_in_flight); a node near
+    /// the bound is slow or frozen.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// # let redlock = redquorum::Redlock::builder().nodes(["redis://127.0.0.1:1"]).build().await.unwrap();
+    /// for (node, calls) in redlock.in_flight() {
+    ///     println!("{node}: {calls} calls in flight");
+    /// }
+    /// # }
+    /// ```
+    pub fn in_flight(&self) -> impl Iterator<Item = (&str, usize)> {
+        self.driver
+            .nodes()
+            .iter()
+            .map(|node| (&**node.name(), node.in_flight()))
+    }
+
+    /// The nodes degraded right now, in configured order: their last calls
+    /// (at least two in a row) timed out, found no connection, hit the
+    /// in-flight bound or got an error reply. A node leaves the list at its
+    /// next answer. The client logs one `WARN` when a node enters it and
+    /// one `INFO` when it leaves (see `docs/operations.md`).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let redlock = redquorum::Redlock::builder()
+    ///     .nodes(["redis://127.0.0.1:1", "redis://127.0.0.1:2", "redis://127.0.0.1:3"])
+    ///     .build()
+    ///     .await
+    ///     .unwrap();
+    /// // Nothing listens on those ports: two refused rounds make every node degraded.
+    /// for _ in 0..2 {
+    ///     let _ = redlock.try_lock("job", std::time::Duration::from_secs(1)).await;
+    /// }
+    /// assert_eq!(redlock.degraded().count(), 3);
+    /// # }
+    /// ```
+    pub fn degraded(&self) -> impl Iterator<Item = &str> {
+        self.driver
+            .nodes()
+            .iter()
+            .filter(|node| node.degraded())
+            .map(|node| &**node.name())
+    }
+
+    /// How this client maps resources to Redis keys
+    /// ([`Builder::key_prefix`](crate::Builder::key_prefix), [`Builder::interop_keys`](crate::Builder::interop_keys)).
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), redquorum::ConfigError> {
+    /// let redlock = redquorum::Redlock::connect(["redis://127.0.0.1:7001"]).await?;
+    /// assert_eq!(redlock.key_layout().lock_key("orders:42"), "{orders:42}:lock");
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
+    /// ```
+    pub fn key_layout(&self) -> &KeyLayout {
+        self.driver.layout()
+    }
+
+    /// Settles everything this client holds and finishes what it handed to
+    /// the nodes, for a program about to end. Every lock it still holds is
+    /// released: dropped ones (a dropped keep-alive's too) and those still
+    /// owned by running tasks — locks, permits, read/write holds,
+    /// leaderships —, whose leases end as lost (`run`'s, a semaphore's
+    /// `run`, `Election::lead`'s work sees [`LockError::Lost`](crate::LockError::Lost),
+    /// a leadership's `lost()` resolves). Then every later call is refused
+    /// (as [`NodeError::NotConnected`](crate::NodeError::NotConnected)),
+    /// and this waits until every call already made has ended — the tail
+    /// of a release that returned at its quorum, the release of a dropped
+    /// [`Lock`], a writer's intent taken back when it gave up. A node that
+    /// answers nothing for a whole node timeout is not waited for further
+    /// (its calls are written, and land if it answers before the process
+    /// ends); every call ends by its node's grace (four node timeouts, at
+    /// least 1 s), which bounds the wait.
+    ///
+    /// Call it before the tokio runtime ends: the runtime's end drops
+    /// whatever is still in flight, so a release made just before can be
+    /// lost (its keys then live until their TTL). Shuts every clone down.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// let ttl = std::time::Duration::from_secs(60);
+    /// let dropped = redlock.lock("nightly", ttl).await?;
+    /// drop(dropped); // released in the background…
+    /// let kept = redlock.lock("hourly", ttl).await?.keep_alive()?;
+    /// redlock.shutdown().await; // …and every hold still kept, on every node
+    /// assert!(kept.lease().is_lost()); // its work is told
+    /// # Ok(()) }
+    /// ```
+    pub async fn shutdown(&self) {
+        self.driver.shutdown().await;
+    }
+
+    /// How many nodes must agree: `N / 2 + 1` of the configured `N`.
+    pub fn quorum(&self) -> usize {
+        self.driver.quorum()
+    }
+
+    /// One round: the lock if a quorum grants it in time, else the reason.
+    ///
+    /// On failure every key this round may have set is released before it
+    /// returns (on nodes that answer within the node timeout; on the others in
+    /// the background, behind the acquire on the same connection).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// use std::time::Duration;
+    /// use redquorum::LockError;
+    ///
+    /// match redlock.try_lock("cron:nightly", Duration::from_secs(30)).await {
+    ///     Ok(lock) => { /* run the job */ let _ = lock.release().await; }
+    ///     Err(LockError::Taken { .. }) => { /* another host runs it */ }
+    ///     Err(e) => eprintln!("lock failed: {e}"),
+    /// }
+    /// # }
+    /// ```
+    pub async fn try_lock(&self, resource: &str, ttl: Duration) -> Result<Lock, LockError> {
+        let keys = Keys::single(self.driver.layout(), resource, false)?;
+        self.try_keys(keys, ttl).await
+    }
+
+    /// Up to [`Retry::attempts`](crate::Retry::attempts) rounds, pausing a
+    /// random time between them; the last round's error if all fail.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// let lock = redlock.lock("orders:42", std::time::Duration::from_secs(10)).await?;
+    /// lock.release().await
+    /// # }
+    /// ```
+    pub async fn lock(&self, resource: &str, ttl: Duration) -> Result<Lock, LockError> {
+        self.lock_with(resource, ttl, &LockOptions::new()).await
+    }
+
+    /// Tries until the lock is had or `max_wait` has passed: the same as
+    /// [`lock_with`](Self::lock_with) with
+    /// [`LockOptions::wait`]`(max_wait)`, which names the waiting time
+    /// instead of putting it next to the TTL, where the two are easily
+    /// swapped.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// use std::time::Duration;
+    /// use redquorum::LockOptions;
+    /// // Instead of redlock.lock_wait("orders:42", ttl, max_wait):
+    /// let wait = LockOptions::new().wait(Duration::from_secs(5));
+    /// let lock = redlock.lock_with("orders:42", Duration::from_secs(10), &wait).await?;
+    /// lock.release().await
+    /// # }
+    /// ```
+    #[deprecated(
+        since = "0.2.0",
+        note = "two adjacent durations are easily swapped: use \
+                `lock_with(resource, ttl, &LockOptions::new().wait(max_wait))`"
+    )]
+    pub async fn lock_wait(
+        &self,
+        resource: &str,
+        ttl: Duration,
+        max_wait: Duration,
+    ) -> Result<Lock, LockError> {
+        self.lock_with(resource, ttl, &LockOptions::new().wait(max_wait))
+            .await
+    }
+
+    /// A lock carrying a fencing token ([`Lock::fence`]) that is larger than
+    /// that of every earlier holder of `resource`, retrying per policy.
+    ///
+    /// Two rounds: the first takes the lease and increments a per-node
+    /// counter, the second writes the largest counter seen back to the nodes
+    /// that granted. The token is granted only when a quorum confirmed the
+    /// write-back before the deadline. Hand the token to the resource you
+    /// protect and have it reject writes carrying a smaller one: that stops a
+    /// holder that paused past its validity. See `docs/fencing.md`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// let lock = redlock.lock_fenced("ledger", std::time::Duration::from_secs(10)).await?;
+    /// let token: u64 = lock.fence().expect("fenced locks carry a token");
+    /// // storage.write_if_newer(token, ...)
+    /// lock.release().await
+    /// # }
+    /// ```
+    pub async fn lock_fenced(&self, resource: &str, ttl: Duration) -> Result<Lock, LockError> {
+        self.lock_with(resource, ttl, &LockOptions::new().fenced())
+            .await
+    }
+
+    /// A lock with explicit [`LockOptions`]: how long to wait
+    /// ([`LockOptions::wait`]), whether to carry a fencing token.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// use std::time::Duration;
+    /// use redquorum::LockOptions;
+    /// let options = LockOptions::new().fenced().wait(Duration::from_secs(5));
+    /// let lock = redlock.lock_with("ledger", Duration::from_secs(10), &options).await?;
+    /// lock.release().await
+    /// # }
+    /// ```
+    pub async fn lock_with(
+        &self,
+        resource: &str,
+        ttl: Duration,
+        options: &LockOptions,
+    ) -> Result<Lock, LockError> {
+        let keys = Keys::single(self.driver.layout(), resource, options.is_fenced())?;
+        self.lock_keys(keys, None, ttl, options).await
+    }
+
+    /// One lock over several resources, retrying per policy: on each node
+    /// either every resource is set or none is, so two holders of
+    /// overlapping sets never both get a quorum. Extend and release act on
+    /// all of them.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// use std::time::Duration;
+    /// let lock = redlock.lock_many(&["account:1", "account:2"], Duration::from_secs(5)).await?;
+    /// assert_eq!(lock.resources().count(), 2);
+    /// lock.release().await
+    /// # }
+    /// ```
+    pub async fn lock_many(&self, resources: &[&str], ttl: Duration) -> Result<Lock, LockError> {
+        let keys = Keys::many(self.driver.layout(), resources)?;
+        self.lock_keys(keys, None, ttl, &LockOptions::new()).await
+    }
+
+    /// A reentrant lock, retrying per policy: `owner` may take `resource`
+    /// again while it holds it (each hold adds one to a per-owner count and
+    /// refreshes the TTL), another owner is refused with
+    /// [`LockError::Taken`], and each [`Lock::release`] gives one hold back;
+    /// the key goes when the count reaches zero.
+    ///
+    /// The owner name is the identity: give every process (or task) that must
+    /// exclude the others a distinct one. Quorum and validity rules are those
+    /// of plain locks; each returned `Lock` has its own deadline.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// use std::time::Duration;
+    /// let outer = redlock.lock_reentrant("job", Duration::from_secs(10), "worker-7").await?;
+    /// let inner = redlock.lock_reentrant("job", Duration::from_secs(10), "worker-7").await?;
+    /// inner.release().await?; // still held by `outer`
+    /// outer.release().await
+    /// # }
+    /// ```
+    pub async fn lock_reentrant(
+        &self,
+        resource: &str,
+        ttl: Duration,
+        owner: &str,
+    ) -> Result<Lock, LockError> {
+        let keys = Keys::reentrant(self.driver.layout(), resource)?;
+        self.lock_keys(keys, Some(owner), ttl, &LockOptions::new())
+            .await
+    }
+
+    /// The body of every lock on one claim's `keys` (a mutex's, a reentrant
+    /// owner's, several resources', a reader's, a writer's): rounds per
+    /// policy, or until `options`' wait is over.
+    pub(crate) async fn lock_keys(
+        &self,
+        keys: Keys,
+        owner: Option<&str>,
+        ttl: Duration,
+        options: &LockOptions,
+    ) -> Result<Lock, LockError> {
+        let at_least = options.min_hold();
+        if let Some(at_least) = at_least {
+            if !keys.restorable() {
+                return Err(InputError::HoldAtLeastUnsupported.into());
+            }
+            if at_least > ttl {
+                return Err(InputError::HoldAtLeastAboveTtl { at_least, ttl }.into());
+            }
+        }
+        let ttl = self.driver.admit(&keys, ttl)?;
+        let label = self.driver.label(options.label_given())?;
+        let attempts = options.attempts();
+        let lock = self
+            .acquire_repeatedly(keys, owner, label.as_ref(), ttl, attempts)
+            .await?;
+        if let Some(at_least) = at_least {
+            // From the grant: at least as long as asked.
+            lock.keep_until(tokio::time::Instant::now() + at_least);
+        }
+        Ok(lock)
+    }
+
+    /// The body of every `try_*` lock on one claim's `keys`: one round.
+    pub(crate) async fn try_keys(&self, keys: Keys, ttl: Duration) -> Result<Lock, LockError> {
+        let ttl = self.driver.admit(&keys, ttl)?;
+        let claim = Claim::new(keys).labeled(self.driver.settings.label.as_ref());
+        self.acquire(&Arc::new(claim), ttl, false).await
+    }
+
+    /// Rounds until one grants or `attempts` runs out (see
+    /// [`wait::acquire_repeatedly`](crate::api::wait::acquire_repeatedly)), as a
+    /// [`Lock`].
+    async fn acquire_repeatedly(
+        &self,
+        keys: Keys,
+        owner: Option<&str>,
+        label: Option<&Arc<str>>,
+        ttl: Ttl,
+        attempts: Attempts,
+    ) -> Result<Lock, LockError> {
+        let kind = keys.kind();
+        let start = Instant::now();
+        let held =
+            crate::api::wait::acquire_repeatedly(&self.driver, keys, owner, label, ttl, attempts)
+                .await;
+        let waited = attempts.waits().then(|| start.elapsed());
+        self.driver.telemetry.acquired(kind, &held, waited);
+        Ok(Lock::new(Arc::clone(&self.driver), held?))
+    }
+
+    /// One acquisition (see [`Driver::acquire`]), as a [`Lock`].
+    pub(crate) async fn acquire(
+        &self,
+        claim: &Arc<Claim>,
+        ttl: Ttl,
+        holder_ttl: bool,
+    ) -> Result<Lock, LockError> {
+        let held = self.driver.acquire(claim, ttl, holder_ttl).await;
+        self.driver
+            .telemetry
+            .acquired(claim.keys().kind(), &held, None);
+        Ok(Lock::new(Arc::clone(&self.driver), held?))
+    }
+
+    /// The driver under this client.
+    pub(crate) fn driver(&self) -> &Arc<Driver> {
+        &self.driver
+    }
+}

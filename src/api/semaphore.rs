@@ -1,0 +1,380 @@
+//! Counting semaphores over a quorum: at most `permits` valid holders of a
+//! name at any time.
+//!
+//! A semaphore of `N` permits is `N` independent Redlock mutexes, the
+//! *slots* `{name}:permit:0` … `{name}:permit:N-1`; a permit is a valid lock on
+//! one slot. Safety follows from the mutex's: no two valid locks on one slot
+//! ever coexist, so at most `N` valid permits do. (A naive quorum semaphore
+//! — every node admits up to `N` holders, a holder needs a majority of
+//! admissions — is not safe for `N ≥ 2`: with 5 nodes and `N = 2`, three
+//! holders can each collect 3 of the 10 admissions.) A holder tries the slots
+//! from a random one on, one round each, and keeps the first it is granted;
+//! a failed round leaves nothing behind, as for any lock. Extending,
+//! releasing, dropping and cancelling a permit are those of its [`Lock`].
+//!
+//! Each node also counts the semaphore's live holders and the permit count
+//! they were granted under: a caller that names another count while they
+//! hold is refused ([`LockError::PermitCount`]), so that `N` means `N` for
+//! everyone.
+//!
+//! Waiting ([`LockOptions::wait`]) retries the slots as a lock waits, in
+//! line: a permit given back while others wait is kept for the one that
+//! waited longest; it is woken early when a slot is released (release
+//! notifications, [`Builder::notify_waiters`], for up to
+//! [`MAX_WATCHED_SLOTS`] slots; past that it polls).
+//!
+//! [`Builder::notify_waiters`]: crate::Builder::notify_waiters
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::api::lease::{Keeping, Lease};
+use crate::api::lock::Lock;
+use crate::api::redlock::Redlock;
+use crate::api::run::run_kept;
+use crate::api::wait::{GiveUp, Waiting};
+use crate::engine::claim::{Claim, InLine, Keys};
+use crate::proto::error::LockError;
+use crate::proto::error::Subject;
+use crate::proto::input::InputError;
+use crate::settings::LockOptions;
+
+/// The most slots a waiter listens to for releases.
+pub const MAX_WATCHED_SLOTS: u32 = 64;
+
+pub use crate::proto::input::MAX_PERMITS;
+
+/// A counting semaphore; see the [module docs](self) and
+/// [`Redlock::semaphore`].
+#[derive(Debug, Clone)]
+#[must_use = "a Semaphore does nothing until a permit is asked of it"]
+pub struct Semaphore {
+    redlock: Redlock,
+    name: String,
+    permits: u32,
+}
+
+/// One of a [`Semaphore`]'s permits: a valid lock on one of its slots.
+/// Released when dropped, as any [`Lock`].
+#[derive(Debug)]
+#[must_use = "dropping a Permit gives it back at once (in the background): hold it for as long as the work needs it"]
+pub struct Permit {
+    lock: Lock,
+    slot: u32,
+}
+
+impl Redlock {
+    /// A semaphore named `name` with `permits` permits: at most that many
+    /// valid [`Permit`]s at any time, across every client of the same nodes
+    /// that names it alike. [`InputError::InvalidPermits`] for 0 or more
+    /// than [`MAX_PERMITS`], [`InputError::EmptyResource`] for an empty
+    /// name.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// use std::time::Duration;
+    /// let api = redlock.semaphore("rate-limited-api", 3)?;
+    /// let a = api.try_acquire(Duration::from_secs(10)).await?;
+    /// let b = api.try_acquire(Duration::from_secs(10)).await?;
+    /// let c = api.try_acquire(Duration::from_secs(10)).await?;
+    /// assert!(api.try_acquire(Duration::from_secs(10)).await.is_err()); // all 3 taken
+    /// a.release().await?;
+    /// let d = api.try_acquire(Duration::from_secs(10)).await?; // a's slot again
+    /// # for p in [b, c, d] { p.release().await?; }
+    /// # Ok(()) }
+    /// ```
+    pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore, InputError> {
+        if name.is_empty() {
+            return Err(InputError::EmptyResource);
+        }
+        if permits == 0 || permits > MAX_PERMITS {
+            return Err(InputError::InvalidPermits(permits));
+        }
+        Ok(Semaphore {
+            redlock: self.clone(),
+            name: name.to_owned(),
+            permits,
+        })
+    }
+}
+
+impl Semaphore {
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// How many permits it has.
+    pub fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    /// The client it runs on.
+    pub(crate) fn redlock(&self) -> &Redlock {
+        &self.redlock
+    }
+
+    /// The keys of slot `slot`.
+    pub(crate) fn slot_keys(&self, slot: u32) -> Result<Keys, InputError> {
+        Keys::permit(
+            self.redlock.driver().layout(),
+            &self.name,
+            slot,
+            self.permits,
+        )
+    }
+
+    /// The key of slot `slot` (`{name}:permit:slot`, with the client's key
+    /// prefix in front; see [`KeyLayout::permit_keys`]).
+    ///
+    /// [`KeyLayout::permit_keys`]: crate::KeyLayout::permit_keys
+    pub fn slot_key(&self, slot: u32) -> String {
+        let [slot, ..] = self.redlock.driver().layout().permit_keys(&self.name, slot);
+        slot
+    }
+
+    /// One pass over the slots, from a random one: the first granted, else
+    /// the last refusal ([`LockError::Taken`] when every slot is held;
+    /// [`LockError::PermitCount`] at once when the semaphore's holders were
+    /// granted under another permit count).
+    pub async fn try_acquire(&self, ttl: Duration) -> Result<Permit, LockError> {
+        let driver = self.redlock.driver();
+        let mut give_up = GiveUp::new(driver, 0);
+        let label = driver.settings.label.clone();
+        self.pass(ttl, None, false, label.as_ref(), &mut give_up)
+            .await
+    }
+
+    /// One pass, as a waiter of `in_line` if it waits in line; each refused
+    /// slot's claim goes to `give_up`.
+    async fn pass(
+        &self,
+        ttl: Duration,
+        in_line: Option<InLine>,
+        holder_ttl: bool,
+        label: Option<&Arc<str>>,
+        give_up: &mut GiveUp<'_>,
+    ) -> Result<Permit, LockError> {
+        let driver = self.redlock.driver();
+        let ttl = driver.check_ttl(ttl)?;
+        // Seeded where the client's jitter is (`Builder::jitter_seed`).
+        let start = (driver.draw() % u64::from(self.permits)) as u32;
+        let (mut last, mut taken) = (None, 0);
+        for i in 0..self.permits {
+            let slot = (start + i) % self.permits;
+            let keys = self.slot_keys(slot)?;
+            if slot == start {
+                // Every slot shares the first one's hash tag.
+                driver.check_slots(&keys)?;
+            }
+            let claim = Arc::new(Claim::new(keys).in_line(in_line).labeled(label));
+            match self.redlock.acquire(&claim, ttl, holder_ttl).await {
+                Ok(lock) => {
+                    give_up.got_it(claim.keys().first());
+                    return Ok(Permit { lock, slot });
+                }
+                Err(e @ (LockError::Input(_) | LockError::PermitCount { .. })) => {
+                    return Err(e.about(self.subject()));
+                }
+                Err(e) => {
+                    give_up.refused(&claim);
+                    taken += u32::from(matches!(e, LockError::Taken { .. }));
+                    last = Some(e);
+                }
+            }
+        }
+        let last = last.unwrap_or(LockError::Input(InputError::InvalidPermits(0)));
+        // Every slot taken: the semaphore is (the last slot's votes say how).
+        Err(match last {
+            LockError::Taken { .. } if taken == self.permits => last.about(self.subject()),
+            other => other,
+        })
+    }
+
+    /// What its errors are about.
+    fn subject(&self) -> Subject {
+        Subject::Permits {
+            name: self.name.as_str().into(),
+            permits: self.permits,
+        }
+    }
+
+    /// Passes over the slots per the client's retry policy
+    /// ([`Builder::retry`](crate::Builder::retry)), with jittered pauses.
+    pub async fn acquire(&self, ttl: Duration) -> Result<Permit, LockError> {
+        self.acquire_with(ttl, &LockOptions::new()).await
+    }
+
+    /// [`acquire`](Self::acquire), or with [`LockOptions::wait`] passes until
+    /// a permit is had or the wait is over ([`LockError::Timeout`] with the
+    /// last pass's error), in line: a permit given back while others wait
+    /// goes to the one that waited longest (docs/design.md, "Fair
+    /// waiting"). Extension settings do not apply; fenced options are
+    /// refused ([`InputError::FencedPermit`]): a permit has no fencing
+    /// token.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// use std::time::Duration;
+    /// use redquorum::LockOptions;
+    /// let workers = redlock.semaphore("workers", 1)?;
+    /// let held = workers.acquire(Duration::from_millis(200)).await?;
+    /// let wait = LockOptions::new().wait(Duration::from_secs(5));
+    /// let next = workers.acquire_with(Duration::from_secs(10), &wait).await?; // after expiry
+    /// assert!(!held.is_valid());
+    /// next.release().await
+    /// # }
+    /// ```
+    pub async fn acquire_with(
+        &self,
+        ttl: Duration,
+        options: &LockOptions,
+    ) -> Result<Permit, LockError> {
+        if options.is_fenced() {
+            return Err(InputError::FencedPermit.into());
+        }
+        if options.min_hold().is_some() {
+            return Err(InputError::HoldAtLeastUnsupported.into());
+        }
+        let driver = self.redlock.driver();
+        let attempts = options.attempts();
+        // A waiter listens to every slot's releases (up to a bound).
+        let channels: Vec<String> = if self.permits <= MAX_WATCHED_SLOTS {
+            (0..self.permits).map(|slot| self.slot_key(slot)).collect()
+        } else {
+            Vec::new()
+        };
+        let mut waiting = Waiting::new(driver, attempts, &channels);
+        // Its place in line, taken back if it gives up or is dropped.
+        let ttl_ms = driver.check_ttl(ttl)?.ms;
+        let mut give_up = GiveUp::new(driver, ttl_ms);
+        let label = driver.label(options.label_given())?;
+        loop {
+            waiting.before_attempt();
+            let (in_line, holder_ttl) = (waiting.in_line(), waiting.holder_ttl());
+            let pass = self.pass(ttl, in_line, holder_ttl, label.as_ref(), &mut give_up);
+            let error = match pass.await {
+                Ok(permit) => return Ok(permit),
+                Err(e) => e,
+            };
+            if let Err(e) = waiting.after(error).await {
+                give_up.give_up();
+                return Err(e);
+            }
+        }
+    }
+
+    /// Runs `work` under a permit kept alive as [`Redlock::run`] keeps a
+    /// lock (extended every third of `ttl`), gives the permit back when the
+    /// work ends, and returns its output; [`LockError::Lost`] (and the work
+    /// dropped at its next `.await`) if the permit cannot be kept. Acquires
+    /// as [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future drops the work and gives the permit back (in
+    /// the background). Work the future does not own goes on: a task the
+    /// work spawned, a request already sent to the partner API. The permit
+    /// bounds the calls made under it, not their effects that outlive it —
+    /// so spawn nothing the permit must cover, or await it within the work.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// let api = redlock.semaphore("partner-api", 3)?; // at most 3 callers at once
+    /// let status = api
+    ///     .run(std::time::Duration::from_secs(30), |lease| async move {
+    ///         // call the rate-limited API; lease.resource() names the semaphore
+    ///         assert_eq!(lease.resource(), "partner-api");
+    ///         200
+    ///     })
+    ///     .await?;
+    /// assert_eq!(status, 200);
+    /// # Ok(()) }
+    /// ```
+    pub async fn run<F, Fut, T>(&self, ttl: Duration, work: F) -> Result<T, LockError>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        self.run_with(ttl, &LockOptions::new(), work).await
+    }
+
+    /// [`run`](Self::run) with [`LockOptions`]: wait for a permit
+    /// ([`LockOptions::wait`], as [`acquire_with`](Self::acquire_with)), set
+    /// the extension interval or cap the extensions. Fenced options are
+    /// refused ([`InputError::FencedPermit`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// use std::time::Duration;
+    /// use redquorum::LockOptions;
+    /// let workers = redlock.semaphore("workers", 2)?;
+    /// let options = LockOptions::new().wait(Duration::from_secs(60));
+    /// workers
+    ///     .run_with(Duration::from_secs(15), &options, |lease| async move {
+    ///         // work while lease.is_valid()
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn run_with<F, Fut, T>(
+        &self,
+        ttl: Duration,
+        options: &LockOptions,
+        work: F,
+    ) -> Result<T, LockError>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let keeping = Keeping::new(self.redlock.driver(), ttl, options)?;
+        let permit = self.acquire_with(ttl, options).await?;
+        run_kept(permit.lock, keeping, work).await
+    }
+}
+
+impl Permit {
+    /// Which slot it holds (`0..permits`).
+    pub fn slot(&self) -> u32 {
+        self.slot
+    }
+
+    /// The lock on its slot.
+    pub fn lock(&self) -> &Lock {
+        &self.lock
+    }
+
+    /// Whether the permit is still valid: the count holds only while it is.
+    pub fn is_valid(&self) -> bool {
+        self.lock.is_valid()
+    }
+
+    /// Validity left; see [`Lock::remaining`].
+    pub fn remaining(&self) -> Duration {
+        self.lock.remaining()
+    }
+
+    /// Extends the permit; see [`Lock::extend`].
+    pub async fn extend(&mut self, ttl: Duration) -> Result<(), LockError> {
+        self.lock.extend(ttl).await
+    }
+
+    /// Gives the permit back; see [`Lock::release`].
+    pub async fn release(self) -> Result<(), LockError> {
+        self.lock.release().await
+    }
+
+    /// The lock on its slot, to keep alive ([`Lock::keep_alive`]) or
+    /// release yourself.
+    pub fn into_lock(self) -> Lock {
+        self.lock
+    }
+}

@@ -1,0 +1,204 @@
+//! Building a client: the settings checked, the nodes connected.
+
+use super::*;
+
+impl Builder {
+    /// Checks the settings, then connects to every node concurrently, waiting
+    /// at most the node timeout: a node that is down or frozen now is retried
+    /// in the background and simply votes no until it is back. Credentials a
+    /// node rejects are an error here, and so are two URLs that reach one
+    /// server (compared by `run_id`; a node that is down now is checked when
+    /// it connects, and refused a vote if it is a duplicate).
+    ///
+    /// Must be called inside a tokio runtime.
+    pub async fn build(self) -> Result<Redlock, ConfigError> {
+        self.connect().await.map(Redlock::from_driver)
+    }
+
+    /// Checks the settings and connects (see [`build`](Builder::build)).
+    pub(crate) async fn connect(self) -> Result<Driver, ConfigError> {
+        let drift_factor = match self.drift_factor {
+            None => DriftFactor::default(),
+            Some(f) => DriftFactor::new(f).ok_or(InputError::InvalidDriftFactor(f))?,
+        };
+        let longest = Duration::from_millis(MAX_TTL_MS);
+        let layout = KeyLayout::new(&self.key_prefix, self.interop_keys)?;
+        if self
+            .node_timeout
+            .is_some_and(|t| t < Duration::from_millis(1) || t > longest)
+        {
+            return Err(ConfigError::InvalidNodeTimeout);
+        }
+        let max_ttl = self.max_ttl.unwrap_or(DEFAULT_MAX_TTL);
+        if max_ttl < Duration::from_millis(1) || max_ttl > longest {
+            return Err(ConfigError::InvalidMaxTtl(max_ttl));
+        }
+        let max_ttl_ms = u64::try_from(max_ttl.as_millis()).unwrap_or(MAX_TTL_MS);
+        // The quarantine is the longest TTL measured by the node's clock:
+        // the client's may run slower by the drift factor.
+        let checks = Checks {
+            quarantine: (!self.no_quarantine).then(|| max_ttl + drift_factor.drift(max_ttl_ms)),
+            strict: self.strict,
+            mark: layout.dataset_mark().into(),
+            probe_key: layout.lock_key("redquorum:probe").into(),
+        };
+        let connect_timeout = self.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
+        if connect_timeout < Duration::from_millis(1) || connect_timeout > MAX_CONNECT_TIMEOUT {
+            return Err(ConfigError::InvalidConnectTimeout(connect_timeout));
+        }
+        if self.retry.max_delay() > longest {
+            return Err(ConfigError::InvalidRetry);
+        }
+        if self.retry.attempts() == 0 {
+            return Err(ConfigError::InvalidRetry);
+        }
+        let label = self
+            .label
+            .as_deref()
+            .map(crate::engine::claim::check_label)
+            .transpose()?;
+        crate::telemetry::describe();
+        let max_in_flight = self.max_in_flight.unwrap_or(DEFAULT_MAX_IN_FLIGHT);
+        if max_in_flight == 0 {
+            return Err(ConfigError::InvalidMaxInFlight);
+        }
+        let targets = self
+            .urls
+            .iter()
+            .map(|url| Address::parse_with(url, &self.tls))
+            .collect::<Result<Vec<_>, _>>()?;
+        if targets.is_empty() && self.custom.is_empty() {
+            return Err(ConfigError::NoNodes);
+        }
+        // TLS only where a node needs it, with a provider of the client's
+        // own (the process default is never touched).
+        let tls = tls::Configs::new(&self.tls, targets.iter().map(|t| t.endpoint().tls))?;
+        for target in targets.iter().filter(|t| t.is_insecure()) {
+            tracing::warn!(node = %target.name(), "certificate verification is off for this node (#insecure)");
+        }
+        let mut names: Vec<&str> = targets
+            .iter()
+            .map(|t| &**t.name())
+            .chain(self.custom.iter().map(|n| &**n.name()))
+            .collect();
+        names.sort_unstable();
+        if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+            return Err(ConfigError::DuplicateNode(w[0].to_owned()));
+        }
+
+        // Where each Redis node's listener connects (clusters and custom
+        // nodes open their own).
+        let addresses: Vec<Address> = targets.clone();
+        // The bounds come from the node timeout alone.
+        let node_timeout = self.node_timeout.unwrap_or(DEFAULT_NODE_TIMEOUT);
+        let limits = Limits::new(max_in_flight, node_timeout, connect_timeout);
+        // `build` waits the node timeout for the first connections;
+        // requiring a quorum waits for whole connection attempts.
+        let wait = if self.require_quorum {
+            connect_timeout
+        } else {
+            node_timeout
+        };
+        let servers = Servers::new(targets.iter().map(|t| Arc::clone(t.name())).collect());
+        let connected = futures::future::join_all(targets.into_iter().enumerate().map(|(i, t)| {
+            let servers = Arc::clone(&servers);
+            let tls = tls.clone();
+            let checks = checks.clone();
+            async move {
+                let telemetry = Arc::new(NodeTelemetry::new(t.name()));
+                let member = if t.is_cluster() {
+                    let (node, first) =
+                        ClusterNode::connect(t, i, servers, tls, limits, checks, wait).await?;
+                    (Member::Cluster(Arc::new(node)), first)
+                } else {
+                    let identity = servers.identity(i, Arc::clone(t.name()));
+                    let (node, first) =
+                        RedisNode::connect(t, Some(identity), tls, limits, checks, wait).await?;
+                    (Member::Redis(Arc::new(node)), first)
+                };
+                Ok::<_, ConfigError>((member, telemetry))
+            }
+        }))
+        .await;
+        let mut nodes = Vec::with_capacity(connected.len() + self.custom.len());
+        let (mut tls_failures, mut other_failures, mut up) = (Vec::new(), 0, 0);
+        for node in connected {
+            let ((member, first), telemetry) = node?;
+            match first {
+                Some(NodeError::Tls(message)) => {
+                    tls_failures.push(format!("{}: {message}", member.name()));
+                }
+                Some(_) => other_failures += 1,
+                None => up += usize::from(member.ready().is_ok()),
+            }
+            nodes.push(Dispatcher::start(member, limits, telemetry));
+        }
+        // Every node that answered failing its handshake, and none up: a
+        // configuration error, not an outage — say so now rather than vote
+        // `NotConnected` forever. (Otherwise each node's vote carries it.)
+        if !tls_failures.is_empty() && other_failures == 0 && up == 0 {
+            return Err(ConfigError::Tls(tls_failures.join("; ")));
+        }
+        let custom = self.custom.len();
+        nodes.extend(self.custom.into_iter().map(|node| {
+            let telemetry = Arc::new(NodeTelemetry::new(node.name()));
+            Dispatcher::start(Member::Custom(node), limits, telemetry)
+        }));
+        // One listener source per member, in the members' order: a Redis
+        // node's pub/sub, a cluster's over the masters of each channel's
+        // slot (sharded), a custom node's own.
+        let hub = (!self.quiet).then(|| {
+            let sources = nodes
+                .iter()
+                .enumerate()
+                .map(|(i, node)| match node.member() {
+                    Member::Redis(_) => {
+                        let (address, tls) = (addresses[i].clone(), tls.clone());
+                        Box::new(move || Some(pubsub::listen(address.clone(), tls.clone()))) as Open
+                    }
+                    Member::Cluster(cluster) => Box::new(cluster.listener_source()) as Open,
+                    Member::Custom(custom) => {
+                        let custom = Arc::clone(custom);
+                        Box::new(move || custom.listen()) as Open
+                    }
+                })
+                .collect();
+            Hub::new(sources, quorum(nodes.len()), self.jitter_seed)
+        });
+        if self.require_quorum {
+            let needed = quorum(nodes.len());
+            let down: Vec<String> = nodes
+                .iter()
+                .filter_map(|node| {
+                    let ready = node.member().ready();
+                    ready.err().map(|e| format!("{}: {e}", node.name()))
+                })
+                .collect();
+            let reachable = nodes.len() - down.len();
+            debug_assert!(reachable >= custom);
+            if reachable < needed {
+                return Err(ConfigError::TooFewNodes {
+                    reachable,
+                    nodes: nodes.len(),
+                    quorum: needed,
+                    detail: down.join("; "),
+                });
+            }
+        }
+        Ok(Driver::new(
+            nodes,
+            Settings {
+                node_timeout: self.node_timeout,
+                drift_factor,
+                retry: self.retry,
+                connect_timeout,
+                fair: !self.unfair,
+                label,
+                max_ttl,
+            },
+            layout,
+            hub,
+            self.jitter_seed,
+        ))
+    }
+}

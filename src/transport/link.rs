@@ -1,0 +1,510 @@
+//! One connection to one Redis node, driven by an I/O loop the library
+//! owns.
+//!
+//! A call is a [`Pending`]: made by pushing it on the link's queue, under a
+//! lock, in the order calls are made — from then on it is delivered
+//! whatever becomes of its caller. The link's task takes whatever is queued
+//! when it runs, encodes it into one buffer and writes it in one go
+//! (auto-pipelining: no window, no option; an idle node's call is written at
+//! once), reads replies in bulk and completes the calls in order. Calls to a
+//! node are answered in order, so the link needs one timer, for its oldest
+//! call: unanswered after the node timeout it counts against the node's
+//! health; after its grace the node is unresponsive and the connection is
+//! dropped.
+//!
+//! The task also keeps the connection alive: it sees a peer's close at once
+//! (its read half is always polled), sends a `PING` on a link idle for
+//! [`IDLE_PING`] (and the kernel probes an idle socket: TCP keepalive), and
+//! reconnects in the background at once. A call that provably never left
+//! (still queued, or not yet written) goes out on the new connection; one
+//! that may have left fails (at most once). While it reconnects after a
+//! working connection, and while it connects for the first time, calls
+//! queue; once an attempt has failed the node is down and calls are refused
+//! at once, costing a round nothing, until an attempt succeeds.
+//!
+//! Bounds: the queue and the calls in flight are bounded by the
+//! dispatcher's `max_in_flight` (a call holds its slot until it ends); a call
+//! waits at most its grace; one connection attempt at most the connect
+//! timeout, with jittered exponential backoff between failed ones.
+
+mod call;
+mod checks;
+mod io;
+pub(crate) mod open;
+#[cfg(feature = "tls")]
+pub(crate) mod tls;
+#[cfg(not(feature = "tls"))]
+pub(crate) mod tls {
+    //! No TLS without the feature: every endpoint is plain.
+    use crate::settings::config_error::ConfigError;
+    use crate::transport::address::{Tls, TlsMaterial};
+
+    #[derive(Debug, Clone, Default)]
+    pub(crate) struct Configs;
+
+    impl Configs {
+        pub(crate) fn new(
+            _: &TlsMaterial,
+            _: impl IntoIterator<Item = Tls>,
+        ) -> Result<Self, ConfigError> {
+            Ok(Configs)
+        }
+
+        pub(crate) fn get(&self, _: Tls) -> Option<&std::convert::Infallible> {
+            None
+        }
+    }
+}
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use futures::task::AtomicWaker;
+use tokio::sync::{Notify, oneshot};
+use tokio::time::Instant;
+
+use crate::proto::error::NodeError;
+use crate::settings::config_error::ConfigError;
+use crate::transport::address::Address;
+use crate::transport::resp::Frame;
+
+pub(crate) use call::{CLOSING_ATTEMPTS, Errand, Outstanding, Pending, Route, Sink, Ticket, Work};
+pub(crate) use checks::{Checks, Standing};
+pub(crate) use open::Hello;
+
+/// A link idle this long sends a `PING`: a connection a NAT, a load
+/// balancer or the server's `timeout` would close for idleness never is, and
+/// one that died silently is found (its `PING` goes unanswered past the
+/// grace) before a round needs it.
+pub(crate) const IDLE_PING: Duration = Duration::from_secs(1);
+
+/// Backoff between failed connection attempts: from 10 ms, doubling to 1 s.
+const BACKOFF_MIN: Duration = Duration::from_millis(10);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// A `MOVED` or `ASK` reply: whether `ASK`, the slot and where to.
+pub(crate) fn redirection(text: &str) -> Option<(bool, u16, &str)> {
+    let mut words = text.split(' ');
+    let ask = match words.next()? {
+        "MOVED" => false,
+        "ASK" => true,
+        _ => return None,
+    };
+    let slot = words.next()?.parse().ok()?;
+    Some((ask, slot, words.next()?))
+}
+
+/// How much one node may cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Limits {
+    /// Calls queued or awaiting an answer, at most.
+    pub(crate) max_in_flight: usize,
+    /// How long a call may wait for its answer.
+    pub(crate) grace: Duration,
+    /// A call unanswered this long (the node timeout) counts against the
+    /// node's health at once, though it goes on until its grace; an answer
+    /// later than this is no sign of health either.
+    pub(crate) late: Duration,
+    /// How long one connection attempt may take (TCP, TLS, handshake).
+    pub(crate) connect: Duration,
+}
+
+/// A call's grace is this many node timeouts…
+const GRACE_TIMEOUTS: u32 = 4;
+/// …and never less than this: a loaded host is a normal host, and a
+/// connection dropped for being slow can strand an acquire's key there
+/// (its release then goes nowhere).
+const MIN_GRACE: Duration = Duration::from_secs(1);
+
+impl Limits {
+    /// The limits for a node timeout of `node_timeout`.
+    pub(crate) fn new(max_in_flight: usize, node_timeout: Duration, connect: Duration) -> Self {
+        Limits {
+            max_in_flight,
+            grace: (node_timeout * GRACE_TIMEOUTS).max(MIN_GRACE),
+            late: node_timeout,
+            connect,
+        }
+    }
+}
+
+/// How a first connection attempt failed.
+#[derive(Debug, Clone)]
+pub(crate) enum First {
+    Failed(NodeError),
+    /// The node's settings or the user's permissions do not do.
+    Misconfigured(ConfigError),
+    /// The server is already a member, under this name.
+    SameAs(Arc<str>),
+}
+
+/// The connection's state, as calls see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum State {
+    /// No attempt has ended yet: calls queue.
+    First,
+    /// Connected: calls queue and are written.
+    Up,
+    /// The connection closed (or died) after working: a new one is being
+    /// opened at once, and calls queue for it.
+    Reconnecting,
+    /// The last attempt failed: calls are refused at once.
+    Down(NodeError),
+}
+
+/// What calls share with the link's task.
+struct Shared {
+    state: State,
+    /// Calls made, not yet taken by the task, in order.
+    queue: VecDeque<Pending>,
+    /// The server and version the last connection reported.
+    server: Option<Arc<str>>,
+    /// The client is gone: the task finishes what it holds and ends.
+    closing: bool,
+    /// The task runs (false once its runtime dropped it).
+    running: bool,
+    /// The member this server already is, if another one is.
+    same_as: Option<Arc<str>>,
+    /// A probe asked for an attempt now, not after the backoff.
+    kicked: bool,
+    /// What the node's connections told of it.
+    standing: Standing,
+    /// Releases to send once a connection is up: their connection failed
+    /// under them (or they were made while it reconnected) and the next
+    /// attempt failed too. Bounded by the in-flight bound (each holds its
+    /// slot) and by [`MAX_RESENDS`](call::MAX_RESENDS) and the key's TTL; a closing link tries
+    /// [`CLOSING_ATTEMPTS`] more connections for them, no more.
+    retained: VecDeque<Pending>,
+    /// The last attempt failed on the node's settings or the user's
+    /// permissions: a configuration error, reported as such at connect.
+    misconfigured: Option<ConfigError>,
+}
+
+/// One node's connection: its queue, its state and its task.
+pub(crate) struct Link {
+    name: Arc<str>,
+    address: Address,
+    tls: tls::Configs,
+    limits: Limits,
+    /// Lock connections load the function library and check their node;
+    /// others (a cluster's seed, used for its map) need not.
+    checks: Option<Checks>,
+    /// Checks the server is no other member (by `run_id`) when connected:
+    /// `Err` names the member it already is.
+    identity: Option<Identity>,
+    shared: Mutex<Shared>,
+    /// The task's waker, and whether a wake is already due.
+    wake: AtomicWaker,
+    scheduled: AtomicBool,
+    /// Notified at every change of state.
+    changed: Notify,
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Link")
+            .field("name", &self.name)
+            .field("state", &self.lock().state)
+            .finish()
+    }
+}
+
+/// The client's hold on a link: the link's task finishes what it holds and
+/// ends once this is dropped.
+#[derive(Debug)]
+pub(crate) struct LinkHandle(Arc<Link>);
+
+impl LinkHandle {
+    /// The link itself.
+    pub(crate) fn arc(&self) -> &Arc<Link> {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for LinkHandle {
+    type Target = Link;
+    fn deref(&self) -> &Link {
+        &self.0
+    }
+}
+
+impl Drop for LinkHandle {
+    fn drop(&mut self) {
+        self.0.lock().closing = true;
+        self.0.schedule();
+    }
+}
+
+/// Options of a new link.
+pub(crate) struct Options {
+    pub(crate) limits: Limits,
+    /// A lock connection: loads the function library and checks its node
+    /// (`Some`); a cluster's seed, used for its map, needs neither.
+    pub(crate) checks: Option<Checks>,
+    pub(crate) identity: Option<Identity>,
+}
+
+/// Whether a connected server is no other member: `Err` names the member it
+/// already is.
+pub(crate) type Identity = Box<dyn Fn(&Hello) -> Result<(), Arc<str>> + Send + Sync>;
+
+impl Link {
+    /// A link to `address`, connecting in the background. Needs a tokio
+    /// runtime.
+    pub(crate) fn start(address: Address, tls: tls::Configs, options: Options) -> LinkHandle {
+        let link = Arc::new(Link {
+            name: Arc::clone(address.name()),
+            address,
+            tls,
+            limits: options.limits,
+            checks: options.checks,
+            identity: options.identity,
+            shared: Mutex::new(Shared {
+                state: State::First,
+                queue: VecDeque::new(),
+                server: None,
+                closing: false,
+                running: true,
+                same_as: None,
+                kicked: false,
+                standing: Standing::default(),
+                retained: VecDeque::new(),
+                misconfigured: None,
+            }),
+            wake: AtomicWaker::new(),
+            scheduled: AtomicBool::new(false),
+            changed: Notify::new(),
+        });
+        tokio::spawn(io::run(Arc::clone(&link)));
+        LinkHandle(link)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Shared> {
+        self.shared.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The node's name.
+    pub(crate) fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    /// Makes `call`: queued for the node, in order, unless the node is down
+    /// (then it ends at once, refused before it was sent — but for a
+    /// release, kept for the next connection). Whether it was made.
+    pub(crate) fn submit(self: &Arc<Self>, call: Pending) -> bool {
+        let mut shared = self.lock();
+        let refused = if !shared.running && !self.restart(&mut shared) {
+            NodeError::NotConnected(
+                "no tokio runtime: the runtime that ran this client's connections has ended".into(),
+            )
+        } else if let State::Down(why) = &shared.state {
+            match why {
+                // A configuration problem keeps its name: it is no outage.
+                NodeError::NoPermission(_) | NodeError::Auth(_) => why.clone(),
+                // A release is kept for the next connection: the acquire it
+                // pairs with may have landed on the connection that died.
+                // It costs its round nothing (the others decide it).
+                _ if call.resendable(Instant::now()) => {
+                    shared.retained.push_back(call);
+                    return true;
+                }
+                _ => NodeError::NotConnected(why.to_string().into()),
+            }
+        } else {
+            shared.queue.push_back(call);
+            drop(shared);
+            self.schedule();
+            return true;
+        };
+        drop(shared);
+        call.finish(Err(refused), self.limits.late);
+        false
+    }
+
+    /// Wakes the task, unless a wake is already due.
+    fn schedule(&self) {
+        if !self.scheduled.swap(true, Ordering::AcqRel) {
+            self.wake.wake();
+        }
+    }
+
+    /// Starts the task again on the current runtime, the one that ran it
+    /// having ended (a client kept in a `static` across test runtimes).
+    fn restart(self: &Arc<Self>, shared: &mut Shared) -> bool {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return false;
+        };
+        shared.running = true;
+        shared.state = State::Reconnecting;
+        runtime.spawn(io::run(Arc::clone(self)));
+        true
+    }
+
+    /// `Ok` while connected; otherwise why not.
+    pub(crate) fn ready(&self) -> Result<(), NodeError> {
+        match &self.lock().state {
+            State::Up => Ok(()),
+            State::Down(why) => Err(NodeError::NotConnected(why.to_string().into())),
+            State::First => Err(NodeError::NotConnected("connecting".into())),
+            State::Reconnecting => Err(NodeError::NotConnected("reconnecting".into())),
+        }
+    }
+
+    /// Whether no connection attempt has ended yet.
+    pub(crate) fn connecting_first(&self) -> bool {
+        self.lock().state == State::First
+    }
+
+    /// Resolves at the next change of state (see [`ready`](Self::ready)).
+    pub(crate) fn changed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.changed.notified()
+    }
+
+    /// How the first attempt ended, within `wait`: `None` if still
+    /// connecting; `Err` with the member this server already is, or how
+    /// the attempt failed.
+    pub(crate) async fn first_outcome(&self, wait: Duration) -> Option<Result<(), First>> {
+        let until = Instant::now() + wait;
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            {
+                let shared = self.lock();
+                match &shared.state {
+                    State::First => {}
+                    State::Down(why) => {
+                        return Some(Err(match (&shared.same_as, &shared.misconfigured) {
+                            (Some(other), _) => First::SameAs(Arc::clone(other)),
+                            (None, Some(error)) => First::Misconfigured(error.clone()),
+                            (None, None) => First::Failed(why.clone()),
+                        }));
+                    }
+                    State::Up | State::Reconnecting => return Some(Ok(())),
+                }
+            }
+            if tokio::time::timeout_at(until, changed).await.is_err() {
+                return None;
+            }
+        }
+    }
+
+    /// The server and version its last connection reported.
+    pub(crate) fn server(&self) -> Option<Arc<str>> {
+        self.lock().server.clone()
+    }
+
+    /// What the node's connections told of it.
+    pub(crate) fn standing(&self) -> Standing {
+        self.lock().standing.clone()
+    }
+
+    /// One command outside any round, on the current connection (queued
+    /// while it reconnects), its reply as the node gave it; the caller
+    /// bounds it. `ticket` counts it in the node's health.
+    pub(crate) async fn query(
+        self: &Arc<Self>,
+        command: Vec<u8>,
+        ticket: Option<Ticket>,
+    ) -> Result<Frame, NodeError> {
+        let (tx, rx) = oneshot::channel();
+        self.submit(Pending::new(Work::Raw(command), Sink::Reply(tx), ticket));
+        rx.await
+            .unwrap_or_else(|_| Err(NodeError::Connection("the connection ended".into())))
+    }
+
+    /// A `PING` (for readiness probes), through the same queue as every
+    /// call: a dead connection is found and replaced as for a lock round.
+    /// A node down is tried again at once (not after the backoff), the
+    /// `PING` waiting for that attempt: a node back up reports reachable
+    /// within the round trips of one attempt.
+    pub(crate) async fn ping(self: &Arc<Self>) -> Result<(), NodeError> {
+        {
+            let mut shared = self.lock();
+            if matches!(shared.state, State::Down(_)) {
+                shared.state = State::Reconnecting;
+                shared.kicked = true;
+            }
+        }
+        self.schedule();
+        match self
+            .query(crate::transport::resp::encode(&[b"PING"]), None)
+            .await?
+        {
+            Frame::Error(text) => Err(NodeError::from_reply(&text)),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Link {
+    /// Connected: calls go out. Returns until when the node is
+    /// quarantined (see [`check`](Self::check)).
+    fn up(&self, hello: &Hello) -> Option<Instant> {
+        let mut shared = self.lock();
+        shared.state = State::Up;
+        // Releases kept from a connection that failed under them go first,
+        // in the order they were made.
+        while let Some(call) = shared.retained.pop_back() {
+            shared.queue.push_front(call);
+        }
+        shared.same_as = None;
+        shared.misconfigured = None;
+        if let Some(server) = &hello.server {
+            shared.server = Some(server.as_str().into());
+        }
+        let quarantine = shared
+            .standing
+            .update(self.checks.as_ref(), &self.name, hello);
+        drop(shared);
+        self.changed.notify_waiters();
+        quarantine
+    }
+
+    /// An attempt failed: the node is down, and every call queued for it
+    /// fails (never sent).
+    fn down(&self, error: NodeError) {
+        let now = Instant::now();
+        let mut failed = Vec::new();
+        {
+            let mut shared = self.lock();
+            shared.state = State::Down(error.clone());
+            // Releases wait for the next connection (while their key may
+            // live): one sent before and cut, or one made while the link
+            // reconnected, whose acquire may have landed on the connection
+            // that died. Every other call fails, never sent.
+            let queued = std::mem::take(&mut shared.queue);
+            let retained = std::mem::take(&mut shared.retained);
+            for call in retained.into_iter().chain(queued) {
+                if call.resendable(now) {
+                    shared.retained.push_back(call);
+                } else {
+                    failed.push(call);
+                }
+            }
+        }
+        self.changed.notify_waiters();
+        let refused = NodeError::NotConnected(error.to_string().into());
+        for call in failed {
+            call.finish(Err(refused.clone()), self.limits.late);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_redirections() {
+        assert_eq!(
+            redirection("MOVED 3999 127.0.0.1:7002"),
+            Some((false, 3999, "127.0.0.1:7002"))
+        );
+        assert_eq!(redirection("ASK 1 h:2"), Some((true, 1, "h:2")));
+        assert_eq!(redirection("ERR MOVED"), None);
+        assert_eq!(redirection("MOVED x h:1"), None);
+    }
+}

@@ -1,0 +1,12 @@
+-- A release is published on the channel named after the lock key, with
+-- the token, to wake waiters (src/engine/wakeup.rs): sharded (SPUBLISH) where the
+-- server has it, so that a Redis Cluster member's shard tells its own
+-- subscribers and no other shard hears it; PUBLISH on servers without it
+-- (their listeners subscribe to match, src/transport/pubsub.rs). pcall: a user not
+-- allowed to publish still releases (the waiters poll).
+local function notify(channel, message)
+  local sent = redis.pcall('SPUBLISH', channel, message)
+  if type(sent) == 'table' and sent.err then
+    redis.pcall('PUBLISH', channel, message)
+  end
+end

@@ -1,0 +1,102 @@
+//! A node's reply to each operation, read as its [`Reply`].
+
+use crate::proto::error::NodeError;
+use crate::proto::op::{Op, Reply, Snapshot, Stored};
+use crate::transport::resp::Frame;
+
+/// The reply to `op`, from the node's reply `frame` (never an error reply:
+/// those are the connection's to classify).
+pub(crate) fn parse_reply(op: &Op<'_>, frame: Frame) -> Result<Reply, NodeError> {
+    if let Op::Inspect { keys } = op {
+        return parse_snapshot(&frame, keys.len())
+            .map(Reply::Snapshot)
+            .ok_or_else(|| NodeError::Protocol(format!("{frame:?}").into()));
+    }
+    let acquire = matches!(
+        op,
+        Op::Acquire { .. }
+            | Op::AcquireReentrant { .. }
+            | Op::AcquireMany { .. }
+            | Op::AcquireRead { .. }
+            | Op::AcquireWrite { .. }
+            | Op::AcquirePermit { .. }
+    );
+    let reply = match (&frame, op) {
+        (Frame::Array(pair), Op::AcquirePermit { .. }) => match pair.as_slice() {
+            [kind, count] if kind.bytes() == Some(b"permits") => count
+                .number()
+                .map(|permits| Reply::PermitsDiffer { permits }),
+            _ => None,
+        },
+        (Frame::Ok, _) if acquire => Some(Reply::Done),
+        // A script's PTTL (-1: no expiry), or a native `SET NX` refused.
+        (Frame::Int(pttl_ms), _) if acquire => Some(held(*pttl_ms)),
+        (Frame::Nil, Op::Acquire { .. }) => Some(Reply::Held { pttl_ms: None }),
+        (Frame::Array(pair), Op::AcquireFenced { .. }) => match pair.as_slice() {
+            [Frame::Int(1), Frame::Int(fence)] => u64::try_from(*fence).ok().map(Reply::Fence),
+            [Frame::Int(0), Frame::Int(pttl_ms)] => Some(held(*pttl_ms)),
+            _ => None,
+        },
+        (Frame::Int(1), _) if !acquire => Some(Reply::Done),
+        (Frame::Int(2), Op::Extend { restore: true, .. }) => Some(Reply::Restored),
+        (Frame::Int(0), _) if !acquire => Some(Reply::NotHeld),
+        _ => None,
+    };
+    reply.ok_or_else(|| NodeError::Protocol(format!("{frame:?}").into()))
+}
+
+/// A refusal with the holder's PTTL as Redis reports it (negative: no expiry).
+fn held(pttl_ms: i64) -> Reply {
+    Reply::Held {
+        pttl_ms: u64::try_from(pttl_ms).ok(),
+    }
+}
+
+/// What `inspect.lua` returns for `keys` keys: the node's `TIME`, then one
+/// entry per key.
+fn parse_snapshot(frame: &Frame, keys: usize) -> Option<Snapshot> {
+    let Frame::Array(items) = frame else {
+        return None;
+    };
+    if items.len() != keys + 2 {
+        return None;
+    }
+    let secs: u64 = items[0].number()?;
+    let micros: u64 = items[1].number()?;
+    let stored = items[2..]
+        .iter()
+        .map(|entry| {
+            let Frame::Array(entry) = entry else {
+                return None;
+            };
+            let kind = String::from_utf8_lossy(entry.first()?.bytes()?).into_owned();
+            let pttl: i64 = entry.get(1)?.number()?;
+            let pttl_ms = u64::try_from(pttl).ok();
+            let rest = &entry[2..];
+            let bytes = |f: &Frame| f.bytes().map(<[u8]>::to_vec);
+            Some(match kind.as_str() {
+                "none" => Stored::Absent,
+                "string" => Stored::Text {
+                    value: bytes(rest.first()?)?,
+                    pttl_ms,
+                },
+                "hash" => Stored::Hash {
+                    fields: rest
+                        .chunks(2)
+                        .map(|pair| Some((bytes(pair.first()?)?, bytes(pair.get(1)?)?)))
+                        .collect::<Option<_>>()?,
+                    pttl_ms,
+                },
+                "zset" => Stored::Scored {
+                    members: rest
+                        .chunks(2)
+                        .map(|pair| Some((bytes(pair.first()?)?, pair.get(1)?.number()?)))
+                        .collect::<Option<_>>()?,
+                    pttl_ms,
+                },
+                _ => Stored::Other { kind },
+            })
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some(Snapshot::new(secs * 1000 + micros / 1000, stored))
+}

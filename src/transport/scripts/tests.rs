@@ -1,0 +1,215 @@
+//! The commands each operation is written as, checked.
+
+use super::*;
+use crate::proto::op::{Op, Waiter};
+
+#[test]
+fn loaded_scripts_go_as_functions_of_a_versioned_library() {
+    let op = Op::Release {
+        key: "{r}:lock",
+        token: "t",
+        line: &[],
+        waiter: None,
+    };
+    let mut by_name = Vec::new();
+    encode(&op, true, &mut by_name);
+    let text = String::from_utf8_lossy(&by_name).into_owned();
+    assert!(text.contains("FCALL") && text.contains(RELEASE.function.as_str()));
+    assert!(!text.contains("redis.call"));
+    assert_eq!(
+        crate::transport::resp::parse(&by_name)
+            .unwrap()
+            .map(|(_, used)| used),
+        Some(by_name.len()),
+        "one whole command"
+    );
+    let mut by_source = Vec::new();
+    encode(&op, false, &mut by_source);
+    let text = String::from_utf8_lossy(&by_source).into_owned();
+    assert!(text.contains("EVAL") && text.contains("redis.call"));
+    assert!(LIBRARY.starts_with(&format!("#!lua name=redquorum_{}", &*VERSION)));
+    for lua in ALL {
+        assert!(LIBRARY.contains(&format!("'{}'", &*lua.function)));
+    }
+}
+
+/// Every operation is one command whose argument count is its header's.
+#[test]
+fn every_operation_encodes_as_one_whole_command() {
+    let keys = [
+        "{r}:writer",
+        "{r}:readers",
+        "{r}:intent",
+        "{r}:rw:line",
+        "{r}:rw:alive",
+    ]
+    .map(String::from);
+    let line = ["{k}:lock:line", "{k}:lock:alive"].map(String::from);
+    let waiter = Some(Waiter {
+        id: "w",
+        ticket: 7,
+        patience_ms: 300,
+    });
+    let ops = [
+        Op::Acquire {
+            key: "k",
+            token: "t",
+            label: "",
+            ttl_ms: 5,
+            holder_ttl: false,
+            line: &[],
+            waiter: None,
+        },
+        Op::Acquire {
+            key: "k",
+            token: "t",
+            label: "",
+            ttl_ms: 5,
+            holder_ttl: true,
+            line: &[],
+            waiter: None,
+        },
+        Op::Acquire {
+            key: "k",
+            token: "t",
+            label: "",
+            ttl_ms: 5,
+            holder_ttl: true,
+            line: &line,
+            waiter,
+        },
+        Op::Release {
+            key: "k",
+            token: "t",
+            line: &line,
+            waiter,
+        },
+        Op::AcquirePermit {
+            keys: &keys,
+            token: "t",
+            label: "",
+            ttl_ms: 5,
+            permits: 3,
+            waiter,
+        },
+        Op::ReleasePermit {
+            keys: &keys,
+            token: "t",
+            waiter,
+        },
+        Op::Extend {
+            key: "k",
+            token: "t",
+            label: "",
+            ttl_ms: 5,
+            restore: false,
+        },
+        Op::Extend {
+            key: "k",
+            token: "t",
+            label: "l",
+            ttl_ms: 5,
+            restore: true,
+        },
+        Op::AcquireFenced {
+            key: "k",
+            fence_key: "f",
+            token: "t",
+            label: "",
+            ttl_ms: 5,
+            line: &line,
+            waiter,
+        },
+        Op::FenceWriteBack {
+            key: "k",
+            fence_key: "f",
+            token: "t",
+            fence: 9,
+        },
+        Op::AcquireReentrant {
+            key: "k",
+            owner: "o",
+            label: "",
+            hold: "h",
+            ttl_ms: 5,
+        },
+        Op::ReleaseReentrant {
+            key: "k",
+            owner: "o",
+            hold: "h",
+        },
+        Op::AcquireWrite {
+            keys: &keys,
+            token: "t",
+            label: "",
+            ttl_ms: 5,
+            waiter,
+        },
+        Op::ReleaseRead {
+            keys: &keys,
+            token: "t",
+            waiter: None,
+        },
+        Op::Inspect { keys: &keys },
+    ];
+    for op in ops {
+        for loaded in [true, false] {
+            let mut out = Vec::new();
+            encode(&op, loaded, &mut out);
+            let (frame, used) = crate::transport::resp::parse(&out).unwrap().unwrap();
+            assert_eq!(used, out.len(), "{op:?}");
+            let crate::transport::resp::Frame::Array(args) = frame else {
+                panic!("{op:?}")
+            };
+            assert!(args.iter().all(|a| a.bytes().is_some()), "{op:?}");
+        }
+    }
+}
+
+#[test]
+fn comments_are_stripped_and_code_kept() {
+    let stripped = strip_comments("-- a comment\n  if x then -- keep\n\n  return 1\nend\n");
+    assert_eq!(stripped, "if x then -- keep\nreturn 1\nend");
+    for lua in [&ACQUIRE, &RELEASE_REENTRANT, &ACQUIRE_MANY] {
+        assert!(!lua.source.contains("\n--"));
+        assert!(lua.source.contains("redis.call"));
+    }
+}
+
+/// The permission probe checks every command a script calls with
+/// `redis.call` (a denied one would fail mid-work), and the native `SET`,
+/// each with a key where it takes one.
+#[test]
+fn the_probe_checks_every_command_the_scripts_call() {
+    let names: Vec<&str> = COMMANDS.iter().map(|c| c[0]).collect();
+    for lua in ALL {
+        for part in lua.source.split("redis.call('").skip(1) {
+            let command = part.split('\'').next().unwrap().to_ascii_lowercase();
+            assert!(
+                names.contains(&command.as_str()),
+                "{command} is called but not probed"
+            );
+        }
+    }
+    assert!(names.contains(&"set") && names.contains(&"info"));
+    // Every keyed command is handed a key (Redis 7.0 crashes otherwise).
+    for command in COMMANDS {
+        if !matches!(command[0], "time" | "info") {
+            assert_eq!(command.get(1), Some(&"K"), "{command:?}");
+        }
+    }
+    let mut out = Vec::new();
+    encode_probe(true, "{p}:lock", &mut out);
+    let text = String::from_utf8_lossy(&out).into_owned();
+    assert!(text.contains("FCALL") && text.contains(PROBE.function.as_str()));
+    assert!(text.contains("{p}:lock") && !text.contains("\r\nK\r\n"));
+    assert_eq!(
+        crate::transport::resp::parse(&out)
+            .unwrap()
+            .map(|(_, used)| used),
+        Some(out.len())
+    );
+    out.clear();
+    encode_probe(false, "{p}:lock", &mut out);
+    assert!(String::from_utf8_lossy(&out).contains("acl_check_cmd"));
+}
