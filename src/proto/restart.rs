@@ -26,8 +26,9 @@
 //!     durable: Some(false),
 //!     born_here: None,
 //! };
-//! // A node restarted 5 s ago without persistence: 55 s more.
-//! assert_eq!(quarantine(&fresh, Some("a"), max_ttl), Some(Duration::from_secs(55)));
+//! // A node that says it restarted 5 s ago without persistence: 56 s more
+//! // (it may have been up only 4.01 s).
+//! assert_eq!(quarantine(&fresh, Some("a"), max_ttl), Some(Duration::from_secs(56)));
 //! // The same process, met again after a network blip: nothing new.
 //! assert_eq!(quarantine(&fresh, Some("b"), max_ttl), None);
 //! // Persisting every write, it forgot nothing.
@@ -35,7 +36,7 @@
 //! assert_eq!(quarantine(&durable, Some("a"), max_ttl), None);
 //! // …unless its data is younger than the process that had it (wiped).
 //! let wiped = Facts { born_here: Some(true), ..durable };
-//! assert_eq!(quarantine(&wiped, Some("a"), max_ttl), Some(Duration::from_secs(55)));
+//! assert_eq!(quarantine(&wiped, Some("a"), max_ttl), Some(Duration::from_secs(56)));
 //! ```
 
 use std::time::Duration;
@@ -46,8 +47,8 @@ pub struct Facts {
     /// The server process (`INFO server`'s `run_id`); `None` where `INFO`
     /// is denied.
     pub run_id: Option<String>,
-    /// How long the process has been up (`uptime_in_seconds`, whole
-    /// seconds, rounded down).
+    /// How long the process has been up, as it says (`uptime_in_seconds`:
+    /// whole seconds, up to one more than it really has, [`SECOND_CUT`]).
     pub uptime: Option<Duration>,
     /// Every write persisted before it is acknowledged (`appendonly yes`
     /// with `appendfsync always`); `None` where it could not be read.
@@ -106,6 +107,11 @@ pub fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
         .filter(|v| !v.is_empty())
 }
 
+/// How much `uptime_in_seconds` may exceed the time a process has really
+/// been up: the server computes it as its clock in whole seconds less its
+/// start time in whole seconds, each cut down.
+pub const SECOND_CUT: Duration = Duration::from_secs(1);
+
 /// How much longer a node just connected to is quarantined, from what its
 /// connection learnt (`facts`) and the `run_id` the client knew it by
 /// (`previous`: `None` if it is new to the client); `None`: it counts now.
@@ -117,12 +123,14 @@ pub fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
 /// - it **may have forgotten**: it does not persist every write (or that
 ///   cannot be read), or it does but its dataset was born in this process
 ///   (wiped, or its files lost);
-/// - it has been up for less than `max_ttl`.
+/// - it may have been up for less than `max_ttl` (its uptime is below
+///   `max_ttl` and one second).
 ///
 /// It then stays quarantined until it has been up for `max_ttl`: the
-/// result is `max_ttl` less its uptime (all of `max_ttl` when the uptime
-/// cannot be read). The uptime is rounded down, so the restart is taken as
-/// late as it can have been. The caller keeps a quarantine already running
+/// result is `max_ttl` and one second less its uptime (all of `max_ttl`
+/// when the uptime cannot be read). The second: the server reports its
+/// clock in whole seconds less its start in whole seconds, so a process
+/// started at 10.97 s and asked at 11.02 s says 1 ([`SECOND_CUT`]). The caller keeps a quarantine already running
 /// across reconnections to the same process (this returns `None` for
 /// those) and adds its clock's drift.
 pub fn quarantine(facts: &Facts, previous: Option<&str>, max_ttl: Duration) -> Option<Duration> {
@@ -143,7 +151,10 @@ pub fn quarantine(facts: &Facts, previous: Option<&str>, max_ttl: Duration) -> O
         return None;
     }
     let left = match facts.uptime {
-        Some(uptime) => max_ttl.saturating_sub(uptime),
+        // Up to a second more than the process has really been up (both
+        // ends of the subtraction are cut to whole seconds): take it as up
+        // a second less.
+        Some(uptime) => (max_ttl + SECOND_CUT).saturating_sub(uptime),
         None => max_ttl,
     };
     (!left.is_zero()).then_some(left)
@@ -185,17 +196,18 @@ mod tests {
     #[test]
     fn every_case_of_the_rule() {
         let secs = |s| Some(Duration::from_secs(s));
-        // New to the client, not durable: until it is max_ttl old.
+        // New to the client, not durable: until it is max_ttl old, taking
+        // its uptime as a second less than it says.
         assert_eq!(
             quarantine(&facts(Some("a"), Some(0), Some(false)), None, MAX),
-            secs(60)
-        );
-        assert_eq!(
-            quarantine(&facts(Some("a"), Some(59), Some(false)), None, MAX),
-            secs(1)
+            secs(61)
         );
         assert_eq!(
             quarantine(&facts(Some("a"), Some(60), Some(false)), None, MAX),
+            secs(1)
+        );
+        assert_eq!(
+            quarantine(&facts(Some("a"), Some(61), Some(false)), None, MAX),
             None
         );
         // Durable and new to the client: trusted (a fresh node cannot be
@@ -207,12 +219,12 @@ mod tests {
         // Persistence unknown (CONFIG denied): taken as not durable.
         assert_eq!(
             quarantine(&facts(Some("a"), Some(10), None), None, MAX),
-            secs(50)
+            secs(51)
         );
         // Restarted (run id changed), not durable.
         assert_eq!(
             quarantine(&facts(Some("b"), Some(1), Some(false)), Some("a"), MAX),
-            secs(59)
+            secs(60)
         );
         // Restarted, durable, with its data: trusted.
         assert_eq!(
@@ -235,9 +247,31 @@ mod tests {
             born_here: Some(true),
             ..facts(Some("b"), Some(3), Some(true))
         };
-        assert_eq!(quarantine(&wiped, Some("a"), MAX), secs(57));
+        assert_eq!(quarantine(&wiped, Some("a"), MAX), secs(58));
         // …but a client meeting it first cannot tell it from a fresh node.
         assert_eq!(quarantine(&wiped, None, MAX), None);
+    }
+
+    /// `uptime_in_seconds` is the server's clock in whole seconds less its
+    /// start in whole seconds, both cut down: a node started at x.97 s and
+    /// asked 50 ms later says 1. Up to a second too many, never too few, so
+    /// the quarantine must run a second longer than `max_ttl − uptime`.
+    #[test]
+    fn an_uptime_read_across_a_second_boundary_shortens_nothing() {
+        let max = Duration::from_secs(2);
+        let started = 10.97_f64;
+        for asked_after in [0.0, 0.03, 0.05, 0.5, 0.99, 1.0, 1.2, 2.5] {
+            let now: f64 = started + asked_after;
+            let uptime = (now.floor() - started.floor()) as u64;
+            let left = quarantine(&facts(Some("b"), Some(uptime), Some(false)), Some("a"), max)
+                .unwrap_or_default();
+            // It must last until the start plus max_ttl, whenever it is asked.
+            let needed = (2.0 - asked_after).max(0.0);
+            assert!(
+                left.as_secs_f64() >= needed,
+                "asked {asked_after} s after the start, uptime {uptime}: {left:?} left, {needed} s needed"
+            );
+        }
     }
 
     #[test]

@@ -178,7 +178,7 @@ mod tests {
         let logged = lines.text();
         assert_eq!(logged.matches("WARN").count(), 2, "{logged}");
         assert!(logged.contains("node=n1"), "{logged}");
-        assert!(logged.contains("quarantine_left_ms=59"), "{logged}");
+        assert!(logged.contains("quarantine_left_ms=60"), "{logged}");
         let scrape = handle.render();
         assert_eq!(
             sample(&scrape, crate::telemetry::NODE_QUARANTINES),
@@ -186,6 +186,6 @@ mod tests {
             "{scrape}"
         );
         let left = sample(&scrape, crate::telemetry::NODE_QUARANTINE).unwrap();
-        assert!(left > 58.0 && left <= 59.0, "{scrape}");
+        assert!(left > 59.0 && left <= 60.0, "{scrape}");
     }
 }
