@@ -7,6 +7,8 @@
 //! arrives, nothing is lost) until healed; new connections wait too. An
 //! idle black hole silently drops, for good, every connection that carried
 //! nothing for a while (a NAT or conntrack entry expiring: no FIN, no RST).
+//! A reply rewrite replaces bytes the node sends with others of the same
+//! length (a node that reports another version in `INFO`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -39,6 +41,15 @@ struct Shared {
     reset_on: std::sync::Mutex<Option<Vec<u8>>>,
     /// Connections reset by `reset_on` so far.
     resets: AtomicU64,
+    /// What connections opened from now on rewrite in the node's replies
+    /// (`Proxy::rewrite_replies`): each `from` becomes its `to`.
+    rewrites: std::sync::Mutex<Vec<(Vec<u8>, Vec<u8>)>>,
+    /// Occurrences rewritten so far, over every connection.
+    rewritten: AtomicU64,
+    /// Chunks the clients send that hold this are counted (`Proxy::count_sent`).
+    counted: std::sync::Mutex<Option<Vec<u8>>>,
+    /// How many so far.
+    sent: AtomicU64,
     start: Instant,
 }
 
@@ -87,6 +98,10 @@ impl Proxy {
             generation: AtomicU64::new(0),
             reset_on: std::sync::Mutex::new(None),
             resets: AtomicU64::new(0),
+            rewrites: std::sync::Mutex::new(Vec::new()),
+            rewritten: AtomicU64::new(0),
+            counted: std::sync::Mutex::new(None),
+            sent: AtomicU64::new(0),
             start: Instant::now(),
         });
         let accept = tokio::spawn(accept_loop(listener, shared.clone()));
@@ -155,6 +170,43 @@ impl Proxy {
         self.shared.resets.load(Ordering::Relaxed)
     }
 
+    /// Makes connections opened from now on replace, in what the node
+    /// sends, every `from` with `to` (the same length, so that a RESP
+    /// length prefix stays true: `redis_version:7.0.15` for
+    /// `redis_version:6.0.15`). An occurrence split between two reads is
+    /// still found: a chunk's tail that could begin one is held back until
+    /// the next read (or the end of the connection).
+    ///
+    /// # Panics
+    ///
+    /// When `from` is empty or `to` is not as long as `from`.
+    pub fn rewrite_replies(&self, from: &[u8], to: &[u8]) {
+        assert!(!from.is_empty(), "nothing to rewrite");
+        assert_eq!(from.len(), to.len(), "a rewrite must keep the length");
+        self.shared
+            .rewrites
+            .lock()
+            .unwrap()
+            .push((from.to_vec(), to.to_vec()));
+    }
+
+    /// How many occurrences `rewrite_replies` has rewritten so far.
+    pub fn rewritten(&self) -> u64 {
+        self.shared.rewritten.load(Ordering::Relaxed)
+    }
+
+    /// Counts, from now on, the chunks clients send that hold `pattern` (a
+    /// script's name: how often that call went out); see [`sent`](Self::sent).
+    pub fn count_sent(&self, pattern: &[u8]) {
+        *self.shared.counted.lock().unwrap() = Some(pattern.to_vec());
+        self.shared.sent.store(0, Ordering::Relaxed);
+    }
+
+    /// How many chunks holding `count_sent`'s pattern clients have sent.
+    pub fn sent(&self) -> u64 {
+        self.shared.sent.load(Ordering::Relaxed)
+    }
+
     /// Takes the node "down" (`true`: open connections are closed, new ones
     /// refused, as when the process is gone) or back up.
     pub fn set_down(&self, down: bool) {
@@ -218,6 +270,11 @@ async fn pump(
     let mut buf = vec![0u8; 64 * 1024];
     let mut down = shared.down.subscribe();
     let mut reset = false;
+    let mut rewrite = if from_client {
+        Rewrite::default()
+    } else {
+        Rewrite::new(shared.rewrites.lock().unwrap().clone())
+    };
     loop {
         let read = tokio::select! {
             read = from.read(&mut buf) => read,
@@ -237,25 +294,40 @@ async fn pump(
                 if activity.dead.load(Ordering::Relaxed) {
                     continue; // swallowed: no FIN, no RST, no answer
                 }
+                if from_client && holds(&shared.counted, &buf[..n]) {
+                    shared.sent.fetch_add(1, Ordering::Relaxed);
+                }
                 if from_client && reset_here(&shared, &buf[..n]) {
                     reset = true;
                     break;
                 }
+                let (chunk, hits) = rewrite.feed(&buf[..n]);
+                shared.rewritten.fetch_add(hits, Ordering::Relaxed);
                 let latency = Duration::from_micros(shared.latency_us.load(Ordering::Relaxed));
-                if tx
-                    .send((Instant::now() + latency, buf[..n].to_vec()))
-                    .is_err()
-                {
+                if !chunk.is_empty() && tx.send((Instant::now() + latency, chunk)).is_err() {
                     break;
                 }
             }
         }
+    }
+    let held = rewrite.finish();
+    if !held.is_empty() && !reset && !*shared.down.borrow() {
+        let _ = tx.send((Instant::now(), held));
     }
     drop(tx);
     if *shared.down.borrow() || reset {
         writer.abort(); // closes the write half at once
     }
     let _ = writer.await;
+}
+
+/// Whether `chunk` holds `pattern`'s bytes, if any.
+fn holds(pattern: &std::sync::Mutex<Option<Vec<u8>>>, chunk: &[u8]) -> bool {
+    pattern
+        .lock()
+        .unwrap()
+        .as_ref()
+        .is_some_and(|p| chunk.windows(p.len()).any(|w| w == p.as_slice()))
 }
 
 /// Whether `chunk` holds the pattern armed by `Proxy::reset_on` (disarmed
@@ -270,4 +342,112 @@ fn reset_here(shared: &Shared, chunk: &[u8]) -> bool {
         shared.resets.fetch_add(1, Ordering::Relaxed);
     }
     hit
+}
+
+/// One connection's rewrites of what the node sends (`Proxy::rewrite_replies`).
+#[derive(Debug, Default)]
+struct Rewrite {
+    pairs: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The end of the last chunk, which may begin an occurrence.
+    held: Vec<u8>,
+}
+
+impl Rewrite {
+    fn new(pairs: Vec<(Vec<u8>, Vec<u8>)>) -> Self {
+        Rewrite {
+            pairs,
+            held: Vec::new(),
+        }
+    }
+
+    /// `chunk` rewritten, after what was held back, less a new tail that
+    /// could begin an occurrence; and how many occurrences it rewrote.
+    fn feed(&mut self, chunk: &[u8]) -> (Vec<u8>, u64) {
+        if self.pairs.is_empty() {
+            return (chunk.to_vec(), 0);
+        }
+        let mut data = std::mem::take(&mut self.held);
+        data.extend_from_slice(chunk);
+        let mut hits = 0;
+        let mut settled = 0; // bytes before this are final
+        for (from, to) in &self.pairs {
+            let mut i = 0;
+            while i + from.len() <= data.len() {
+                if data[i..].starts_with(from) {
+                    data[i..i + from.len()].copy_from_slice(to);
+                    hits += 1;
+                    i += from.len();
+                    settled = settled.max(i);
+                } else {
+                    i += 1;
+                }
+            }
+        }
+        // The longest tail past the last rewrite that is a proper prefix of
+        // some `from`.
+        let keep = self
+            .pairs
+            .iter()
+            .filter_map(|(from, _)| {
+                (1..from.len())
+                    .rev()
+                    .find(|&k| k <= data.len() - settled && data.ends_with(&from[..k]))
+            })
+            .max()
+            .unwrap_or(0);
+        self.held = data.split_off(data.len() - keep);
+        (data, hits)
+    }
+
+    /// What is still held back, at the end of the connection.
+    fn finish(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.held)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Rewrite;
+
+    fn version() -> Rewrite {
+        Rewrite::new(vec![(
+            b"redis_version:7.0.15".to_vec(),
+            b"redis_version:6.0.15".to_vec(),
+        )])
+    }
+
+    #[test]
+    fn a_rewrite_keeps_everything_else() {
+        let mut r = version();
+        let (out, hits) = r.feed(b"$40\r\n# Server\r\nredis_version:7.0.15\r\nx:1\r\n");
+        assert_eq!(hits, 1);
+        assert_eq!(
+            &out[..],
+            b"$40\r\n# Server\r\nredis_version:6.0.15\r\nx:1\r\n"
+        );
+        assert!(r.finish().is_empty());
+    }
+
+    #[test]
+    fn an_occurrence_split_between_reads_is_rewritten() {
+        let whole = b"+OK\r\nredis_version:7.0.15\r\n";
+        for cut in 0..=whole.len() {
+            let mut r = version();
+            let (mut out, mut hits) = r.feed(&whole[..cut]);
+            let (rest, more) = r.feed(&whole[cut..]);
+            out.extend(rest);
+            out.extend(r.finish());
+            hits += more;
+            assert_eq!(hits, 1, "cut at {cut}");
+            assert_eq!(&out[..], b"+OK\r\nredis_version:6.0.15\r\n", "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn a_tail_that_only_looks_like_a_start_is_sent_at_the_end() {
+        let mut r = version();
+        let (out, hits) = r.feed(b"+redis_ver");
+        assert_eq!((&out[..], hits), (&b"+"[..], 0));
+        assert_eq!(r.finish(), b"redis_ver");
+    }
 }
