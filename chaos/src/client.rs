@@ -38,6 +38,9 @@ pub struct ClientConfig {
     pub pause_chance: f64,
     /// Seed of the tasks' choices.
     pub seed: u64,
+    /// The client's drift factor (`None`: the library's default; 0: no
+    /// drift subtracted, a negative control).
+    pub drift_factor: Option<f64>,
 }
 
 /// The kinds a task takes in turn.
@@ -97,13 +100,15 @@ pub async fn run(config: ClientConfig) -> Result<(), Box<dyn std::error::Error>>
 async fn connect(config: &ClientConfig) -> Result<Redlock, redquorum::ConfigError> {
     let mut tries = 0;
     loop {
-        let built = Redlock::builder()
+        let mut builder = Redlock::builder()
             .nodes(&config.nodes)
             .key_prefix("chaos:")
             .max_ttl(config.max_ttl)
-            .restart_quarantine(config.quarantine)
-            .build()
-            .await;
+            .restart_quarantine(config.quarantine);
+        if let Some(factor) = config.drift_factor {
+            builder = builder.drift_factor(factor);
+        }
+        let built = builder.build().await;
         match built {
             Err(e) if tries < 20 => {
                 eprintln!("{}: building the client: {e}; again", config.proc);

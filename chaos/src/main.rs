@@ -2,8 +2,8 @@
 //!
 //! ```text
 //! redquorum-chaos run [--seconds S] [--grants N] [--clients K] [--tasks T]
-//!                     [--ttl-ms MS] [--faults a,b] [--clock] [--control NAME]
-//!                     [--dir DIR] [--seed N]
+//!                     [--ttl-ms MS] [--faults a,b|none] [--clock] [--clock-rate R]
+//!                     [--drift-factor F] [--control NAME] [--dir DIR] [--seed N]
 //! redquorum-chaos check HISTORY
 //! ```
 //!
@@ -12,11 +12,17 @@
 //! the history is clean and every fault of the run began at least once (a
 //! negative control: when the checker caught the violation it is meant to
 //! cause). `--clock`: the nodes' clocks can be stepped (`scripts/clock-nodes`),
-//! and `clock` joins the faults. Controls: `quarantine-off` (rolling empty
-//! restarts, no quarantine), `two-of-five` (each client sees three nodes,
-//! so two make its quorum), `paused-unfenced` (paused holders write to a
-//! store that takes any fence), `clock-steps` (with `--clock`: three nodes'
-//! clocks jump at once).
+//! and `clock` joins the faults (unless `--faults none`: no fault at all).
+//! `--clock-rate R` (with `--clock`): every node's clock runs R times as
+//! fast for the whole run, set before the clients start and back to 1 at
+//! its end; `--drift-factor F`: the clients' drift factor. Controls:
+//! `quarantine-off` (rolling empty restarts, no quarantine), `two-of-five`
+//! (each client sees three nodes, so two make its quorum), `paused-unfenced`
+//! (paused holders write to a store that takes any fence), `clock-steps`
+//! (with `--clock`: three nodes' clocks jump at once), `no-drift` (with
+//! `--clock`: every clock runs [`NO_DRIFT_RATE`] times as fast, no fault,
+//! and the clients subtract no drift; its honest twin is the same run with
+//! `--clock-rate 1.25 --drift-factor 0.25 --faults none`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -35,13 +41,26 @@ const CONTROLS: &[&str] = &[
     "two-of-five",
     "paused-unfenced",
     "clock-steps",
+    "no-drift",
 ];
+
+/// How fast the clocks of the `no-drift` control run. The longest ordinary
+/// hold is 0.9 of what was left of the validity (crate::client), about
+/// 1.8 s of a 2 s TTL: the keys must expire sooner than that for a hold to
+/// outlive them, so the rate must be above 1/0.9; at 1.25 they expire after
+/// 1.6 s. A drift factor of 0.2 covers it; the honest twin takes 0.25.
+const NO_DRIFT_RATE: f64 = 1.25;
 
 /// Whether `v` is what the negative control `control` is meant to cause:
 /// a control caught by something else (a key left) proves nothing.
 fn meant(control: &str, v: &Violation) -> bool {
     match control {
         "paused-unfenced" => matches!(v, Violation::StaleWrite { .. }),
+        // Keys that expire early let a second holder in; fences still grow.
+        "no-drift" => matches!(
+            v,
+            Violation::Overlap { .. } | Violation::TooManyPermits { .. }
+        ),
         _ => matches!(
             v,
             Violation::Overlap { .. }
@@ -60,6 +79,10 @@ struct Args {
     ttl: Duration,
     faults: Vec<String>,
     clock: bool,
+    /// Every node's clock this many times as fast, for the run.
+    clock_rate: Option<f64>,
+    /// The clients' drift factor.
+    drift_factor: Option<f64>,
     control: Option<String>,
     dir: PathBuf,
     seed: u64,
@@ -75,7 +98,8 @@ fn usage(why: &str) -> ExitCode {
     eprintln!("redquorum-chaos: {why}");
     eprintln!(
         "usage: redquorum-chaos run [--seconds S] [--grants N] [--clients K] [--tasks T] \
-         [--ttl-ms MS] [--faults a,b] [--clock] [--control {}] [--dir DIR] [--seed N]\n       \
+         [--ttl-ms MS] [--faults a,b|none] [--clock] [--clock-rate R] [--drift-factor F] \
+         [--control {}] [--dir DIR] [--seed N]\n       \
          redquorum-chaos check HISTORY\nfaults: {},{CLOCK} (with --clock)",
         CONTROLS.join("|"),
         FAULTS.join(",")
@@ -92,6 +116,8 @@ fn parse(mut words: impl Iterator<Item = String>) -> Result<Args, String> {
         ttl: Duration::from_millis(2000),
         faults: FAULTS.iter().map(|s| s.to_string()).collect(),
         clock: false,
+        clock_rate: None,
+        drift_factor: None,
         control: None,
         dir: PathBuf::from("target/chaos"),
         seed: rand::random(),
@@ -101,11 +127,19 @@ fn parse(mut words: impl Iterator<Item = String>) -> Result<Args, String> {
         fenced_store: true,
         pause_chance: 0.0,
     };
+    // `--faults none`: no fault at all, not even `clock` with `--clock`.
+    let mut no_faults = false;
     while let Some(flag) = words.next() {
         let mut value = || words.next().ok_or(format!("{flag} needs a value"));
         let num = |v: String| {
             v.parse::<u64>()
                 .map_err(|_| format!("{flag}: not a number: {v}"))
+        };
+        let real = |v: String| {
+            v.parse::<f64>()
+                .ok()
+                .filter(|x| x.is_finite())
+                .ok_or(format!("{flag}: not a number: {v}"))
         };
         match flag.as_str() {
             "--seconds" => a.seconds = num(value()?)?,
@@ -117,8 +151,10 @@ fn parse(mut words: impl Iterator<Item = String>) -> Result<Args, String> {
             "--dir" => a.dir = PathBuf::from(value()?),
             "--faults" => {
                 let v = value()?;
+                no_faults = v == "none";
                 a.faults = v
                     .split(',')
+                    .filter(|s| *s != "none")
                     .filter(|s| !s.is_empty())
                     .map(str::to_owned)
                     .collect();
@@ -131,6 +167,20 @@ fn parse(mut words: impl Iterator<Item = String>) -> Result<Args, String> {
                 }
             }
             "--clock" => a.clock = true,
+            "--clock-rate" => {
+                let r = real(value()?)?;
+                if !(0.5..=4.0).contains(&r) {
+                    return Err(format!("--clock-rate {r}: between 0.5 and 4"));
+                }
+                a.clock_rate = Some(r);
+            }
+            "--drift-factor" => {
+                let f = real(value()?)?;
+                if !(0.0..1.0).contains(&f) {
+                    return Err(format!("--drift-factor {f}: in [0, 1)"));
+                }
+                a.drift_factor = Some(f);
+            }
             "--control" => {
                 let v = value()?;
                 if !CONTROLS.contains(&v.as_str()) {
@@ -149,14 +199,25 @@ fn parse(mut words: impl Iterator<Item = String>) -> Result<Args, String> {
             other => return Err(format!("unknown argument {other}")),
         }
     }
-    if a.clock && !a.faults.iter().any(|f| f == CLOCK) {
+    if a.clock && !no_faults && !a.faults.iter().any(|f| f == CLOCK) {
         a.faults.push(CLOCK.to_owned());
     }
     if !a.clock && a.faults.iter().any(|f| f == CLOCK) {
         return Err("the clock fault needs --clock (nodes whose clocks step)".into());
     }
-    if a.control.as_deref() == Some("clock-steps") && !a.clock {
-        return Err("the clock-steps control needs --clock".into());
+    if let Some(c @ ("clock-steps" | "no-drift")) = a.control.as_deref()
+        && !a.clock
+    {
+        return Err(format!("the {c} control needs --clock"));
+    }
+    if a.clock_rate.is_some() && !a.clock {
+        return Err("--clock-rate needs --clock (nodes whose clocks can run fast)".into());
+    }
+    if a.control.as_deref() == Some("no-drift") {
+        // Fast clocks, nothing subtracted for them, and nothing else.
+        a.clock_rate = Some(NO_DRIFT_RATE);
+        a.drift_factor = Some(0.0);
+        a.faults.clear();
     }
     Ok(a)
 }
@@ -203,6 +264,7 @@ fn main() -> ExitCode {
                 fenced_store: args.fenced_store,
                 pause_chance: args.pause_chance,
                 seed: args.seed,
+                drift_factor: args.drift_factor,
             };
             match runtime.block_on(client::run(config)) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -281,11 +343,79 @@ async fn run_inner(args: &Args) -> Result<ExitCode, String> {
         control.unwrap_or("none"),
         history.display()
     );
+    let Some(rate) = args.clock_rate else {
+        return run_clients(args, &urls, &script, &rec, &history).await;
+    };
+    // The rate counts from each node's start, so changing it steps the
+    // clock too: done before any key of the run is set, and undone after
+    // the last scan.
+    rec.record(
+        "note",
+        &[
+            ("clock_rate", rate.to_string()),
+            (
+                "drift_factor",
+                args.drift_factor
+                    .map_or_else(|| "default".into(), |f| f.to_string()),
+            ),
+        ],
+    );
+    println!(
+        "chaos: every node's clock {rate}x as fast, drift factor {}",
+        args.drift_factor
+            .map_or_else(|| "default".into(), |f| f.to_string())
+    );
+    let set = clock_rates(&script, rate).await;
+    let out = match set {
+        Ok(()) => run_clients(args, &urls, &script, &rec, &history).await,
+        Err(e) => Err(e),
+    };
+    let reset = clock_rates(&script, 1.0).await;
+    match (out, reset) {
+        (Ok(_), Err(e)) => Err(format!("{e} (resetting the clock rates after the run)")),
+        (out, _) => out,
+    }
+}
+
+/// Sets every node's clock rate (`scripts/clock-nodes rate N R`).
+async fn clock_rates(script: &Path, rate: f64) -> Result<(), String> {
+    let mut failed = Vec::new();
+    for n in 1..=5 {
+        let status = tokio::process::Command::new(script)
+            .args(["rate", &n.to_string(), &rate.to_string()])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .await;
+        if !matches!(status, Ok(s) if s.success()) {
+            failed.push(n.to_string());
+        }
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} rate N {rate} failed for node(s) {}",
+            script.display(),
+            failed.join(", ")
+        ))
+    }
+}
+
+/// The run proper, once the nodes are set up: proxies, client processes,
+/// the nemesis, the final scan and the check.
+async fn run_clients(
+    args: &Args,
+    urls: &[String],
+    script: &Path,
+    rec: &Arc<Recorder>,
+    history: &Path,
+) -> Result<ExitCode, String> {
+    let control = args.control.as_deref();
     // The clients reach each node through a proxy of this process, which
     // the nemesis can have reset the connection carrying a chosen call
     // (`cut`); the nemesis's own commands and the final scan go direct.
     let mut proxies = Vec::new();
-    for url in &urls {
+    for url in urls {
         let address = url
             .strip_prefix("redis://")
             .filter(|a| !a.contains(['@', '/']))
@@ -322,6 +452,9 @@ async fn run_inner(args: &Args) -> Result<ExitCode, String> {
         if control == Some("quarantine-off") {
             cmd.arg("--no-quarantine");
         }
+        if let Some(factor) = args.drift_factor {
+            cmd.args(["--drift-factor", &factor.to_string()]);
+        }
         if control == Some("paused-unfenced") {
             cmd.arg("--open-store");
         }
@@ -334,8 +467,8 @@ async fn run_inner(args: &Args) -> Result<ExitCode, String> {
         _ => args.faults.clone(),
     };
     let nemesis = Nemesis {
-        script,
-        urls: urls.clone(),
+        script: script.to_path_buf(),
+        urls: urls.to_vec(),
         faults,
         ttl: args.ttl,
         quarantine: args.ttl,
@@ -350,7 +483,7 @@ async fn run_inner(args: &Args) -> Result<ExitCode, String> {
     let faults = tokio::spawn(nemesis.run(stop.clone(), args.seed));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(args.seconds);
     tokio::select! {
-        _ = grants_reached(&history, args.grants) => {}
+        _ = grants_reached(history, args.grants) => {}
         _ = tokio::time::sleep_until(deadline) => {}
     }
     // Faults end (each after its hold), every node answers again, then the
@@ -378,9 +511,9 @@ async fn run_inner(args: &Args) -> Result<ExitCode, String> {
     }
     watcher.abort();
     for (i, url) in urls.iter().enumerate() {
-        leftovers(i + 1, url, &rec).await?;
+        leftovers(i + 1, url, rec).await?;
     }
-    let report = read_history(&history).map_err(|e| e.to_string())?;
+    let report = read_history(history).map_err(|e| e.to_string())?;
     print!("{report}");
     let caught = !report.violations.is_empty();
     let never: Vec<&str> = faults_run
@@ -510,5 +643,44 @@ async fn leftovers(n: usize, url: &str, rec: &Recorder) -> Result<(), String> {
             return Ok(());
         }
         cursor = next;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(words: &str) -> Result<Args, String> {
+        parse(words.split_whitespace().map(str::to_owned))
+    }
+
+    #[test]
+    fn no_drift_is_fast_clocks_no_drift_and_no_fault() {
+        let a = args("--clock --control no-drift --drift-factor 0.3 --faults freeze").unwrap();
+        assert_eq!(a.clock_rate, Some(NO_DRIFT_RATE));
+        assert_eq!(a.drift_factor, Some(0.0));
+        assert!(a.faults.is_empty(), "{:?}", a.faults);
+        assert!(args("--control no-drift").is_err(), "needs --clock");
+    }
+
+    #[test]
+    fn its_honest_twin_differs_in_the_drift_factor_only() {
+        let a = args("--clock --clock-rate 1.25 --drift-factor 0.25 --faults none").unwrap();
+        let (rate, drift) = (a.clock_rate.unwrap(), a.drift_factor.unwrap());
+        assert_eq!((rate, drift), (NO_DRIFT_RATE, 0.25));
+        assert!(a.faults.is_empty(), "{:?}", a.faults);
+        assert!(a.control.is_none());
+        // A drift factor of 0.25 covers clocks 1.25x fast: a key set for a
+        // TTL lives TTL / 1.25 = 0.8 TTL, the client counts on 0.75 TTL.
+        assert!(1.0 - drift < 1.0 / rate);
+    }
+
+    #[test]
+    fn clock_runs_keep_the_clock_fault_unless_none() {
+        let a = args("--clock --faults freeze").unwrap();
+        assert_eq!(a.faults, ["freeze", CLOCK]);
+        assert!(args("--clock-rate 1.1").is_err(), "needs --clock");
+        assert!(args("--clock --drift-factor 1").is_err());
+        assert!(args("--clock --clock-rate nan").is_err());
     }
 }

@@ -129,6 +129,8 @@ impl Nemesis {
             healing.retain(|h: &tokio::task::JoinHandle<()>| !h.is_finished());
             let fault = match first.last() {
                 Some(f) => f.clone(),
+                // No faults (`--faults none`): the run is the clients alone.
+                None if this.faults.is_empty() => continue,
                 None => this.faults[rng.random_range(0..this.faults.len())].clone(),
             };
             let mut f = this.faulted.lock().await;
