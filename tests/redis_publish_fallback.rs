@@ -1,9 +1,9 @@
 //! Release notifications on a server without sharded pub/sub, end to end.
 //!
 //! The release scripts publish with `SPUBLISH` and fall back to `PUBLISH`
-//! when it errors (`src/scripts/notify.lua`); a listener subscribes with
+//! when it errors (`src/transport/scripts/notify.lua`); a listener subscribes with
 //! `SUBSCRIBE` instead of `SSUBSCRIBE` when `INFO` reports a Redis older
-//! than 7 (`src/pubsub.rs`). There is no Redis 6 here, so a Redis 7 node is
+//! than 7 (`src/transport/pubsub.rs`). There is no Redis 6 here, so a Redis 7 node is
 //! made to look like one, one side at a time:
 //!
 //! - the releasing client logs in as an ACL user that may not use sharded
