@@ -4,14 +4,12 @@
 //! lost keys restored whatever order the replies come in. The same on real
 //! nodes: tests/redis_restarts.rs.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::memory::{MemoryNode, Until, client_over, five};
 use redquorum::node::Node;
 use redquorum::{Answer, LockError, Redlock};
-use support::memory::{MemoryNode, Until, client_over, five};
 
 const BOUND: Duration = Duration::from_secs(5);
 const TTL: Duration = Duration::from_secs(10);

@@ -4,14 +4,12 @@
 //! it held and does not run the same slot again. Without it a lock only
 //! keeps two runs from overlapping (the control).
 
-mod support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::support::memory::{client_over, five};
 use redquorum::{InputError, LockError, LockOptions, Redlock};
-use support::memory::{client_over, five};
 
 /// Two replicas fire the nightly job 2.5 s apart; it takes 1 s. Returns
 /// how many times it ran.

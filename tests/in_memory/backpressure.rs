@@ -4,14 +4,12 @@
 //! nodes are unavailable. In-memory nodes; on real ones:
 //! tests/redis_backpressure.rs.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::memory::{MemoryNode, client_with};
 use redquorum::node::Node;
 use redquorum::{LockError, Redlock};
-use support::memory::{MemoryNode, client_with};
 
 const TTL: Duration = Duration::from_secs(30);
 
@@ -33,7 +31,7 @@ async fn every_lock_reaches_every_node_past_the_in_flight_bound() {
     for task in tasks {
         locks.push(task.await.unwrap().expect("healthy nodes grant every lock"));
     }
-    support::settled(&redlock).await; // every call made has ended
+    crate::support::settled(&redlock).await; // every call made has ended
     for lock in &locks {
         let key = format!("{{{}}}:lock", lock.resource());
         for n in &nodes {

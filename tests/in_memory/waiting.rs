@@ -5,12 +5,10 @@
 //! a slot kept for it stayed held for a waiter long gone, until its
 //! patience ran out. In-memory nodes.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::memory::{Until, five};
 use redquorum::LockOptions;
-use support::memory::{Until, five};
 
 const TTL: Duration = Duration::from_secs(30);
 const BOUND: Duration = Duration::from_secs(5);
@@ -43,7 +41,7 @@ async fn a_gone_semaphore_waiter_keeps_no_permit() {
         waiter.abort();
         let _ = waiter.await;
         second.release().await.unwrap();
-        support::settled(&redlock).await;
+        crate::support::settled(&redlock).await;
         let a = api.try_acquire(TTL).await.expect("a first permit");
         let b = api.try_acquire(TTL).await.unwrap_or_else(|e| {
             panic!("round {round}: a permit is kept for a waiter that left: {e}")

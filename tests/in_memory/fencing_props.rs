@@ -4,15 +4,13 @@
 //! frozen nodes' queued operations interleave with later grants. Runs the
 //! real coordinator on in-memory nodes on virtual time.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::memory::MemoryNode;
 use proptest::prelude::*;
 use redquorum::Redlock;
 use redquorum::node::Node;
-use support::memory::MemoryNode;
 
 /// One holder: which nodes are frozen while it locks, and whether the
 /// frozen nodes thaw before the next holder (else they stay frozen into it).

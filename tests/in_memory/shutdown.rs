@@ -4,13 +4,11 @@
 //! including those owned by tasks still running, whose work sees the lease
 //! lost. In-memory nodes; the same code runs against Redis.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::memory::{MemoryNode, five};
 use redquorum::{LockError, LockOptions};
-use support::memory::{MemoryNode, five};
 
 const TTL: Duration = Duration::from_secs(30);
 

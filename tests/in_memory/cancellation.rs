@@ -3,15 +3,13 @@
 //! will (see `support/memory.rs`); the same coordinator code runs against
 //! Redis in the other suites.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::memory::{MemoryNode, Until};
+use crate::support::settled;
 use redquorum::node::Node;
 use redquorum::{Lock, Redlock, Retry};
-use support::memory::{MemoryNode, Until};
-use support::settled;
 
 const BOUND: Duration = Duration::from_secs(5);
 const KEY: &str = "{job}:lock";

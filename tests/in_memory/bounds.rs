@@ -4,14 +4,12 @@
 //! task is left behind per operation — whatever the rate and the TTL. Runs
 //! on memory nodes on virtual time; one of them never answers.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::memory::MemoryNode;
 use redquorum::node::Node;
 use redquorum::{Answer, LockError, NodeError, Redlock, Retry};
-use support::memory::MemoryNode;
 
 const LIMIT: usize = 8;
 const NODE_TIMEOUT: Duration = Duration::from_millis(50);

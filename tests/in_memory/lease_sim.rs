@@ -3,15 +3,13 @@
 //! completed — when a majority freezes. The same coordinator and keeper as on
 //! real nodes (`tests/redis_leases.rs`), but exact and fast.
 
-mod support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crate::support::memory::MemoryNode;
 use redquorum::node::Node;
 use redquorum::{LockError, Redlock};
-use support::memory::MemoryNode;
 use tokio::time::Instant;
 
 async fn cluster() -> (Vec<Arc<MemoryNode>>, Redlock) {
