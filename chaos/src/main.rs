@@ -322,6 +322,7 @@ async fn run_clients(
     tokio::select! {
         _ = grants_reached(history, args.grants) => {}
         _ = tokio::time::sleep_until(deadline) => {}
+        _ = caught_so_far(history, control) => {}
     }
     // Faults end (each after its hold), every node answers again, then the
     // clients finish their holds and release.
@@ -381,6 +382,36 @@ async fn run_clients(
             ExitCode::from(1)
         }
     })
+}
+
+/// Resolves once a negative control's history so far shows the violation
+/// it is meant to cause, so that a control ends when caught rather than at
+/// its time limit; never for a run that is not a control. The history is
+/// checked up to two seconds before its newest line: every event before that
+/// has been written (each process writes a line as it happens), so a hold
+/// released before a rival's grant is not mistaken for one still held. The
+/// verdict is still the final check's, on the whole history.
+async fn caught_so_far(history: &Path, control: Option<&str>) {
+    const SETTLED: u64 = 2_000_000_000;
+    let Some(control) = control else {
+        return std::future::pending().await;
+    };
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let Ok(text) = std::fs::read_to_string(history) else {
+            continue;
+        };
+        let lines: Vec<Line> = text.lines().filter_map(Line::parse).collect();
+        let Some(newest) = lines.iter().map(|l| l.t).max() else {
+            continue;
+        };
+        let horizon = newest.saturating_sub(SETTLED);
+        let report = check(lines.into_iter().filter(|l| l.t < horizon));
+        if report.violations.iter().any(|v| meant(control, v)) {
+            println!("chaos: negative control {control} caught so far: ending the run");
+            return;
+        }
+    }
 }
 
 /// Resolves once the history holds `want` grants; never without `want`.
