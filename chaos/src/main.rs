@@ -308,7 +308,12 @@ async fn run_clients(
         urls: urls.to_vec(),
         faults,
         ttl: args.ttl,
-        quarantine: args.ttl,
+        // As long as a client keeps a node restarted empty out: the
+        // longest TTL (the run's), its drift allowance, and the second the
+        // server's uptime may be ahead (`restart::SECOND_CUT`).
+        quarantine: args.ttl.mul_f64(1.0 + args.drift_factor.unwrap_or(0.01))
+            + redquorum::restart::SECOND_CUT
+            + Duration::from_millis(3),
         rec: rec.clone(),
         clients: children.iter().filter_map(|c| c.id()).collect(),
         faulted: Default::default(),

@@ -10,7 +10,8 @@
 //! call never reaching the node). At most two of five nodes are
 //! faulted at a time, counting a node restarted empty as faulted until
 //! its quarantine is over (but for a rolling restart: three nodes one after
-//! another, each down for about 0.8 s, a majority without its keys within
+//! another, each down for about 0.8 s on the Docker nodes and for milliseconds on
+//! Valkey, a majority without its keys within
 //! a TTL, which the restart quarantine keeps safe). A client process is paused (SIGSTOP) for longer
 //! than a TTL, one at a time, and every process that stops itself (the
 //! paused holder, crate::client) is resumed after the same delay.
