@@ -102,35 +102,6 @@ async fn subscriber(
     (conn, rx)
 }
 
-/// Waits (at most 5 s) until node `i` counts `least[i]` subscribers to
-/// `channel`, as `PUBSUB count` (`NUMSUB` or `SHARDNUMSUB`) reports them.
-async fn wait_counted(
-    conns: &mut [MultiplexedConnection],
-    count: &str,
-    channel: &str,
-    least: &[u64],
-) {
-    let start = Instant::now();
-    for (conn, &n) in conns.iter_mut().zip(least) {
-        loop {
-            let counts: Vec<(String, u64)> = redis::cmd("PUBSUB")
-                .arg(count)
-                .arg(channel)
-                .query_async(conn)
-                .await
-                .unwrap();
-            if counts.first().is_some_and(|(_, c)| *c >= n) {
-                break;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(5),
-                "the waiter never subscribed ({count})"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
-}
-
 /// A holder that may not use sharded pub/sub releases while a waiter
 /// listens through proxies that report the node as a 6.x when `as_six`.
 async fn hand_off(as_six: bool) -> HandOff {

@@ -157,21 +157,32 @@ pub async fn wait_subscribed_by(
     key: &str,
     least: &[u64],
 ) {
+    wait_counted(conns, "SHARDNUMSUB", key, least).await;
+}
+
+/// Waits (at most 5 s) until node `i` counts `least[i]` subscribers to
+/// `channel`, as `PUBSUB count` (`NUMSUB` or `SHARDNUMSUB`) reports them.
+pub async fn wait_counted(
+    conns: &mut [redis::aio::MultiplexedConnection],
+    count: &str,
+    channel: &str,
+    least: &[u64],
+) {
     let start = Instant::now();
     for (conn, &n) in conns.iter_mut().zip(least) {
         loop {
             let counts: Vec<(String, u64)> = redis::cmd("PUBSUB")
-                .arg("SHARDNUMSUB")
-                .arg(key)
+                .arg(count)
+                .arg(channel)
                 .query_async(conn)
                 .await
                 .unwrap();
-            if counts.first().is_some_and(|(_, count)| *count >= n) {
+            if counts.first().is_some_and(|(_, c)| *c >= n) {
                 break;
             }
             assert!(
                 start.elapsed() < Duration::from_secs(5),
-                "the waiter never subscribed"
+                "the waiter never subscribed ({count})"
             );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
