@@ -155,6 +155,50 @@ fn recorder() -> (usize, usize) {
     })
 }
 
+/// Instruments resolved against the recorder installed when they were made,
+/// and resolved once more if that was none and one is installed later (an
+/// application that builds its client before its metrics exporter).
+struct Resolved<T> {
+    /// Resolved when built…
+    first: T,
+    /// …against no recorder at all: then resolved again once one is seen.
+    first_is_noop: bool,
+    /// The recorder the first instruments came from.
+    resolved_with: (usize, usize),
+    later: OnceLock<T>,
+}
+
+impl<T> Resolved<T> {
+    fn new(first: T) -> Self {
+        let resolved_with = recorder();
+        Resolved {
+            first,
+            first_is_noop: resolved_with.0 == 0,
+            resolved_with,
+            later: OnceLock::new(),
+        }
+    }
+
+    /// The instruments of the recorder installed now: `later` makes them
+    /// once, when a recorder appears where there was none (after
+    /// [`describe`] has run for it).
+    fn get(&self, later: impl FnOnce() -> T) -> &T {
+        if !self.first_is_noop {
+            return &self.first;
+        }
+        if let Some(later) = self.later.get() {
+            return later;
+        }
+        if recorder() == self.resolved_with {
+            return &self.first;
+        }
+        self.later.get_or_init(|| {
+            describe();
+            later()
+        })
+    }
+}
+
 /// One node's instruments, as resolved against one recorder.
 struct Instruments {
     outcomes: [Counter; 7],
@@ -183,13 +227,7 @@ impl Instruments {
 /// One node's instruments and health.
 pub(crate) struct NodeTelemetry {
     name: Arc<str>,
-    /// Resolved when built…
-    first: Instruments,
-    /// …against no recorder at all: then resolved again once one is seen.
-    first_is_noop: bool,
-    /// The recorder the first instruments came from.
-    resolved_with: (usize, usize),
-    later: OnceLock<Instruments>,
+    instruments: Resolved<Instruments>,
     /// Calls in flight, and whether the node is up, as the gauges say (to
     /// set a later recorder's gauges right).
     in_flight: AtomicI64,
@@ -225,13 +263,9 @@ impl NodeTelemetry {
         let first = Instruments::new(name);
         first.up.set(1.0);
         first.slow.set(0.0);
-        let resolved_with = recorder();
         NodeTelemetry {
             name: Arc::clone(name),
-            first,
-            first_is_noop: resolved_with.0 == 0,
-            resolved_with,
-            later: OnceLock::new(),
+            instruments: Resolved::new(first),
             in_flight: AtomicI64::new(0),
             health: Mutex::new(Tracker::default()),
             slow: AtomicU32::new(0),
@@ -242,17 +276,7 @@ impl NodeTelemetry {
 
     /// The instruments of the recorder installed now.
     fn instruments(&self) -> &Instruments {
-        if !self.first_is_noop {
-            return &self.first;
-        }
-        if let Some(later) = self.later.get() {
-            return later;
-        }
-        if recorder() == self.resolved_with {
-            return &self.first;
-        }
-        self.later.get_or_init(|| {
-            describe();
+        self.instruments.get(|| {
             let later = Instruments::new(&self.name);
             later
                 .in_flight

@@ -7,9 +7,7 @@ use std::time::Duration;
 
 use metrics::{Counter, Histogram, counter, histogram};
 
-use super::{
-    EXPIRATIONS, EXTENSIONS, GRANTS, LEASES_LOST, REFUSALS, RESTORATIONS, WAIT, describe, recorder,
-};
+use super::{EXPIRATIONS, EXTENSIONS, GRANTS, LEASES_LOST, REFUSALS, RESTORATIONS, Resolved, WAIT};
 use crate::proto::error::LockError;
 
 /// The `kind` labels of [`GRANTS`] and [`REFUSALS`], in the order of
@@ -75,10 +73,7 @@ struct ClientInstruments {
 /// installed (resolved again, once, if one appears after the client was
 /// built).
 pub(crate) struct ClientTelemetry {
-    first: ClientInstruments,
-    first_is_noop: bool,
-    resolved_with: (usize, usize),
-    later: OnceLock<ClientInstruments>,
+    instruments: Resolved<ClientInstruments>,
 }
 
 impl std::fmt::Debug for ClientTelemetry {
@@ -89,31 +84,15 @@ impl std::fmt::Debug for ClientTelemetry {
 
 impl Default for ClientTelemetry {
     fn default() -> Self {
-        let resolved_with = recorder();
         ClientTelemetry {
-            first: ClientInstruments::default(),
-            first_is_noop: resolved_with.0 == 0,
-            resolved_with,
-            later: OnceLock::new(),
+            instruments: Resolved::new(ClientInstruments::default()),
         }
     }
 }
 
 impl ClientTelemetry {
     fn instruments(&self) -> &ClientInstruments {
-        if !self.first_is_noop {
-            return &self.first;
-        }
-        if let Some(later) = self.later.get() {
-            return later;
-        }
-        if recorder() == self.resolved_with {
-            return &self.first;
-        }
-        self.later.get_or_init(|| {
-            describe();
-            ClientInstruments::default()
-        })
+        self.instruments.get(ClientInstruments::default)
     }
 
     /// An acquisition of a `kind` lock ended; `waited` is how long a waiting
