@@ -109,6 +109,14 @@ pub enum Violation {
         /// The highest fence accepted before it.
         highest: u64,
     },
+    /// A release cut on its way to a node (`cut`) was not sent again: the
+    /// node still held the releaser's token under the key well after.
+    ReleaseNotResent {
+        /// The node (1-based).
+        node: String,
+        /// The key.
+        key: String,
+    },
     /// A key with a TTL found on a node after the run.
     KeyLeft {
         /// The node (1-based).
@@ -164,6 +172,12 @@ impl fmt::Display for Violation {
                 f,
                 "the store of {resource} accepted {id}'s write with fence {fence} after fence {highest}"
             ),
+            Violation::ReleaseNotResent { node, key } => {
+                write!(
+                    f,
+                    "a release of {key} cut on its way to node {node} was not sent again"
+                )
+            }
             Violation::KeyLeft { node, key } => {
                 write!(f, "key {key} left on node {node} after the run")
             }
@@ -355,6 +369,10 @@ pub fn check(lines: impl IntoIterator<Item = Line>) -> Report {
                     .entry(line.get("name").unwrap_or("?").to_owned())
                     .or_default() += 1;
             }
+            "kept" => report.violations.push(Violation::ReleaseNotResent {
+                node: line.get("node").unwrap_or("?").to_owned(),
+                key: line.get("key").unwrap_or("?").to_owned(),
+            }),
             "left" => report.violations.push(Violation::KeyLeft {
                 node: line.get("node").unwrap_or("?").to_owned(),
                 key: line.get("key").unwrap_or("?").to_owned(),

@@ -41,6 +41,8 @@ struct Shared {
     reset_on: std::sync::Mutex<Option<Vec<u8>>>,
     /// Connections reset by `reset_on` so far.
     resets: AtomicU64,
+    /// The chunk the last of them carried, which never reached the node.
+    reset_chunk: std::sync::Mutex<Option<Vec<u8>>>,
     /// What connections opened from now on rewrite in the node's replies
     /// (`Proxy::rewrite_replies`): each `from` becomes its `to`.
     rewrites: std::sync::Mutex<Vec<(Vec<u8>, Vec<u8>)>>,
@@ -98,6 +100,7 @@ impl Proxy {
             generation: AtomicU64::new(0),
             reset_on: std::sync::Mutex::new(None),
             resets: AtomicU64::new(0),
+            reset_chunk: std::sync::Mutex::new(None),
             rewrites: std::sync::Mutex::new(Vec::new()),
             rewritten: AtomicU64::new(0),
             counted: std::sync::Mutex::new(None),
@@ -168,6 +171,12 @@ impl Proxy {
     /// How many connections `reset_on` has reset.
     pub fn resets(&self) -> u64 {
         self.shared.resets.load(Ordering::Relaxed)
+    }
+
+    /// What the last connection `reset_on` reset was carrying: the calls
+    /// (RESP) that never reached the node.
+    pub fn reset_chunk(&self) -> Option<Vec<u8>> {
+        self.shared.reset_chunk.lock().unwrap().clone()
     }
 
     /// Makes connections opened from now on replace, in what the node
@@ -339,6 +348,7 @@ fn reset_here(shared: &Shared, chunk: &[u8]) -> bool {
         .is_some_and(|p| chunk.windows(p.len()).any(|w| w == p.as_slice()));
     if hit {
         *armed = None;
+        *shared.reset_chunk.lock().unwrap() = Some(chunk.to_vec());
         shared.resets.fetch_add(1, Ordering::Relaxed);
     }
     hit

@@ -148,6 +148,20 @@ fn keys_left_are_violations_and_faults_are_counted() {
     );
 }
 
+/// A release cut on its way (`cut`) whose key still held the token well
+/// after (the nemesis's `kept`) is a violation: it was not sent again.
+#[test]
+fn a_cut_release_not_sent_again_is_a_violation() {
+    let r = history(
+        "100 nemesis note cut=redquorum_release node=2 reset=1\n\
+         200 nemesis kept node=2 key={x}:lock\n",
+    );
+    assert!(
+        matches!(&r.violations[..], [Violation::ReleaseNotResent { node, .. }] if node == "2"),
+        "{r}"
+    );
+}
+
 /// Operations begun, acquires refused and of unknown outcome, releases
 /// that returned an error: counted apart, none a violation (the caller of
 /// an unknown acquire never acts on it; keys it left are found after the
