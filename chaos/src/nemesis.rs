@@ -284,10 +284,15 @@ impl Nemesis {
     /// node stops holding `token` under `key` well before the key would
     /// expire. Records `kept` when it still holds it after
     /// [`RESENT_WITHIN`] with time to live left (a key that expired first
-    /// proves nothing either way).
+    /// proves nothing either way), unless a client process was stopped
+    /// meanwhile.
     async fn check_resent(&self, n: usize, key: &str, token: &str) {
         let until = Instant::now() + RESENT_WITHIN;
+        // A client process stopped meanwhile (`stop-client`, a paused
+        // holder) sends nothing until resumed: no verdict then.
+        let mut stopped = false;
         loop {
+            stopped |= self.clients.iter().any(|&pid| process_stopped(pid));
             let held = async {
                 let client = redis::Client::open(self.urls[n - 1].as_str())?;
                 let mut conn = client.get_multiplexed_async_connection().await?;
@@ -299,8 +304,13 @@ impl Nemesis {
             match tokio::time::timeout(Duration::from_secs(1), held).await {
                 Ok(Ok(false)) => return,
                 Ok(Ok(true)) if Instant::now() >= until => {
-                    self.rec
-                        .record("kept", &[("node", n.to_string()), ("key", key.into())]);
+                    if stopped {
+                        self.rec
+                            .record("note", &[("kept_while_stopped", key.into())]);
+                    } else {
+                        let fields = [("node", n.to_string()), ("key", key.into())];
+                        self.rec.record("kept", &fields);
+                    }
                     return;
                 }
                 Ok(Ok(true)) => {}
