@@ -15,7 +15,9 @@ pub fn init_logging(verbose: u8, quiet: bool) {
         // Degraded and recovered nodes, lost leases: without asking.
         (false, 0) => "redquorum=warn,redquorum::telemetry=info",
         // Each round's per-node answers and the nodes heard after it.
-        (false, 1) => "redquorum=info,redquorum::driver=debug,redquorum::ballot=debug",
+        (false, 1) => {
+            "redquorum=info,redquorum::engine::driver=debug,redquorum::engine::ballot=debug"
+        }
         (false, 2) => "redquorum=debug",
         (false, _) => "trace",
     };
