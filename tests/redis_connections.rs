@@ -143,23 +143,32 @@ async fn silently_dropped_connections_are_found_before_a_round_needs_them() {
     for proxy in &proxies {
         proxy.set_blackhole_idle(Some(Duration::from_millis(1_500)));
     }
+    // A node timeout of a second: a call on a connection dropped silently
+    // never gets an answer, however long the timeout, and a stall of the
+    // shared machine is not taken for a drop (at 250 ms, a rehearsal once
+    // saw all five nodes time out in a round before any drop). The grace
+    // of an unanswered call is then 4 s (`GRACE_TIMEOUTS` node timeouts).
     let redlock = Redlock::builder()
         .nodes(proxies.iter().map(Proxy::url))
-        .node_timeout(ROOMY)
+        .node_timeout(Duration::from_secs(1))
         .build()
         .await
         .unwrap();
     let mut failed = Vec::new();
     for round in 0..6 {
-        if round >= 3 {
+        let idle = if round >= 3 {
             // Every connection dropped silently, mid-idle.
             for proxy in &proxies {
                 proxy.blackhole_now();
             }
-        }
-        // Found (a PING within 1 s of idleness, unanswered for its 1 s
-        // grace) and replaced before the round, with a second to spare.
-        tokio::time::sleep(Duration::from_millis(3_000)).await;
+            // Found (a PING within 1 s of idleness, unanswered for its 4 s
+            // grace) and replaced before the round, with a second to spare.
+            Duration::from_secs(6)
+        } else {
+            // Idle past the 1.5 s after which the proxy would drop it.
+            Duration::from_secs(3)
+        };
+        tokio::time::sleep(idle).await;
         let resource = unique("blackhole");
         match redlock.try_lock(&resource, TTL).await {
             Ok(lock) => {
