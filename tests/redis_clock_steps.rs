@@ -189,6 +189,39 @@ async fn a_bare_quorum_grant_survives_no_jumped_clock() {
     held.release().await.unwrap();
 }
 
+/// Node `n`'s clock (`TIME`), in seconds.
+async fn node_time(n: usize) -> f64 {
+    let (secs, micros): (u64, u64) = redis::cmd("TIME")
+        .query_async(&mut raw(n).await)
+        .await
+        .unwrap();
+    secs as f64 + micros as f64 / 1e6
+}
+
+/// How fast node `n`'s clock runs against the machine's, over a second.
+async fn rate_of(n: usize) -> f64 {
+    let (node, machine) = (node_time(n).await, std::time::Instant::now());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    (node_time(n).await - node) / machine.elapsed().as_secs_f64()
+}
+
+/// A rate set back to 1 runs at 1 again. libfaketime keeps the last rate
+/// (`xR`) it read when the file names none, so `rate N 1` must say `x1`:
+/// writing the offset alone left every clock node 10 % fast after the
+/// fast-clock tests, for every test and chaos run after them (seen
+/// failing: 1.10 after `rate 3 1`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clock_rate_set_back_to_one_runs_at_one() {
+    let _one = STEPPING.lock().await;
+    clock_nodes(&["rate", "3", "1.10"]);
+    let fast = rate_of(3).await;
+    clock_nodes(&["rate", "3", "1"]);
+    let back = rate_of(3).await;
+    println!("node 3's clock: {fast:.3}x at rate 1.10, {back:.3}x at rate 1");
+    assert!((fast - 1.10).abs() < 0.03, "rate 1.10 ran {fast:.3}x");
+    assert!((back - 1.0).abs() < 0.03, "rate 1 ran {back:.3}x");
+}
+
 /// Every node's clock 10 % fast; a lock of 2 s, and a second client trying
 /// every 5 ms. Returns how long before the first holder's deadline the
 /// second one got the lock (`None`: not before it).
