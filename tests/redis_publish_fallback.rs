@@ -133,16 +133,15 @@ async fn hand_off(as_six: bool) -> HandOff {
     );
     // Same length, so the bulk reply's length prefix stays true.
     let six = format!("6{}", &version[1..]);
-    let mut proxies = Vec::new();
-    for url in node_urls() {
-        let proxy = Proxy::start(url.trim_start_matches("redis://")).await;
-        if as_six {
+    // Set before any client connects through them.
+    let proxies = node_proxies().await;
+    if as_six {
+        for proxy in &proxies {
             proxy.rewrite_replies(
                 format!("redis_version:{version}\r\n").as_bytes(),
                 format!("redis_version:{six}\r\n").as_bytes(),
             );
         }
-        proxies.push(proxy);
     }
     for proxy in &proxies {
         proxy.count_sent(b"redquorum_acquire");

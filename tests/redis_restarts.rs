@@ -84,10 +84,7 @@ async fn a_quarantine_lasts_max_ttl_from_the_restart_wherever_the_second_falls()
     let _turn = TURN.lock().await;
     let mut bare = Bare(Vec::new());
     let max_ttl = Duration::from_secs(3);
-    let mut proxies = Vec::new();
-    for url in node_urls() {
-        proxies.push(proxy::Proxy::start(url.trim_start_matches("redis://")).await);
-    }
+    let proxies = node_proxies().await;
     let redlock = Redlock::builder()
         .nodes(proxies.iter().map(proxy::Proxy::url))
         .node_timeout(Duration::from_secs(1))

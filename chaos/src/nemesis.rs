@@ -232,14 +232,25 @@ impl Nemesis {
         // A client process stopped meanwhile (`stop-client`, a paused
         // holder) sends nothing until resumed: no verdict then.
         let mut stopped = false;
+        // One connection for the whole check, direct to the node.
+        let connect = async {
+            let client = redis::Client::open(self.urls[n - 1].as_str())?;
+            client.get_multiplexed_async_connection().await
+        };
+        let mut conn = match tokio::time::timeout(Duration::from_secs(1), connect).await {
+            Ok(Ok(conn)) => conn,
+            other => {
+                eprintln!("nemesis: node {n}: checking a cut release: {other:?}");
+                return;
+            }
+        };
         loop {
             stopped |= self.clients.iter().any(|&pid| process_stopped(pid));
+            // The value and its time to live, in one round trip.
+            let mut ask = redis::pipe();
+            ask.cmd("GET").arg(key).cmd("PTTL").arg(key);
             let held = async {
-                let client = redis::Client::open(self.urls[n - 1].as_str())?;
-                let mut conn = client.get_multiplexed_async_connection().await?;
-                let value: Option<Vec<u8>> =
-                    redis::cmd("GET").arg(key).query_async(&mut conn).await?;
-                let ttl: i64 = redis::cmd("PTTL").arg(key).query_async(&mut conn).await?;
+                let (value, ttl): (Option<Vec<u8>>, i64) = ask.query_async(&mut conn).await?;
                 redis::RedisResult::Ok(value.is_some_and(|v| holds_token(&v, token)) && ttl > 0)
             };
             match tokio::time::timeout(Duration::from_secs(1), held).await {

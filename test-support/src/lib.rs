@@ -27,6 +27,17 @@ pub fn node_urls() -> Vec<String> {
     urls
 }
 
+/// A test proxy in front of each node of [`node_urls`], in order: to cut,
+/// slow, reset or rewrite one node's links without touching the shared
+/// nodes.
+pub async fn node_proxies() -> Vec<proxy::Proxy> {
+    let mut proxies = Vec::new();
+    for url in node_urls() {
+        proxies.push(proxy::Proxy::start(url.trim_start_matches("redis://")).await);
+    }
+    proxies
+}
+
 /// A resource name no other test (or earlier run) uses.
 pub fn unique(prefix: &str) -> String {
     format!("test:{prefix}:{:016x}", rand::random::<u64>())

@@ -10,7 +10,7 @@ pub mod cluster;
 pub mod memory;
 
 pub use redquorum_test_support::{
-    load, node_urls, patient, proxy, raw, raw_all, redlock, unique, until_in_line,
+    load, node_proxies, node_urls, patient, proxy, raw, raw_all, redlock, unique, until_in_line,
 };
 
 use std::collections::BTreeMap;
@@ -27,10 +27,7 @@ use redquorum::Redlock;
 /// or slow one node's links without touching the shared nodes), with
 /// `node_timeout`.
 pub async fn proxied(node_timeout: Duration) -> (Vec<proxy::Proxy>, Redlock) {
-    let mut proxies = Vec::new();
-    for url in node_urls() {
-        proxies.push(proxy::Proxy::start(url.trim_start_matches("redis://")).await);
-    }
+    let proxies = node_proxies().await;
     let redlock = Redlock::builder()
         .nodes(proxies.iter().map(proxy::Proxy::url))
         .node_timeout(node_timeout)
