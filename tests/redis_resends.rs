@@ -57,10 +57,11 @@ async fn a_release_cut_with_its_connection_is_sent_again() {
         .expect("healthy nodes grant");
     proxies[0].reset_on(RELEASE);
     lock.release().await.expect("a quorum released");
-    assert_eq!(proxies[0].resets(), 1, "the release call was cut");
+    // The release returns at its quorum: node 1's may still be on its way.
     for node in 0..5 {
         until_gone(node, &key).await;
     }
+    assert_eq!(proxies[0].resets(), 1, "the release call was cut");
 }
 
 /// The same for the undo of a refused acquisition: another holder on nodes
@@ -84,10 +85,11 @@ async fn a_refused_rounds_undo_cut_with_its_connection_is_sent_again() {
         matches!(refused, Err(redquorum::LockError::Taken { .. })),
         "{refused:?}"
     );
-    assert_eq!(proxies[0].resets(), 1, "the undo call was cut");
+    // The undo goes on after the refusal: read the cut once node 1 is clean.
     for node in 0..2 {
         until_gone(node, &key).await;
     }
+    assert_eq!(proxies[0].resets(), 1, "the undo call was cut");
     for conn in &mut conns[2..] {
         let _: () = conn.del(&key).await.unwrap();
     }
@@ -210,4 +212,87 @@ async fn no_key_is_left_when_connections_are_killed_under_releases() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// A lock on every node, taken through proxies (node timeout 200 ms) on a
+/// resource named after `name`, then node 1 taken down ("the process is
+/// gone"): the grant's calls settle first, so node 1 holds the key.
+async fn held_with_node_1_down(
+    name: &str,
+) -> (
+    Vec<support::proxy::Proxy>,
+    redquorum::Redlock,
+    redquorum::Lock,
+) {
+    let (proxies, redlock) = proxied(Duration::from_millis(200)).await;
+    let lock = redlock
+        .lock(&unique(name), TTL)
+        .await
+        .expect("healthy nodes grant");
+    settled(&redlock).await;
+    proxies[0].set_down(true);
+    (proxies, redlock, lock)
+}
+
+/// `shutdown()` sends a release its node's link still keeps before it
+/// returns: node 1 is down while a lock is released (its release is kept
+/// for the next connection, the link waiting out a backoff grown to its
+/// cap), comes back, and the client shuts down; then the runtime ends, as
+/// a process's does after `shutdown()`. Before: `shutdown()` returned after
+/// one node timeout without an answer, the link still asleep in its
+/// backoff, and node 1 kept the key for its TTL.
+#[test]
+fn shutdown_sends_the_releases_a_link_keeps_before_it_returns() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let key = runtime.block_on(async {
+        let _turn = TURN.lock().await;
+        let (proxies, redlock, lock) = held_with_node_1_down("resend-shutdown").await;
+        let resource = lock.resource().to_owned();
+        // Down for 2 s: the link's attempts fail and its backoff grows to
+        // its cap (1 s), well past the node timeout.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        lock.release().await.expect("nodes 2-5 released");
+        proxies[0].set_down(false);
+        redlock.shutdown().await;
+        lock_key(&resource)
+    });
+    drop(runtime);
+    let check = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    check.block_on(async {
+        let mut conn = raw(0).await;
+        let value: Option<String> = conn.get(&key).await.unwrap();
+        assert!(
+            value.is_none(),
+            "node 1 kept {key} after shutdown() returned: {value:?}"
+        );
+    });
+}
+
+/// The same with node 1 still down at the shutdown: the link's attempt
+/// made at once is refused, and `shutdown()` returns one attempt later
+/// (bounded: the connect timeout and a node timeout), leaving the key to
+/// its TTL on the node it could not reach.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_with_a_node_still_down_returns() {
+    let _turn = TURN.lock().await;
+    let (_proxies, redlock, lock) = held_with_node_1_down("resend-shutdown-down").await;
+    let resource = lock.resource().to_owned();
+    lock.release().await.expect("nodes 2-5 released");
+    tokio::time::timeout(Duration::from_secs(10), redlock.shutdown())
+        .await
+        .expect("shutdown() returned though node 1 stays down");
+    let mut conn = raw(0).await;
+    let value: Option<String> = conn.get(lock_key(&resource)).await.unwrap();
+    assert!(
+        value.is_some(),
+        "node 1 was down: its key waits for its TTL"
+    );
+    let _: () = conn.del(lock_key(&resource)).await.unwrap();
 }

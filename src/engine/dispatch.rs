@@ -100,6 +100,16 @@ impl Member {
         }
     }
 
+    /// Connections waiting out a backoff are tried again now (nodes of your
+    /// own have none).
+    pub(crate) fn kick(&self) {
+        match self {
+            Member::Redis(node) => node.link().kick(),
+            Member::Cluster(node) => node.kick(),
+            Member::Custom(_) => {}
+        }
+    }
+
     /// Resolves at the member's next change of connection state (`None`:
     /// a node of your own, which has none).
     pub(crate) fn changed(&self) -> Option<tokio::sync::futures::Notified<'_>> {
@@ -195,9 +205,12 @@ impl Dispatcher {
     }
 
     /// Resolves once no call is in flight to the node, or once none of its
-    /// calls has ended for a whole node timeout (it is unresponsive: its
-    /// calls are written, and would land only if it came back before their
-    /// grace). Every call ends by its grace, which bounds this too.
+    /// calls has ended for a while: a whole node timeout while connected (the
+    /// node is unresponsive: its calls are written, and would land only if
+    /// it came back before their grace), one connection attempt more while
+    /// not (the calls wait for a connection: a link waiting out its backoff
+    /// is made to try at once, and a node that refuses it is down). Every
+    /// call ends by its grace, which bounds this too.
     pub(crate) async fn drained(&self) {
         loop {
             let ended = self.in_flight.ended();
@@ -206,7 +219,16 @@ impl Dispatcher {
             if self.in_flight() == 0 {
                 return;
             }
-            if tokio::time::timeout(self.limits.late, ended).await.is_err() {
+            let patience = match self.member.ready() {
+                Ok(()) => self.limits.late,
+                Err(_) => {
+                    // Again on every pass: a connection may drop during
+                    // the wait.
+                    self.member.kick();
+                    self.limits.connect + self.limits.late
+                }
+            };
+            if tokio::time::timeout(patience, ended).await.is_err() {
                 return;
             }
         }

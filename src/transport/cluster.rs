@@ -314,6 +314,14 @@ impl ClusterNode {
         Ok(())
     }
 
+    /// Every master's link waiting out a backoff tries again now (see
+    /// [`Link::kick`](crate::transport::link::Link::kick)).
+    pub(crate) fn kick(&self) {
+        for (_, master) in &self.shared.map().masters {
+            master.kick();
+        }
+    }
+
     /// Whether no attempt to learn the map has ended yet.
     pub(crate) fn connecting_first(&self) -> bool {
         self.shared.map().first

@@ -20,7 +20,9 @@
 //! that may have left fails (at most once). While it reconnects after a
 //! working connection, and while it connects for the first time, calls
 //! queue; once an attempt has failed the node is down and calls are refused
-//! at once, costing a round nothing, until an attempt succeeds.
+//! at once, costing a round nothing, until an attempt succeeds — or until a
+//! probe or a shutdown kicks the link ([`Link::kick`]): it then attempts at
+//! once, and calls queue for that attempt.
 //!
 //! Bounds: the queue and the calls in flight are bounded by the
 //! dispatcher's `max_in_flight` (a call holds its slot until it ends); a call
@@ -167,7 +169,8 @@ struct Shared {
     running: bool,
     /// The member this server already is, if another one is.
     same_as: Option<Arc<str>>,
-    /// A probe asked for an attempt now, not after the backoff.
+    /// A probe or a shutdown asked for an attempt now, not after the
+    /// backoff (see [`Link::kick`]).
     kicked: bool,
     /// What the node's connections told of it.
     standing: Standing,
@@ -415,20 +418,32 @@ impl Link {
             .unwrap_or_else(|_| Err(NodeError::Connection("the connection ended".into())))
     }
 
-    /// A `PING` (for readiness probes), through the same queue as every
-    /// call: a dead connection is found and replaced as for a lock round.
-    /// A node down is tried again at once (not after the backoff), the
-    /// `PING` waiting for that attempt: a node back up reports reachable
-    /// within the round trips of one attempt.
-    pub(crate) async fn ping(self: &Arc<Self>) -> Result<(), NodeError> {
+    /// A link waiting out its backoff after a failed attempt (or after a
+    /// connection that died young) makes its next attempt now; calls made
+    /// from now on queue for it, not refused. If an attempt is under way and
+    /// fails, the calls made since it began wait for the next one, made at
+    /// once. No effect while connected, nor during the first attempt.
+    pub(crate) fn kick(&self) {
         {
             let mut shared = self.lock();
             if matches!(shared.state, State::Down(_)) {
                 shared.state = State::Reconnecting;
+            }
+            if shared.state == State::Reconnecting {
                 shared.kicked = true;
             }
         }
         self.schedule();
+    }
+
+    /// A `PING` (for readiness probes), through the same queue as every
+    /// call: a dead connection is found and replaced as for a lock round.
+    /// A node down is tried again at once (not after the backoff), the
+    /// `PING` waiting for that attempt (or, if an attempt begun before it
+    /// fails, for the next one, made at once): a node back up reports
+    /// reachable within the round trips of one attempt.
+    pub(crate) async fn ping(self: &Arc<Self>) -> Result<(), NodeError> {
+        self.kick();
         match self
             .query(crate::transport::resp::encode(&[b"PING"]), None)
             .await?
@@ -445,6 +460,7 @@ impl Link {
     fn up(&self, hello: &Hello) -> Option<Instant> {
         let mut shared = self.lock();
         shared.state = State::Up;
+        shared.kicked = false;
         // Releases kept from a connection that failed under them go first,
         // in the order they were made.
         while let Some(call) = shared.retained.pop_back() {
@@ -463,13 +479,20 @@ impl Link {
         quarantine
     }
 
-    /// An attempt failed: the node is down, and every call queued for it
-    /// fails (never sent).
-    fn down(&self, error: NodeError) {
+    /// The attempt begun at `began` failed with `error`: the node is down,
+    /// and every call queued for it fails, never sent — but releases, kept
+    /// for the next connection, and the calls made since `began` if the link
+    /// was kicked meanwhile, which stay queued for the next attempt.
+    fn down(&self, error: NodeError, began: Instant) {
         let now = Instant::now();
         let mut failed = Vec::new();
         {
             let mut shared = self.lock();
+            // Kicked while the attempt was under way (a probe, a shutdown):
+            // the calls made since it began wait for the next attempt, made
+            // at once (the kick stays for the backoff to see), not for this
+            // one's failure. Once: that attempt began after them.
+            let again = shared.kicked && !shared.closing;
             shared.state = State::Down(error.clone());
             // Releases wait for the next connection (while their key may
             // live): one sent before and cut, or one made while the link
@@ -478,11 +501,20 @@ impl Link {
             let queued = std::mem::take(&mut shared.queue);
             let retained = std::mem::take(&mut shared.retained);
             for call in retained.into_iter().chain(queued) {
-                if call.resendable(now) {
+                if again && call.made >= began {
+                    // In the order made, releases too: a release stays
+                    // behind its acquire (`retained` goes first, and holds
+                    // only older calls).
+                    shared.queue.push_back(call);
+                } else if call.resendable(now) {
                     shared.retained.push_back(call);
                 } else {
                     failed.push(call);
                 }
+            }
+            if !shared.queue.is_empty() {
+                // Calls made now queue for that attempt too.
+                shared.state = State::Reconnecting;
             }
         }
         self.changed.notify_waiters();

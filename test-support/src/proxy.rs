@@ -52,6 +52,8 @@ struct Shared {
     counted: std::sync::Mutex<Option<Vec<u8>>>,
     /// How many so far.
     sent: AtomicU64,
+    /// Connections accepted (not refused while down) so far.
+    accepted: watch::Sender<u64>,
     start: Instant,
 }
 
@@ -105,6 +107,7 @@ impl Proxy {
             rewritten: AtomicU64::new(0),
             counted: std::sync::Mutex::new(None),
             sent: AtomicU64::new(0),
+            accepted: watch::channel(0).0,
             start: Instant::now(),
         });
         let accept = tokio::spawn(accept_loop(listener, shared.clone()));
@@ -216,6 +219,26 @@ impl Proxy {
         self.shared.sent.load(Ordering::Relaxed)
     }
 
+    /// How many connections the proxy has accepted so far (those refused
+    /// while down are not counted): a held connection (`set_cut`) counts
+    /// when it arrives, so that a test can tell a client's attempts apart.
+    /// Every connection counts: that holds only while the test's client is
+    /// the proxy's only one (a lock that waits also opens a pub/sub
+    /// connection).
+    pub fn accepted(&self) -> u64 {
+        *self.shared.accepted.borrow()
+    }
+
+    /// Waits until the proxy has accepted `n` connections in all
+    /// ([`accepted`](Self::accepted)), at most `within`; `false` when the
+    /// time ran out first.
+    pub async fn wait_accepted(&self, n: u64, within: Duration) -> bool {
+        let mut accepted = self.shared.accepted.subscribe();
+        tokio::time::timeout(within, accepted.wait_for(|&a| a >= n))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
     /// Takes the node "down" (`true`: open connections are closed, new ones
     /// refused, as when the process is gone) or back up.
     pub fn set_down(&self, down: bool) {
@@ -229,6 +252,7 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
             drop(client); // refused
             continue;
         }
+        shared.accepted.send_modify(|a| *a += 1);
         let shared = shared.clone();
         tokio::spawn(async move {
             let mut cut = shared.cut.subscribe();

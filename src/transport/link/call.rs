@@ -145,7 +145,7 @@ pub(crate) struct Pending {
 pub(crate) const MAX_RESENDS: u8 = 3;
 
 /// Connection attempts a closing link (its client gone) still makes for
-/// the releases it keeps, with the usual backoff between them.
+/// the releases it keeps, one right after another.
 pub(crate) const CLOSING_ATTEMPTS: u32 = 3;
 
 impl Pending {

@@ -7,15 +7,17 @@
 //!    │                    ▲ ◀──────────── attempt ok ──────────┘   │
 //!    │ attempt fails      │ attempt ok                             │ attempt fails
 //!    └──────────────────▶ Down ◀───────────────────────────────────┘
-//!                          (backoff, attempts again; calls refused)
+//!                          (backoff, attempts again; calls refused;
+//!                           a kick: Reconnecting, attempts at once)
 //! ```
 //!
 //! Driving a connection is one hand-written poll over four things, each
 //! taken as far as it goes before the task sleeps: the queue (taken whole,
 //! encoded into one buffer), the write half (the buffer in as few writes as
 //! the socket allows), the read half (read in bulk, every whole reply
-//! parsed and matched to the oldest call) and one timer (the oldest call's
-//! node timeout, then its grace; on an idle link, the next `PING`).
+//! parsed and matched to the oldest call) and one timer (the node timeout
+//! of the oldest call not yet late, else the oldest call's grace; on an
+//! idle link, the next `PING`).
 
 use std::collections::VecDeque;
 use std::future::poll_fn;
@@ -77,6 +79,7 @@ pub(super) async fn run(link: Arc<Link>) {
                 closing_attempts += 1;
             }
         }
+        let began = Instant::now();
         let attempt = tokio::time::timeout(link.limits.connect, open::connect(&link))
             .await
             .unwrap_or_else(|_| Err(open::slow(&link)));
@@ -84,29 +87,8 @@ pub(super) async fn run(link: Arc<Link>) {
             Ok(connected) => connected,
             Err(error) => {
                 tracing::debug!(node = %link.name, %error, "connection attempt failed");
-                link.down(error);
-                // Full jitter spreads the reconnects of many clients.
-                let nanos = rand::rng().random_range(0..=backoff.as_nanos() as u64);
-                let retry = tokio::time::sleep(Duration::from_nanos(nanos));
-                tokio::pin!(retry);
-                // Closing, or a probe asking: no need to wait out the
-                // backoff.
-                let closing = poll_fn(|cx| {
-                    link.wake.register(cx.waker());
-                    link.scheduled
-                        .store(false, std::sync::atomic::Ordering::Release);
-                    let mut shared = link.lock();
-                    if shared.closing || std::mem::take(&mut shared.kicked) {
-                        Poll::Ready(())
-                    } else {
-                        Poll::Pending
-                    }
-                });
-                tokio::select! {
-                    biased;
-                    () = closing => {}
-                    () = &mut retry => {}
-                }
+                link.down(error, began);
+                back_off(&link, backoff, true).await;
                 backoff = (backoff * 2).min(BACKOFF_MAX);
                 continue;
             }
@@ -126,12 +108,36 @@ pub(super) async fn run(link: Arc<Link>) {
             // A node that takes connections and drops them at once: back off
             // as for a failed attempt (calls queue meanwhile, each bounded by
             // its grace).
-            let nanos = rand::rng().random_range(0..=backoff.as_nanos() as u64);
-            tokio::time::sleep(Duration::from_nanos(nanos)).await;
+            back_off(&link, backoff, false).await;
             backoff = (backoff * 2).min(BACKOFF_MAX);
         } else {
             backoff = BACKOFF_MIN;
         }
+    }
+}
+
+/// Waits before the next connection attempt: a random part of `backoff`
+/// (full jitter spreads the reconnects of many clients), or less if the
+/// link was kicked (a probe, or a client shutting down, wants an attempt
+/// now: see [`Link::kick`]) or, with `closing_ends`, is closing.
+async fn back_off(link: &Link, backoff: Duration, closing_ends: bool) {
+    let nanos = rand::rng().random_range(0..=backoff.as_nanos() as u64);
+    let retry = tokio::time::sleep(Duration::from_nanos(nanos));
+    let now = poll_fn(|cx| {
+        link.wake.register(cx.waker());
+        link.scheduled
+            .store(false, std::sync::atomic::Ordering::Release);
+        let mut shared = link.lock();
+        if (closing_ends && shared.closing) || std::mem::take(&mut shared.kicked) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    });
+    tokio::select! {
+        biased;
+        () = now => {}
+        () = retry => {}
     }
 }
 
@@ -235,11 +241,22 @@ impl Io {
             };
             if !self.taken.is_empty() {
                 let was_idle = self.idle();
+                // The new calls' first node timeout, read as they are
+                // encoded (a call redirected here keeps when it was made).
+                let mut oldest = self.armed;
                 while let Some(call) = self.taken.pop_front() {
+                    oldest = oldest.min(call.made);
                     self.encode(call);
                 }
+                let due = oldest + self.late;
                 if was_idle {
                     self.rearm(Instant::now());
+                } else if due < self.armed {
+                    // Every call before them may be late already, the timer
+                    // set for the oldest one's grace: it must fire at their
+                    // node timeout instead, to count them late.
+                    self.armed = due;
+                    self.timer.as_mut().reset(due);
                 }
                 progress = true;
             }
