@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use redquorum::election::LeaderState;
+use redquorum::election::{Election, LeaderState};
 use redquorum::{LockOptions, Redlock};
 
 #[tokio::main]
@@ -28,7 +28,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // The observer: every change, pushed by releases, polled otherwise.
     let watcher = Redlock::connect(&urls).await?;
-    let election = watcher.election(&name)?;
+    let election = Election::new(&watcher, &name)?;
     let mut changes = Box::pin(election.observe());
     let observer = tokio::spawn(async move {
         // It samples: a first leader that comes and goes between two reads
@@ -54,7 +54,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let redlock = Redlock::connect(&urls).await?;
         let name = name.clone();
         candidates.push(tokio::spawn(async move {
-            let election = redlock.election(&name).expect("a name");
+            let election = Election::new(&redlock, &name).expect("a name");
             let options = LockOptions::new().label(host);
             for _ in 0..2 {
                 let term = election

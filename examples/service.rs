@@ -21,7 +21,7 @@
 
 use std::time::Duration;
 
-use redquorum::{LockError, LockOptions, Redlock};
+use redquorum::{LockError, LockOptions, Redlock, election::Election};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -35,7 +35,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let redlock = Redlock::connect(&urls).await?;
     let name = std::env::var("REDQUORUM_ELECTION")
         .unwrap_or_else(|_| "example:service:scheduler".to_owned());
-    let election = redlock.election(&name)?;
+    let election = Election::new(&redlock, &name)?;
     let options = LockOptions::new().label(&replica);
 
     let leading = async {

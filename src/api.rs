@@ -26,11 +26,12 @@ pub(crate) mod wait;
 ///
 /// ```no_run
 /// #![deny(unused_must_use)]
+/// # use redquorum::Semaphore;
 /// # async fn keep(redlock: &redquorum::Redlock) -> Result<(), redquorum::LockError> {
 /// # let ttl = std::time::Duration::from_secs(10);
 /// let _lock = redlock.lock("report", ttl).await?;
 /// let _lock = redlock.try_lock("report", ttl).await?;
-/// let _permit = redlock.semaphore("api", 2)?.try_acquire(ttl).await?;
+/// let _permit = Semaphore::new(redlock, "api", 2)?.try_acquire(ttl).await?;
 /// let _lease = redlock.lock("report", ttl).await?.keep_alive()?;
 /// let _builder = redquorum::Redlock::builder().nodes(["redis://127.0.0.1:7001"]);
 /// let _options = redquorum::LockOptions::new().wait(ttl);
@@ -61,9 +62,10 @@ pub(crate) mod wait;
 ///
 /// ```compile_fail
 /// #![deny(unused_must_use)]
+/// # use redquorum::Semaphore;
 /// # async fn misuse(redlock: &redquorum::Redlock) -> Result<(), redquorum::LockError> {
 /// # let ttl = std::time::Duration::from_secs(10);
-/// redlock.semaphore("api", 2)?.try_acquire(ttl).await?;
+/// Semaphore::new(redlock, "api", 2)?.try_acquire(ttl).await?;
 /// # Ok(()) }
 /// ```
 ///

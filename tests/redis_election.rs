@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redquorum::LockOptions;
-use redquorum::election::LeaderState;
+use redquorum::election::{Election, LeaderState};
 use support::*;
 
 /// One leadership as its holder saw it while valid.
@@ -27,7 +27,7 @@ struct Tenure {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn candidates_under_random_minority_faults_never_lead_at_once() {
     let (proxies, redlock) = proxied(Duration::from_millis(100)).await;
-    let election = redlock.election(&unique("elect-chaos")).unwrap();
+    let election = Election::new(&redlock, &unique("elect-chaos")).unwrap();
     let tenures = Arc::new(Mutex::new(Vec::<Tenure>::new()));
     let end = Instant::now() + Duration::from_secs(3);
     let contest = async {
@@ -82,7 +82,7 @@ async fn candidates_under_random_minority_faults_never_lead_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resignation_hands_over_and_leader_reads_the_quorum() {
     let redlock = redlock().await;
-    let election = redlock.election(&unique("elect-handover")).unwrap();
+    let election = Election::new(&redlock, &unique("elect-handover")).unwrap();
     let a = election
         .campaign(Duration::from_secs(10), &LockOptions::new().label("a"))
         .await
@@ -134,7 +134,7 @@ async fn a_leader_that_shuts_down_hands_over_at_once() {
     let leading = {
         let (leader, name) = (leader.clone(), name.clone());
         tokio::spawn(async move {
-            let election = leader.election(&name).unwrap();
+            let election = Election::new(&leader, &name).unwrap();
             election
                 .lead(
                     ttl,
@@ -152,7 +152,7 @@ async fn a_leader_that_shuts_down_hands_over_at_once() {
     let candidate = {
         let name = name.clone();
         tokio::spawn(async move {
-            let election = next.election(&name).unwrap();
+            let election = Election::new(&next, &name).unwrap();
             let leadership = election
                 .campaign(ttl, &LockOptions::new().label("next"))
                 .await

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use redquorum::{InputError, LockError, LockOptions, Redlock};
+use redquorum::{InputError, LockError, LockOptions, Redlock, Semaphore};
 use support::*;
 
 const PERMITS: u32 = 3;
@@ -38,7 +38,7 @@ async fn contend(
     ttl: Duration,
     run: Duration,
 ) -> (usize, usize, usize) {
-    let semaphore = redlock.semaphore(name, PERMITS).unwrap();
+    let semaphore = Semaphore::new(redlock, name, PERMITS).unwrap();
     let holders = Arc::new(AtomicUsize::new(0));
     let most = Arc::new(AtomicUsize::new(0));
     let grants = Arc::new(AtomicUsize::new(0));
@@ -159,12 +159,12 @@ async fn bad_permit_counts_are_typed() {
     let redlock = redlock().await;
     for permits in [0, redquorum::semaphore::MAX_PERMITS + 1] {
         assert_eq!(
-            redlock.semaphore("s", permits).unwrap_err(),
+            Semaphore::new(&redlock, "s", permits).unwrap_err(),
             InputError::InvalidPermits(permits)
         );
     }
     assert_eq!(
-        redlock.semaphore("", 3).unwrap_err(),
+        Semaphore::new(&redlock, "", 3).unwrap_err(),
         InputError::EmptyResource
     );
 }
@@ -176,7 +176,7 @@ async fn bad_permit_counts_are_typed() {
 async fn run_keeps_the_permit_for_the_work_and_gives_it_back() {
     let _serial = SERIAL.lock().await;
     let redlock = redlock().await;
-    let semaphore = redlock.semaphore(&unique("sem-run"), 1).unwrap();
+    let semaphore = Semaphore::new(&redlock, &unique("sem-run"), 1).unwrap();
     // Long enough that a loaded machine's stall does not miss an
     // extension (300 ms and 1 s leases were lost so in rehearsals, beside
     // the contending tests above, which now wait their turn).

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use nix::unistd::{Pid, getpgrp};
-use redquorum::{Lease, Lock, LockError, LockOptions, Redlock, Retry};
+use redquorum::{Lease, Lock, LockError, LockOptions, Redlock, Retry, Semaphore};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
@@ -226,7 +226,7 @@ async fn acquire(
                 .map(lock)
         }),
         Some(permits) => {
-            let semaphore = match redlock.semaphore(resource, permits) {
+            let semaphore = match Semaphore::new(redlock, resource, permits) {
                 Ok(semaphore) => semaphore,
                 Err(e) => {
                     spinner.clear();

@@ -22,7 +22,7 @@ pub async fn leader(global: &Global, nodes: &[String], args: &LeaderArgs, ui: &U
         Ok(redlock) => redlock,
         Err(e) => return crate::config_failure(ui, &e),
     };
-    let election = match redlock.election(&args.name) {
+    let election = match Election::new(&redlock, &args.name) {
         Ok(election) => election,
         Err(e) => {
             ui.usage(&e.to_string());

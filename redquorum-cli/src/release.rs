@@ -1,7 +1,7 @@
 //! `redquorum release RESOURCE --token T [--rw | -n N]`: an operator's
 //! compare-and-delete on every node.
 
-use redquorum::{Answer, LockError, Redlock, Retry};
+use redquorum::{Answer, LockError, Redlock, Retry, Semaphore};
 
 use crate::cli::{Global, ReleaseArgs};
 use crate::exit::{self, Code};
@@ -28,7 +28,7 @@ async fn release_with(redlock: &Redlock, args: &ReleaseArgs, ui: &Ui) -> Code {
         }
     };
     let released = match args.permits {
-        Some(permits) => match redlock.semaphore(resource, permits) {
+        Some(permits) => match Semaphore::new(redlock, resource, permits) {
             Ok(semaphore) => semaphore.release_token(&token).await,
             Err(e) => Err(LockError::Input(e)),
         },
@@ -98,7 +98,7 @@ async fn whole_token(redlock: &Redlock, args: &ReleaseArgs) -> Result<String, St
             Ok(seen) => tokens(seen.nodes()),
             Err(_) => return Ok(args.token.clone()),
         },
-        (Some(permits), _) => match redlock.semaphore(&args.resource, permits) {
+        (Some(permits), _) => match Semaphore::new(redlock, &args.resource, permits) {
             Ok(semaphore) => match semaphore.inspect().await {
                 Ok(seen) => seen
                     .slots()

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use redquorum::inspect::{Holder, Holding, Inspection, NodeView, RwInspection, TimeLeft, Verdict};
-use redquorum::{LockError, Redlock, Retry};
+use redquorum::{LockError, Redlock, Retry, Semaphore};
 use serde_json::json;
 
 use crate::cli::{Global, StatusArgs};
@@ -92,8 +92,7 @@ async fn show(redlock: &Redlock, args: &StatusArgs, ui: &Ui) -> Result<Code, Loc
     };
     // One table (or JSON object) per slot of the semaphore, then how many
     // permits are held.
-    let seen = redlock
-        .semaphore(&args.resource, permits)?
+    let seen = Semaphore::new(redlock, &args.resource, permits)?
         .inspect()
         .await?;
     let held = seen.held();

@@ -12,6 +12,7 @@ mod support;
 
 use std::time::Duration;
 
+use redquorum::Semaphore;
 use support::cli::*;
 use support::*;
 
@@ -185,7 +186,7 @@ async fn release_takes_the_token_prefix_status_shows() {
 async fn status_reads_a_semaphores_permit_count_from_its_nodes() {
     let redlock = redlock().await;
     let name = unique("cli-sem");
-    let api = redlock.semaphore(&name, 2).unwrap();
+    let api = Semaphore::new(&redlock, &name, 2).unwrap();
     let a = api.try_acquire(Duration::from_secs(30)).await.unwrap();
     let b = api.try_acquire(Duration::from_secs(30)).await.unwrap();
     for args in [

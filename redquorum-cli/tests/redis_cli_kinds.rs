@@ -12,6 +12,7 @@ mod support;
 use std::process::Stdio;
 use std::time::Duration;
 
+use redquorum::{Semaphore, election::Election};
 use support::cli::*;
 use support::proxy::Proxy;
 use support::*;
@@ -395,7 +396,7 @@ async fn release_takes_read_write_locks_and_permits() {
     again.release().await.unwrap();
     std::mem::forget((writer, reader));
 
-    let semaphore = redlock.semaphore(&resource, 3).unwrap();
+    let semaphore = Semaphore::new(&redlock, &resource, 3).unwrap();
     let permit = semaphore.try_acquire(ttl).await.unwrap();
     let token = permit.lock().token().to_owned();
     let out = run(
@@ -488,7 +489,7 @@ async fn leader_watch_prints_each_change_and_leader_exits_69_without_a_quorum() 
     let nodes = node_urls();
     let name = unique("cli-watch");
     let redlock = redlock().await;
-    let election = redlock.election(&name).unwrap();
+    let election = Election::new(&redlock, &name).unwrap();
     let mut watch = redquorum(&nodes, &["leader", "--watch", "--json", &name])
         .spawn()
         .expect("spawn leader --watch");

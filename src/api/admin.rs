@@ -113,10 +113,11 @@ impl Semaphore {
     /// `token`.
     ///
     /// ```
+    /// # use redquorum::Semaphore;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redquorum::LockError> {
     /// # let redlock = redquorum::testing::redlock(5).await;
-    /// let api = redlock.semaphore("partner-api", 3)?;
+    /// let api = Semaphore::new(&redlock, "partner-api", 3)?;
     /// let permit = api.try_acquire(std::time::Duration::from_secs(60)).await?;
     /// let votes = api.release_token(permit.lock().token()).await?;
     /// assert_eq!(votes.yes(), 5);

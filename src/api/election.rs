@@ -14,13 +14,14 @@
 //! [`Election::observe`] reports each change.
 //!
 //! ```
+//! # use redquorum::election::Election;
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), redquorum::LockError> {
 //! # let redlock = redquorum::testing::redlock(5).await;
 //! use std::time::Duration;
 //! use redquorum::{LockOptions, election::LeaderState};
 //!
-//! let election = redlock.election("billing-scheduler")?;
+//! let election = Election::new(&redlock, "billing-scheduler")?;
 //! let options = LockOptions::new().label("host-a pid 4121");
 //! let leadership = election.campaign(Duration::from_secs(10), &options).await?;
 //! let LeaderState::Leading(leader) = election.leader().await? else { panic!() };
@@ -52,7 +53,7 @@ const AFTER_RELEASE_POLL: Duration = Duration::from_millis(5);
 /// …for this long at most, until it sees the next leader.
 const AFTER_RELEASE_FOR: Duration = Duration::from_millis(500);
 
-/// An election: see the [module docs](self) and [`Redlock::election`].
+/// An election: see the [module docs](self) and [`Election::new`].
 #[derive(Debug, Clone)]
 #[must_use = "an Election does nothing until a candidate campaigns or a reader asks who leads"]
 pub struct Election {
@@ -98,22 +99,32 @@ pub struct Leadership {
     keep: KeepAlive,
 }
 
-impl Redlock {
-    /// The election named `name`: a fenced lock on `name`, so that
-    /// `redquorum status NAME` shows its leader too.
+impl Election {
+    /// The election named `name`, on `redlock`'s nodes: a fenced lock on
+    /// `name`, so that `redquorum status NAME` shows its leader too.
     /// [`InputError::EmptyResource`] for an empty name.
-    pub fn election(&self, name: &str) -> Result<Election, InputError> {
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// use redquorum::election::{Election, LeaderState};
+    /// let election = Election::new(&redlock, "billing-scheduler")?;
+    /// assert_eq!(election.name(), "billing-scheduler");
+    /// assert_eq!(election.leader().await?, LeaderState::Vacant);
+    /// assert!(Election::new(&redlock, "").is_err());
+    /// # Ok(()) }
+    /// ```
+    pub fn new(redlock: &Redlock, name: &str) -> Result<Election, InputError> {
         if name.is_empty() {
             return Err(InputError::EmptyResource);
         }
         Ok(Election {
-            redlock: self.clone(),
+            redlock: redlock.clone(),
             name: name.to_owned(),
         })
     }
-}
 
-impl Election {
     /// The election's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -152,11 +163,12 @@ impl Election {
     /// leadership's lease: its term ([`Lease::fence`]) and validity.
     ///
     /// ```
+    /// # use redquorum::election::Election;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redquorum::LockError> {
     /// # let redlock = redquorum::testing::redlock(5).await;
     /// use std::time::Duration;
-    /// let election = redlock.election("nightly-report")?;
+    /// let election = Election::new(&redlock, "nightly-report")?;
     /// let term = election
     ///     .lead(Duration::from_secs(10), &redquorum::LockOptions::new(), |lease| async move {
     ///         // write the report, fenced by the term

@@ -316,10 +316,11 @@ impl Redlock {
     /// semaphore). For tools that inspect a semaphore by name alone.
     ///
     /// ```
+    /// # use redquorum::Semaphore;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redquorum::LockError> {
     /// # let redlock = redquorum::testing::redlock(5).await;
-    /// let api = redlock.semaphore("partner-api", 2)?;
+    /// let api = Semaphore::new(&redlock, "partner-api", 2)?;
     /// assert_eq!(redlock.semaphore_permits("partner-api").await?, None);
     /// let permit = api.try_acquire(std::time::Duration::from_secs(10)).await?;
     /// assert_eq!(redlock.semaphore_permits("partner-api").await?, Some(2));
@@ -454,10 +455,11 @@ impl Semaphore {
     /// later.
     ///
     /// ```
+    /// # use redquorum::Semaphore;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redquorum::LockError> {
     /// # let redlock = redquorum::testing::redlock(5).await;
-    /// let api = redlock.semaphore("partner-api", 3)?;
+    /// let api = Semaphore::new(&redlock, "partner-api", 3)?;
     /// let permit = api.try_acquire(std::time::Duration::from_secs(30)).await?;
     /// let seen = api.inspect().await?;
     /// assert_eq!((seen.held(), seen.available()), (1, 2));

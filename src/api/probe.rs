@@ -53,7 +53,10 @@ impl Redlock {
     /// Pings every node at once, waiting at most `timeout` for each, and
     /// reports each one's reachability, latency and server version, in the
     /// configured order. Nodes of your own ([`Builder::custom_nodes`](crate::Builder::custom_nodes))
-    /// report reachable with a zero latency: they have no `PING`.
+    /// report reachable with a zero latency: they have no `PING`. A Redis
+    /// node whose connection is down is tried again at once, not after its
+    /// reconnect backoff; if an attempt begun before the probe fails, the
+    /// probe's `PING` waits for one more, made at once.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {

@@ -146,11 +146,14 @@ impl Redlock {
     /// (as [`NodeError::NotConnected`](crate::NodeError::NotConnected)),
     /// and this waits until every call already made has ended — the tail
     /// of a release that returned at its quorum, the release of a dropped
-    /// [`Lock`], a writer's intent taken back when it gave up. A node that
-    /// answers nothing for a whole node timeout is not waited for further
-    /// (its calls are written, and land if it answers before the process
-    /// ends); every call ends by its node's grace (four node timeouts, at
-    /// least 1 s), which bounds the wait.
+    /// [`Lock`], a writer's intent taken back when it gave up. A
+    /// connection waiting out its reconnect backoff tries again at once,
+    /// and its calls are waited for one connection attempt more (the
+    /// [connect timeout](crate::Builder::connect_timeout)). A
+    /// connected node that answers nothing for a whole node timeout is not
+    /// waited for further (its calls are written, and land if it answers
+    /// before the process ends); every call ends by its node's grace (four
+    /// node timeouts, at least 1 s), which bounds the wait.
     ///
     /// Call it before the tokio runtime ends: the runtime's end drops
     /// whatever is still in flight, so a release made just before can be

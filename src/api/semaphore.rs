@@ -45,7 +45,7 @@ pub const MAX_WATCHED_SLOTS: u32 = 64;
 pub use crate::proto::input::MAX_PERMITS;
 
 /// A counting semaphore; see the [module docs](self) and
-/// [`Redlock::semaphore`].
+/// [`Semaphore::new`].
 #[derive(Debug, Clone)]
 #[must_use = "a Semaphore does nothing until a permit is asked of it"]
 pub struct Semaphore {
@@ -63,19 +63,20 @@ pub struct Permit {
     slot: u32,
 }
 
-impl Redlock {
-    /// A semaphore named `name` with `permits` permits: at most that many
-    /// valid [`Permit`]s at any time, across every client of the same nodes
-    /// that names it alike. [`InputError::InvalidPermits`] for 0 or more
-    /// than [`MAX_PERMITS`], [`InputError::EmptyResource`] for an empty
-    /// name.
+impl Semaphore {
+    /// The semaphore named `name` with `permits` permits, on `redlock`'s
+    /// nodes: at most that many valid [`Permit`]s at any time, across every
+    /// client of the same nodes that names it alike.
+    /// [`InputError::InvalidPermits`] for 0 or more than [`MAX_PERMITS`],
+    /// [`InputError::EmptyResource`] for an empty name.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redquorum::LockError> {
     /// # let redlock = redquorum::testing::redlock(5).await;
     /// use std::time::Duration;
-    /// let api = redlock.semaphore("rate-limited-api", 3)?;
+    /// use redquorum::Semaphore;
+    /// let api = Semaphore::new(&redlock, "rate-limited-api", 3)?;
     /// let a = api.try_acquire(Duration::from_secs(10)).await?;
     /// let b = api.try_acquire(Duration::from_secs(10)).await?;
     /// let c = api.try_acquire(Duration::from_secs(10)).await?;
@@ -85,7 +86,7 @@ impl Redlock {
     /// # for p in [b, c, d] { p.release().await?; }
     /// # Ok(()) }
     /// ```
-    pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore, InputError> {
+    pub fn new(redlock: &Redlock, name: &str, permits: u32) -> Result<Semaphore, InputError> {
         if name.is_empty() {
             return Err(InputError::EmptyResource);
         }
@@ -93,14 +94,12 @@ impl Redlock {
             return Err(InputError::InvalidPermits(permits));
         }
         Ok(Semaphore {
-            redlock: self.clone(),
+            redlock: redlock.clone(),
             name: name.to_owned(),
             permits,
         })
     }
-}
 
-impl Semaphore {
     /// The semaphore's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -216,12 +215,13 @@ impl Semaphore {
     /// token.
     ///
     /// ```
+    /// # use redquorum::Semaphore;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redquorum::LockError> {
     /// # let redlock = redquorum::testing::redlock(5).await;
     /// use std::time::Duration;
     /// use redquorum::LockOptions;
-    /// let workers = redlock.semaphore("workers", 1)?;
+    /// let workers = Semaphore::new(&redlock, "workers", 1)?;
     /// let held = workers.acquire(Duration::from_millis(200)).await?;
     /// let wait = LockOptions::new().wait(Duration::from_secs(5));
     /// let next = workers.acquire_with(Duration::from_secs(10), &wait).await?; // after expiry
@@ -283,10 +283,11 @@ impl Semaphore {
     /// so spawn nothing the permit must cover, or await it within the work.
     ///
     /// ```
+    /// # use redquorum::Semaphore;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redquorum::LockError> {
     /// # let redlock = redquorum::testing::redlock(5).await;
-    /// let api = redlock.semaphore("partner-api", 3)?; // at most 3 callers at once
+    /// let api = Semaphore::new(&redlock, "partner-api", 3)?; // at most 3 callers at once
     /// let status = api
     ///     .run(std::time::Duration::from_secs(30), |lease| async move {
     ///         // call the rate-limited API; lease.resource() names the semaphore
@@ -311,12 +312,13 @@ impl Semaphore {
     /// refused ([`InputError::FencedPermit`]).
     ///
     /// ```
+    /// # use redquorum::Semaphore;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redquorum::LockError> {
     /// # let redlock = redquorum::testing::redlock(5).await;
     /// use std::time::Duration;
     /// use redquorum::LockOptions;
-    /// let workers = redlock.semaphore("workers", 2)?;
+    /// let workers = Semaphore::new(&redlock, "workers", 2)?;
     /// let options = LockOptions::new().wait(Duration::from_secs(60));
     /// workers
     ///     .run_with(Duration::from_secs(15), &options, |lease| async move {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::support::memory::{MemoryNode, Until};
 use crate::support::settled;
 use redquorum::node::Node;
-use redquorum::{Lock, Redlock, Retry};
+use redquorum::{Lock, Redlock, Retry, Semaphore};
 
 const BOUND: Duration = Duration::from_secs(5);
 const KEY: &str = "{job}:lock";
@@ -113,7 +113,7 @@ fn futures_are_send() {
         ));
         send(&Redlock::connect(["redis://127.0.0.1:7001"]));
         send(&Redlock::builder().build());
-        let semaphore = r.semaphore("s", 3).unwrap();
+        let semaphore = Semaphore::new(&r, "s", 3).unwrap();
         send(&semaphore.try_acquire(Duration::from_secs(1)));
         send(&semaphore.acquire(Duration::from_secs(1)));
         send(&semaphore.acquire_with(Duration::from_secs(1), &redquorum::LockOptions::new()));
@@ -274,7 +274,7 @@ async fn cancelled_acquisitions_leave_nothing_behind() {
                     Op::Read => redlock.read_lock("job", ttl).await,
                     Op::Write => redlock.write_lock("job", ttl).await,
                     Op::Permit => {
-                        let semaphore = redlock.semaphore("job", 1).unwrap();
+                        let semaphore = Semaphore::new(&redlock, "job", 1).unwrap();
                         semaphore
                             .acquire(ttl)
                             .await

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use redquorum::election::{LeaderState, Leadership};
+use redquorum::election::{Election, LeaderState, Leadership};
 use redquorum::testing::{self, MemoryNode};
 use redquorum::{InputError, LockError, LockOptions};
 
@@ -26,7 +26,7 @@ async fn bounded<F: std::future::Future>(what: &str, f: F) -> F::Output {
 async fn an_empty_name_is_refused() {
     let redlock = testing::redlock(3).await;
     assert_eq!(
-        redlock.election("").map(|_| ()).unwrap_err(),
+        Election::new(&redlock, "").map(|_| ()).unwrap_err(),
         InputError::EmptyResource
     );
 }
@@ -34,7 +34,7 @@ async fn an_empty_name_is_refused() {
 #[tokio::test]
 async fn a_resignation_hands_over_to_the_next_candidate_with_a_larger_term() {
     let redlock = testing::redlock(5).await;
-    let election = redlock.election("scheduler").unwrap();
+    let election = Election::new(&redlock, "scheduler").unwrap();
     assert_eq!(election.leader().await.unwrap(), LeaderState::Vacant);
 
     let a = election
@@ -82,7 +82,7 @@ async fn a_resignation_hands_over_to_the_next_candidate_with_a_larger_term() {
 async fn without_a_majority_the_leader_is_unknown_and_the_leadership_lost() {
     let nodes: Vec<_> = (0..5).map(MemoryNode::new).collect();
     let redlock = testing::redlock_over(&nodes).await;
-    let election = redlock.election("cron").unwrap();
+    let election = Election::new(&redlock, "cron").unwrap();
     let leadership = election
         .campaign(Duration::from_millis(600), &LockOptions::new())
         .await
@@ -103,7 +103,7 @@ async fn without_a_majority_the_leader_is_unknown_and_the_leadership_lost() {
 #[tokio::test]
 async fn lead_runs_the_work_with_the_term_and_resigns() {
     let redlock = testing::redlock(5).await;
-    let election = redlock.election("report").unwrap();
+    let election = Election::new(&redlock, "report").unwrap();
     let term = election
         .lead(TTL, &LockOptions::new(), |lease| async move {
             assert!(lease.is_valid());
@@ -126,7 +126,7 @@ async fn lead_runs_the_work_with_the_term_and_resigns() {
 async fn lead_stops_the_work_when_the_leadership_is_lost() {
     let nodes: Vec<_> = (0..3).map(MemoryNode::new).collect();
     let redlock = testing::redlock_over(&nodes).await;
-    let election = redlock.election("payments").unwrap();
+    let election = Election::new(&redlock, "payments").unwrap();
     let frozen = nodes.clone();
     let out = election
         .lead(
@@ -149,7 +149,7 @@ async fn lead_stops_the_work_when_the_leadership_is_lost() {
 #[tokio::test]
 async fn observe_reports_each_change_of_leader() {
     let redlock = testing::redlock(5).await;
-    let election = redlock.election("observed").unwrap();
+    let election = Election::new(&redlock, "observed").unwrap();
     let mut changes = Box::pin(election.observe_every(Duration::from_millis(10)));
     assert_eq!(
         bounded("the first state", changes.next()).await,
@@ -199,7 +199,7 @@ async fn contest(
     record: impl Fn(&Leadership) -> (Instant, Instant) + Send + Sync + 'static,
 ) -> Vec<Tenure> {
     let redlock = testing::redlock(5).await;
-    let election = redlock.election("contest").unwrap();
+    let election = Election::new(&redlock, "contest").unwrap();
     let tenures = Arc::new(Mutex::new(Vec::new()));
     let record = Arc::new(record);
     let candidates: Vec<_> = (0..4)
@@ -260,7 +260,7 @@ async fn the_checker_sees_an_overlap() {
 async fn a_campaign_with_options_that_cannot_keep_it_is_refused_before_standing() {
     let nodes: Vec<_> = (0..3).map(MemoryNode::new).collect();
     let redlock = testing::redlock_over(&nodes).await;
-    let election = redlock.election("cron").unwrap();
+    let election = Election::new(&redlock, "cron").unwrap();
     let bad = LockOptions::new().extend_every(Duration::from_secs(10));
     let refused = election.campaign(Duration::from_secs(3), &bad).await;
     assert!(

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::support::memory::{client_over, five};
-use redquorum::{InputError, LockError, LockOptions, Redlock};
+use redquorum::{InputError, LockError, LockOptions, Redlock, Semaphore};
 
 /// Two replicas fire the nightly job 2.5 s apart; it takes 1 s. Returns
 /// how many times it ran.
@@ -95,7 +95,7 @@ async fn hold_at_least_beyond_the_ttl_or_on_a_shared_lock_is_bad_input() {
         Err(LockError::Input(InputError::HoldAtLeastAboveTtl { .. }))
     ));
     let short = LockOptions::new().hold_at_least(Duration::from_secs(1));
-    let semaphore = redlock.semaphore("s", 2).unwrap();
+    let semaphore = Semaphore::new(&redlock, "s", 2).unwrap();
     assert!(matches!(
         semaphore
             .acquire_with(Duration::from_secs(10), &short)

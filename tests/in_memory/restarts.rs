@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::support::memory::{MemoryNode, Until, client_over, five};
 use redquorum::node::Node;
-use redquorum::{Answer, LockError, Redlock};
+use redquorum::{Answer, LockError, Redlock, Semaphore, election::Election};
 
 const BOUND: Duration = Duration::from_secs(5);
 const TTL: Duration = Duration::from_secs(10);
@@ -36,9 +36,9 @@ async fn a_quarantined_majority_grants_nothing_of_any_kind() {
     refusals.push(redlock.lock_many(&["a", "b"], TTL).await.map(drop));
     refusals.push(redlock.try_read_lock("doc", TTL).await.map(drop));
     refusals.push(redlock.try_write_lock("doc", TTL).await.map(drop));
-    let semaphore = redlock.semaphore("api", 2).unwrap();
+    let semaphore = Semaphore::new(&redlock, "api", 2).unwrap();
     refusals.push(semaphore.try_acquire(TTL).await.map(drop));
-    let election = redlock.election("leader").unwrap();
+    let election = Election::new(&redlock, "leader").unwrap();
     let options = redquorum::LockOptions::new();
     // A campaign stands until elected: it must not be within its first
     // rounds (a bounded wait; the nodes are in memory, rounds take µs).

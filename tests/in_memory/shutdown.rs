@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::memory::{MemoryNode, five};
-use redquorum::{LockError, LockOptions};
+use redquorum::{LockError, LockOptions, Semaphore, election::Election};
 
 const TTL: Duration = Duration::from_secs(30);
 
@@ -45,13 +45,12 @@ async fn holds_of_every_kind_owned_by_running_tasks_are_released() {
     let many = redlock.lock_many(&["m1", "m2"], TTL).await.unwrap();
     let read = redlock.read_lock("doc", TTL).await.unwrap();
     let write = redlock.write_lock("other-doc", TTL).await.unwrap();
-    let permit = redlock
-        .semaphore("api", 2)
+    let permit = Semaphore::new(&redlock, "api", 2)
         .unwrap()
         .try_acquire(TTL)
         .await
         .unwrap();
-    let election = redlock.election("leader").unwrap();
+    let election = Election::new(&redlock, "leader").unwrap();
     let leadership = election.campaign(TTL, &LockOptions::new()).await.unwrap();
     let leadership_lost = tokio::spawn(leadership.lost());
     let (started_tx, mut started) = tokio::sync::mpsc::channel(3);
@@ -68,7 +67,7 @@ async fn holds_of_every_kind_owned_by_running_tasks_are_released() {
         })
     };
     let permit_worker = {
-        let permits = redlock.semaphore("api", 2).unwrap();
+        let permits = Semaphore::new(&redlock, "api", 2).unwrap();
         let started_tx = started_tx.clone();
         tokio::spawn(async move {
             permits
@@ -80,7 +79,7 @@ async fn holds_of_every_kind_owned_by_running_tasks_are_released() {
         })
     };
     let leader = {
-        let election = redlock.election("leader-2").unwrap();
+        let election = Election::new(&redlock, "leader-2").unwrap();
         tokio::spawn(async move {
             election
                 .lead(TTL, &LockOptions::new(), |lease| async move {

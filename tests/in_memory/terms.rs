@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::support::memory::{Until, five};
 use redquorum::LockOptions;
-use redquorum::election::LeaderState;
+use redquorum::election::{Election, LeaderState};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -30,7 +30,7 @@ async fn inspection_reports_the_holders_fence_after_counters_moved_on() {
 #[tokio::test]
 async fn the_leaders_term_is_its_own_after_counters_moved_on() {
     let (nodes, redlock) = five().await;
-    let election = redlock.election("scheduler").unwrap();
+    let election = Election::new(&redlock, "scheduler").unwrap();
     let leadership = election
         .campaign(TTL, &LockOptions::new().label("replica-1"))
         .await

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use crate::support::memory::{Until, five};
-use redquorum::LockOptions;
+use redquorum::{LockOptions, Semaphore};
 
 const TTL: Duration = Duration::from_secs(30);
 const BOUND: Duration = Duration::from_secs(5);
@@ -20,7 +20,7 @@ async fn a_gone_semaphore_waiter_keeps_no_permit() {
     // the slot kept for it is not its last one's in some.
     for round in 0..8 {
         let name = format!("api-{round}");
-        let api = redlock.semaphore(&name, 2).unwrap();
+        let api = Semaphore::new(&redlock, &name, 2).unwrap();
         let line = format!("{{{name}}}:permits:line");
         let first = api.try_acquire(TTL).await.unwrap();
         let second = api.try_acquire(TTL).await.unwrap();

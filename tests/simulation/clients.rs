@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rand::RngExt;
-use redquorum::{LockError, LockOptions, Redlock};
+use redquorum::{LockError, LockOptions, Redlock, Semaphore, election::Election};
 use tokio::time::Instant;
 
 use crate::checkers::Window;
@@ -85,9 +85,8 @@ pub async fn client(
                 Kind::Many if id % 2 == 1 => redlock.lock_many(&[RESOURCE, OTHER], ttl).await,
                 Kind::Many | Kind::Lease | Kind::Election => redlock.try_lock(RESOURCE, ttl).await,
                 Kind::Semaphore => {
-                    let semaphore = redlock
-                        .semaphore(RESOURCE, plan.permits)
-                        .expect("semaphore");
+                    let semaphore =
+                        Semaphore::new(&redlock, RESOURCE, plan.permits).expect("semaphore");
                     let permit = if waits {
                         let wait = redquorum::LockOptions::new().wait(max_wait);
                         semaphore.acquire_with(ttl, &wait).await
@@ -251,7 +250,7 @@ async fn lease_round(
         if election {
             // A candidate waits in line for up to two TTLs, then leads.
             let wait = options.clone().wait(world.between(Duration::ZERO, ttl * 2));
-            let election = redlock.election(RESOURCE).expect("election");
+            let election = Election::new(redlock, RESOURCE).expect("election");
             election.lead(ttl, &wait, work).await
         } else {
             redlock.run_with(RESOURCE, ttl, &options, work).await

@@ -81,12 +81,11 @@ async fn hand_overs(a: &Election, b: &Election, rounds: usize) -> Vec<Duration> 
 async fn after_kill(urls: &[String], rounds: usize) -> Vec<Duration> {
     let name = format!("bench:elect-kill:{}", std::process::id());
     let (_, standby) = client(urls, Retry::default()).await;
-    let standby = standby.election(&name).expect("name");
+    let standby = Election::new(&standby, &name).expect("name");
     let mut samples = Vec::with_capacity(rounds);
     for _ in 0..rounds {
         let (proxies, doomed) = client(urls, Retry::default()).await;
-        let leadership = doomed
-            .election(&name)
+        let leadership = Election::new(&doomed, &name)
             .expect("name")
             .campaign(TTL, &LockOptions::new())
             .await
@@ -167,7 +166,7 @@ async fn main() {
             .build()
             .await
             .expect("connect");
-        redlock.election(&format!("{name}:direct")).unwrap()
+        Election::new(&redlock, &format!("{name}:direct")).unwrap()
     };
     let (da, db) = (direct().await, direct().await);
     report(
@@ -177,7 +176,10 @@ async fn main() {
     // Through the proxies, healthy then with a node frozen.
     let (pa, a) = client(&urls, Retry::default()).await;
     let (pb, b) = client(&urls, Retry::default()).await;
-    let (ea, eb) = (a.election(&name).unwrap(), b.election(&name).unwrap());
+    let (ea, eb) = (
+        Election::new(&a, &name).unwrap(),
+        Election::new(&b, &name).unwrap(),
+    );
     let healthy = report(
         "hand-over after resign, healthy, proxied",
         &mut hand_overs(&ea, &eb, rounds).await,
@@ -208,7 +210,7 @@ async fn main() {
     );
 
     let (_, c) = client(&urls, Retry::default()).await;
-    let observed = c.election(&format!("{name}:observed")).unwrap();
+    let observed = Election::new(&c, &format!("{name}:observed")).unwrap();
     report(
         "observe() after a grant or a resignation",
         &mut observe_delays(&observed, rounds / 2).await,

@@ -14,7 +14,7 @@
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use redquorum::{KeyLayout, LockOptions, Redlock};
+use redquorum::{KeyLayout, LockOptions, Redlock, Semaphore};
 use redquorum_bench::listening;
 
 const HANDOFFS: usize = 100;
@@ -126,8 +126,8 @@ async fn handoffs(
     tag: &str,
 ) -> Vec<Duration> {
     let name = format!("bench:permits:{tag}:{}", std::process::id());
-    let theirs = waiter.semaphore(&name, 1).expect("semaphore");
-    let ours = holder.semaphore(&name, 1).expect("semaphore");
+    let theirs = Semaphore::new(waiter, &name, 1).expect("semaphore");
+    let ours = Semaphore::new(holder, &name, 1).expect("semaphore");
     let slot_key = ours.slot_key(0);
     let mut samples = Vec::with_capacity(HANDOFFS);
     for _ in 0..HANDOFFS {

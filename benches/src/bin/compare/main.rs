@@ -4,7 +4,7 @@
 //! the release script on all five, again waiting for every reply).
 //!
 //! ```text
-//! export REDQUORUM_BASE_PORT=7200 REDQUORUM_STATE_DIR=/tmp/rq-nodes-bench
+//! export REDQUORUM_NODES_MODE=local REDQUORUM_BASE_PORT=7200 REDQUORUM_STATE_DIR=/tmp/rq-nodes-bench
 //! scripts/nodes up
 //! export REDQUORUM_NODES=$(scripts/nodes urls) REDQUORUM_SCRIPTS_NODES=$PWD/scripts/nodes
 //! cargo run --profile bench -p redquorum-bench --bin compare
@@ -84,7 +84,7 @@ fn main() {
     let nodes = std::env::var("REDQUORUM_NODES").unwrap_or_else(|_| {
         eprintln!(
             "compare: REDQUORUM_NODES is not set. It needs five Redis masters:\n  \
-             export REDQUORUM_BASE_PORT=7200 REDQUORUM_STATE_DIR=/tmp/rq-nodes-bench\n  \
+             export REDQUORUM_NODES_MODE=local REDQUORUM_BASE_PORT=7200 REDQUORUM_STATE_DIR=/tmp/rq-nodes-bench\n  \
              scripts/nodes up\n  \
              export REDQUORUM_NODES=$(scripts/nodes urls) REDQUORUM_SCRIPTS_NODES=$PWD/scripts/nodes"
         );
