@@ -209,7 +209,17 @@ pub struct Report {
     pub explained: Vec<Violation>,
     /// The span of the history, in nanoseconds.
     pub span_ns: u64,
+    /// The clients' connection events (`link`, [`crate::link_log`]), by
+    /// what happened.
+    pub links: BTreeMap<String, u64>,
+    /// For each node a key was left on, its last connection events
+    /// ([`TRAIL`] at most), as printed.
+    pub trails: Vec<String>,
 }
+
+/// How many of a node's last connection events the report shows when a
+/// key was left on it.
+pub const TRAIL: usize = 8;
 
 impl Report {
     /// Total grants.
@@ -240,6 +250,7 @@ impl fmt::Display for Report {
         writeln!(f, "failed acquires: {}", list(&self.fails))?;
         writeln!(f, "acquires of unknown outcome: {}", list(&self.unknown))?;
         writeln!(f, "releases of unknown outcome: {}", self.releases_unknown)?;
+        writeln!(f, "connection events: {}", list(&self.links))?;
         if !self.explained.is_empty() {
             writeln!(
                 f,
@@ -256,6 +267,15 @@ impl fmt::Display for Report {
         }
         if self.violations.len() > 20 {
             writeln!(f, "  ... and {} more", self.violations.len() - 20)?;
+        }
+        if !self.trails.is_empty() {
+            writeln!(
+                f,
+                "the last connection events of the nodes keys were left on:"
+            )?;
+            for line in &self.trails {
+                writeln!(f, "  {line}")?;
+            }
         }
         Ok(())
     }
@@ -275,6 +295,7 @@ pub fn check(lines: impl IntoIterator<Item = Line>) -> Report {
     let mut invoked: BTreeMap<(String, String), u64> = BTreeMap::new();
     let mut lines: Vec<Line> = lines.into_iter().collect();
     lines.sort_by_key(|l| l.t);
+    let mut links: Vec<Line> = Vec::new();
     for line in lines {
         first = first.min(line.t);
         last = last.max(line.t);
@@ -377,10 +398,20 @@ pub fn check(lines: impl IntoIterator<Item = Line>) -> Report {
                 node: line.get("node").unwrap_or("?").to_owned(),
                 key: line.get("key").unwrap_or("?").to_owned(),
             }),
+            "link" => {
+                // Counted by the message's head (up to a colon, 40
+                // characters): the trails print it whole.
+                let what = line.get("what").unwrap_or("?");
+                let head = what.split(':').next().unwrap_or(what);
+                let head: String = head.chars().take(40).collect();
+                *report.links.entry(head).or_default() += 1;
+                links.push(line);
+            }
             _ => {}
         }
     }
     report.span_ns = last.saturating_sub(first.min(last));
+    report.trails = trails(&report.violations, &links, first);
     let mut by_resource: BTreeMap<&str, Vec<&Hold>> = BTreeMap::new();
     for hold in holds.values() {
         for r in &hold.resources {
@@ -502,3 +533,42 @@ fn fences(resource: &str, list: &[&Hold], out: &mut Vec<Violation>) {
 
 #[cfg(test)]
 mod tests;
+
+/// The last [`TRAIL`] connection events of each node a key was left on,
+/// their times from the history's start.
+fn trails(violations: &[Violation], links: &[Line], first: u64) -> Vec<String> {
+    let mut nodes: Vec<&str> = violations
+        .iter()
+        .filter_map(|v| match v {
+            Violation::KeyLeft { node, .. } => Some(node.as_str()),
+            _ => None,
+        })
+        .collect();
+    nodes.dedup();
+    let mut out = Vec::new();
+    for node in nodes {
+        let on_node: Vec<&Line> = links
+            .iter()
+            .filter(|l| l.get("node") == Some(node))
+            .collect();
+        if on_node.is_empty() {
+            out.push(format!("node {node}: none"));
+        }
+        for line in &on_node[on_node.len().saturating_sub(TRAIL)..] {
+            let rest: Vec<String> = line
+                .fields
+                .iter()
+                .filter(|(k, _)| !matches!(k.as_str(), "node" | "what"))
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            out.push(format!(
+                "node {node} at {:.3} s, {}: {} {}",
+                line.t.saturating_sub(first) as f64 / 1e9,
+                line.proc,
+                line.get("what").unwrap_or("?"),
+                rest.join(" ")
+            ));
+        }
+    }
+    out
+}

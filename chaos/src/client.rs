@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use redquorum::{LockError, LockOptions, Redlock};
+use redquorum::{LockError, LockOptions, Redlock, Semaphore, election::Election};
 
 use crate::history::{Recorder, instant_ns};
+use crate::link_log::LinkLog;
 use crate::store::Store;
 
 /// What a client process is told on its command line.
@@ -71,6 +72,7 @@ pub async fn run(config: ClientConfig) -> Result<(), Box<dyn std::error::Error>>
         &config.dir.join("history.log"),
         &config.proc,
     )?);
+    LinkLog::new(rec.clone(), &config.nodes).install();
     let redlock = connect(&config).await?;
     rec.record("note", &[("text", "client-start".into())]);
     let ids = Arc::new(AtomicU64::new(0));
@@ -348,7 +350,7 @@ impl Task {
                 self.released(&id, lock.release().await);
             }
             "permit" => {
-                let sem = match redlock.semaphore("sem", PERMITS) {
+                let sem = match Semaphore::new(&redlock, "sem", PERMITS) {
                     Ok(s) => s,
                     Err(e) => return self.fail(kind, "sem", &e.into()),
                 };
@@ -400,7 +402,7 @@ impl Task {
                 self.released(&id, keep.release().await);
             }
             "leader" => {
-                let election = match redlock.election("leader") {
+                let election = match Election::new(&redlock, "leader") {
                     Ok(e) => e,
                     Err(e) => return self.fail(kind, "leader", &e.into()),
                 };

@@ -22,6 +22,7 @@
 //! | `write`    | `id res fence seq accepted`                              | a write to the fenced store, and its verdict |
 //! | `fault`    | `name target phase`                                      | the nemesis began (`begin`) or ended (`end`) a fault; a clock jump has taken effect at `stepped` |
 //! | `left`     | `node key pttl`                                          | a key with a TTL found after the run |
+//! | `link`     | `what [node] [error] ...`                                | the library's transport logged a connection event (`crate::link_log`) |
 //! | `note`     | anything                                                 | free text for the reader |
 
 use std::collections::BTreeMap;

@@ -7,5 +7,6 @@
 pub mod check;
 pub mod client;
 pub mod history;
+pub mod link_log;
 pub mod nemesis;
 pub mod store;

@@ -11,7 +11,8 @@
 //! (`scripts/nodes`). It writes DIR/history.log, checks it and exits 0 when
 //! the history is clean and every fault of the run began at least once (a
 //! negative control: when the checker caught the violation it is meant to
-//! cause). `--clock`: the nodes' clocks can be stepped (`scripts/clock-nodes`),
+//! cause). A run whose `S` seconds passed before every fault began goes on,
+//! at most `S` seconds more, until each has. `--clock`: the nodes' clocks can be stepped (`scripts/clock-nodes`),
 //! and `clock` joins the faults (unless `--faults none`: no fault at all).
 //! `--clock-rate R` (with `--clock`): every node's clock runs R times as
 //! fast for the whole run, set before the clients start and back to 1 at
@@ -136,11 +137,18 @@ async fn run(args: Args) -> ExitCode {
 }
 
 async fn run_inner(args: &Args) -> Result<ExitCode, String> {
-    // Rolling restarts take about 2.5 s for three nodes: a TTL that holds
-    // span, so that forgetting a majority can bite when nothing guards it.
+    // The quarantine-off control: only a holder granted before a rolling
+    // restart's first node and still valid after its third can meet a
+    // rival. Three Docker restarts take 2.5 s on an idle machine and took
+    // up to 16 s on a loaded one, where a 6 s TTL let every holder expire
+    // first: a 20 s TTL outlasts that span, and 45 s of run leave room for
+    // a second rolling restart (a 20 s run held one, which caught nothing
+    // in one full run of five; the run ends once caught, so only a miss
+    // pays for the length).
     let mut args = args.clone();
     if args.control.as_deref() == Some("quarantine-off") {
-        args.ttl = args.ttl.max(Duration::from_secs(6));
+        args.ttl = args.ttl.max(Duration::from_secs(20));
+        args.seconds = args.seconds.max(45);
     }
     let args = &args;
     let urls: Vec<String> = env("REDQUORUM_NODES")?
@@ -329,6 +337,13 @@ async fn run_clients(
         _ = tokio::time::sleep_until(deadline) => {}
         _ = caught_so_far(history, control) => {}
     }
+    // A run proves nothing of a fault that never began: one still to begin
+    // gets its turn, the run going on at most `seconds` more for it (a
+    // loaded machine slows the faults, and each waits for room).
+    if control.is_none() {
+        let more = Duration::from_secs(args.seconds);
+        let _ = tokio::time::timeout(more, faults_begun(history, &faults_run)).await;
+    }
     // Faults end (each after its hold), every node answers again, then the
     // clients finish their holds and release.
     stop.store(true, Ordering::Relaxed);
@@ -424,34 +439,70 @@ async fn grants_reached(history: &Path, want: Option<u64>) {
     let Some(want) = want else {
         return std::future::pending().await;
     };
-    // Only what was appended since the last look is read (the history of
-    // a long run is tens of MB); lines are whole (one write(2) each), but
-    // a read may end inside one: its start is read again next time.
-    let (mut offset, mut grants) = (0u64, 0u64);
+    let mut tail = Tail::new(history);
+    let mut grants = 0u64;
     loop {
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let Ok(new) = read_from(history, offset).await else {
-            continue;
-        };
-        let whole = new.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-        grants += String::from_utf8_lossy(&new[..whole])
-            .matches(" grant ")
-            .count() as u64;
-        offset += whole as u64;
+        grants += tail.next().await.matches(" grant ").count() as u64;
         if grants >= want {
             return;
         }
     }
 }
 
-/// What `path` holds from byte `offset` on.
-async fn read_from(path: &Path, offset: u64) -> std::io::Result<Vec<u8>> {
-    use tokio::io::{AsyncReadExt, AsyncSeekExt};
-    let mut file = tokio::fs::File::open(path).await?;
-    file.seek(std::io::SeekFrom::Start(offset)).await?;
-    let mut new = Vec::new();
-    file.read_to_end(&mut new).await?;
-    Ok(new)
+/// Resolves once every fault of `faults` has begun at least once (its
+/// `fault ... phase=begin` line is in the history), as the final check
+/// counts them.
+async fn faults_begun(history: &Path, faults: &[String]) {
+    let mut waiting: std::collections::BTreeSet<&str> = faults.iter().map(String::as_str).collect();
+    let mut tail = Tail::new(history);
+    while !waiting.is_empty() {
+        for line in tail.next().await.lines().filter_map(Line::parse) {
+            if line.event == "fault"
+                && line.get("phase") == Some("begin")
+                && let Some(name) = line.get("name")
+            {
+                waiting.remove(name);
+            }
+        }
+        if !waiting.is_empty() {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+}
+
+/// The whole lines appended to a history since the last look: only those
+/// are read (the history of a long run is tens of MB). Lines are whole (one
+/// write(2) each), but a read may end inside one: its start is read again
+/// next time.
+struct Tail<'a> {
+    path: &'a Path,
+    offset: u64,
+}
+
+impl<'a> Tail<'a> {
+    fn new(path: &'a Path) -> Self {
+        Tail { path, offset: 0 }
+    }
+
+    /// The whole lines appended since the last call (none if the file
+    /// cannot be read yet).
+    async fn next(&mut self) -> String {
+        use tokio::io::{AsyncReadExt, AsyncSeekExt};
+        let read = async {
+            let mut file = tokio::fs::File::open(self.path).await?;
+            file.seek(std::io::SeekFrom::Start(self.offset)).await?;
+            let mut new = Vec::new();
+            file.read_to_end(&mut new).await?;
+            std::io::Result::Ok(new)
+        };
+        let Ok(new) = read.await else {
+            return String::new();
+        };
+        let whole = new.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        self.offset += whole as u64;
+        String::from_utf8_lossy(&new[..whole]).into_owned()
+    }
 }
 
 async fn connection(url: &str) -> redis::RedisResult<redis::aio::MultiplexedConnection> {

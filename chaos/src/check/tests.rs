@@ -148,6 +148,32 @@ fn keys_left_are_violations_and_faults_are_counted() {
     );
 }
 
+/// A key left on a node is shown with that node's last connection
+/// events, and only that node's: what a reader needs to trace it.
+#[test]
+fn a_key_left_shows_its_nodes_last_connection_events() {
+    let mut text = String::from("100 c1 link what=connection_lost node=3 error=reset\n");
+    for i in 0..10 {
+        text.push_str(&format!(
+            "{} c2 link what=connection_attempt_failed node=4 n={i}\n",
+            200 + i
+        ));
+    }
+    text.push_str("900 run left node=4 key=chaos:x pttl=900\n");
+    let r = history(&text);
+    assert_eq!(r.links.get("connection_attempt_failed"), Some(&10));
+    assert_eq!(r.links.get("connection_lost"), Some(&1));
+    assert_eq!(r.trails.len(), TRAIL, "{r}");
+    assert!(r.trails.iter().all(|t| t.starts_with("node 4 ")), "{r}");
+    assert!(r.trails.last().unwrap().ends_with("n=9"), "{r}");
+    // No key left: no trail.
+    assert!(
+        history("100 c1 link what=connection_lost node=3\n")
+            .trails
+            .is_empty()
+    );
+}
+
 /// A release cut on its way (`cut`) whose key still held the token well
 /// after (the nemesis's `kept`) is a violation: it was not sent again.
 #[test]
