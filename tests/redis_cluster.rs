@@ -18,7 +18,7 @@ mod support;
 use std::time::Duration;
 
 use redis::Value;
-use redquorum::{ConfigError, InputError, LockError, LockOptions, Redlock, Retry};
+use redquorum::{ConfigError, InputError, LockError, LockOptions, Redlock, Retry, Semaphore};
 use support::cluster::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -118,7 +118,7 @@ async fn every_lock_kind_works_on_cluster_members() {
 
     // A semaphore: its slots are plain locks, each in its own slot.
     let name = support::unique("cluster-permits");
-    let semaphore = redlock.semaphore(&name, 2).unwrap();
+    let semaphore = Semaphore::new(&redlock, &name, 2).unwrap();
     let p1 = semaphore.try_acquire(ttl).await.unwrap();
     let p2 = semaphore.try_acquire(ttl).await.unwrap();
     assert!(matches!(
@@ -207,18 +207,31 @@ async fn a_frozen_master_of_one_member_costs_a_round_nothing() {
         match owner_asking(1, 2, keyslot(&key).await).await {
             Some(1) => on_frozen += 1,
             Some(master) => {
-                let mut conn = connect(port(1, master)).await;
-                let exists: i64 = redis::cmd("EXISTS")
-                    .arg(&key)
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap();
-                assert_eq!(exists, 1, "{resource} not on member 1");
+                let conn = connect(port(1, master)).await;
+                eventually(&format!("{resource} on member 1"), || {
+                    let mut conn = conn.clone();
+                    let key = key.clone();
+                    async move {
+                        let exists: i64 = redis::cmd("EXISTS")
+                            .arg(&key)
+                            .query_async(&mut conn)
+                            .await
+                            .unwrap();
+                        exists == 1
+                    }
+                })
+                .await;
             }
             None => panic!("no master serves {key}"),
         }
-        assert_eq!(copies(2, &key).await, 1);
-        assert_eq!(copies(3, &key).await, 1);
+        // A grant returns at its quorum (two members): the third's write
+        // may still be on its way.
+        for member in [2, 3] {
+            eventually(&format!("{resource} on member {member}"), || async {
+                copies(member, &key).await == 1
+            })
+            .await;
+        }
         lock.release().await.unwrap();
     }
     assert!(on_frozen > 0, "no resource hashed to the frozen master");

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rand::RngExt;
-use redquorum::{Lock, LockError, LockOptions, Permit, Redlock};
+use redquorum::{Lock, LockError, LockOptions, Permit, Redlock, Semaphore};
 use support::{patient, unique};
 
 /// How long the workload runs (`REDQUORUM_FAIR_RUN_SECS` to measure
@@ -74,7 +74,7 @@ async fn take(redlock: &Redlock, kind: Kind, name: &str) -> Result<Held, LockErr
     let (ttl, wait) = (Duration::from_secs(5), LockOptions::new().wait(wait()));
     match kind {
         Kind::Permits => {
-            let semaphore = redlock.semaphore(name, 2)?;
+            let semaphore = Semaphore::new(redlock, name, 2)?;
             semaphore.acquire_with(ttl, &wait).await.map(Held::Permit)
         }
         Kind::Lock => redlock.lock_with(name, ttl, &wait).await.map(Held::Lock),

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use redis::AsyncCommands;
 use redquorum::inspect::{Holder, TimeLeft};
-use redquorum::verdict::Verdict;
+use redquorum::{Semaphore, verdict::Verdict};
 use support::*;
 
 const TTL: Duration = Duration::from_secs(30);
@@ -124,7 +124,7 @@ async fn reentrant_read_write_and_permits_are_inspected() {
     assert_eq!((seen.readers_held(), seen.intent_nodes()), (0, 0));
     writer.release().await.unwrap();
 
-    let semaphore = redlock.semaphore(&unique("inspect-permits"), 3).unwrap();
+    let semaphore = Semaphore::new(&redlock, &unique("inspect-permits"), 3).unwrap();
     let one = semaphore.try_acquire(TTL).await.unwrap();
     let two = semaphore.try_acquire(TTL).await.unwrap();
     settled(&redlock).await;

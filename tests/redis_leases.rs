@@ -37,7 +37,9 @@ async fn holders(resource: &str) -> Vec<Option<String>> {
 async fn lease_is_kept_for_three_ttls() {
     let (redlock, rival) = (support::redlock().await, support::redlock().await);
     let resource = unique("lease-kept");
-    let ttl = Duration::from_millis(300);
+    // A second: an extension every third of it, with room for a loaded
+    // machine's stalls (a TTL of 300 ms left 100 ms).
+    let ttl = Duration::from_secs(1);
     let started = Instant::now();
     let out = redlock
         .run(&resource, ttl, |lease| {
@@ -220,7 +222,7 @@ async fn bad_extension_intervals_are_typed_errors() {
 async fn keep_alive_extends_until_released() {
     let redlock = redlock().await;
     let resource = unique("watchdog");
-    let ttl = Duration::from_millis(300);
+    let ttl = Duration::from_secs(1);
     let lock = redlock.lock(&resource, ttl).await.unwrap();
     let token = lock.token().to_owned();
     let watchdog = lock.keep_alive().unwrap();

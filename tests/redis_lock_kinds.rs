@@ -133,6 +133,8 @@ async fn releasing_a_reentry_leaves_nodes_that_did_not_count_it() {
     let key = lock_key(&resource);
 
     let outer = redlock.lock_reentrant(&resource, TTL, "me").await.unwrap();
+    // The grant returns at its quorum: the outer hold reaches node 5 first.
+    settled(&redlock).await;
     proxies[4].set_down(true);
     let inner = redlock.lock_reentrant(&resource, TTL, "me").await.unwrap();
     proxies[4].set_down(false);
@@ -158,6 +160,7 @@ async fn releasing_a_reentry_leaves_nodes_that_did_not_count_it() {
     }
 
     inner.release().await.unwrap();
+    settled(&redlock).await;
     // Counts: one hold everywhere; node 5 never counted the re-entry.
     let mut counts = Vec::new();
     for conn in conns.iter_mut() {

@@ -106,16 +106,11 @@ async fn locks_work_over_mutual_tls_and_leave_nothing_behind() {
         .try_lock(&resource, Duration::from_secs(10))
         .await
         .unwrap();
-    // Every node holds it (delivery), and another client is refused.
+    // Every node holds it (delivery), once the grant's tail has landed, and
+    // another client is refused.
+    support::settled(&a).await;
     for conn in conns.iter_mut() {
-        let mut held = None;
-        for _ in 0..50 {
-            held = conn.get::<_, Option<String>>(&key).await.unwrap();
-            if held.is_some() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        let held = conn.get::<_, Option<String>>(&key).await.unwrap();
         assert_eq!(held.as_deref(), Some(lock.token()));
     }
     match b.try_lock(&resource, Duration::from_secs(10)).await {

@@ -230,6 +230,8 @@ async fn restarted_node_keeps_keys_and_scripts_still_work() {
         .lock(&resource, Duration::from_secs(30))
         .await
         .unwrap();
+    // The grant returns at its quorum: node 1's write lands first.
+    settled(&redlock).await;
     drop(Killed::new(1)); // kill, then start with the same data
 
     let mut conn = raw(0).await;
@@ -311,6 +313,7 @@ async fn aof_restarts_keep_held_locks_exclusive() {
         .try_lock(&resource, Duration::from_secs(30))
         .await
         .unwrap();
+    settled(&holder).await;
     for n in 1..=3 {
         drop(Killed::new(n)); // SIGKILL, then start from the AOF
         let other = client().await;
@@ -512,8 +515,12 @@ async fn extensions_restore_the_key_on_nodes_restarted_empty() {
         .await
         .expect("healthy nodes grant");
     let token = lock.token().to_owned();
+    // Each call returns at its quorum: read (or restart) the nodes once
+    // the rest has landed.
+    settled(&redlock).await;
     assert_eq!(holding_token(&key, &token).await, 5);
     for node in 1..=3 {
+        settled(&redlock).await;
         wipe_restart(node);
         assert_eq!(
             holding_token(&key, &token).await,
@@ -542,5 +549,6 @@ async fn extensions_restore_the_key_on_nodes_restarted_empty() {
     let seen = redlock.inspect(&resource).await.unwrap();
     assert_eq!(seen.label(), Some("restored"));
     lock.release().await.unwrap();
+    settled(&redlock).await;
     assert_eq!(holding_token(&key, &token).await, 0);
 }

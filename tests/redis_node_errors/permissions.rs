@@ -3,6 +3,7 @@
 //! load scripts they go as `EVAL`.
 
 use super::*;
+use redquorum::Semaphore;
 
 /// Returns once node 1 has a waiter in the line `key`.
 async fn in_line(key: &str, least: u64) {
@@ -182,7 +183,7 @@ async fn least_privilege_acl_user_can_lock() {
         .unwrap();
     // Semaphores: a permit, its extension, a waiter in line woken by its
     // release (the permit kept for it), the count checked.
-    let semaphore = redlock.semaphore(&r, 1).expect("semaphore");
+    let semaphore = Semaphore::new(&redlock, &r, 1).expect("semaphore");
     let mut permit = semaphore.try_acquire(ttl).await.expect("permit");
     permit.extend(ttl).await.expect("extend permit");
     let waiting = {
@@ -198,7 +199,10 @@ async fn least_privilege_acl_user_can_lock() {
     let permit = waiting.await.unwrap().expect("permit in line");
     assert!(t.elapsed() < ttl, "the waiter did not wait for an expiry");
     assert!(matches!(
-        redlock.semaphore(&r, 2).unwrap().try_acquire(ttl).await,
+        Semaphore::new(&redlock, &r, 2)
+            .unwrap()
+            .try_acquire(ttl)
+            .await,
         Err(redquorum::LockError::PermitCount { held_under: 1, .. })
     ));
     permit.release().await.expect("release permit");

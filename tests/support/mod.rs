@@ -222,7 +222,8 @@ pub async fn snapshot(
 /// Waits until `redlock` has no call in flight to any node: the tail of
 /// every returned operation (a release returns at its quorum; the other
 /// nodes get it just after) has been applied and answered. Panics after
-/// five seconds.
+/// five seconds: not for use while a node is down (a release kept for it
+/// stays in flight until its key's TTL).
 pub async fn settled(redlock: &Redlock) {
     tokio::time::timeout(Duration::from_secs(5), async {
         while redlock.in_flight().any(|(_, n)| n > 0) {
