@@ -285,17 +285,7 @@ async fn a_frozen_node_under_sparse_calls_shows_degraded_before_its_drop() {
         // The next caller comes later than the node timeout.
         tokio::time::sleep(Duration::from_millis(60)).await;
     }
-    let (connections, waiting) = (proxies[0].accepted(), in_flight_to(&redlock, &proxies[0]));
-    proxies[0].set_cut(false);
-    println!(
-        "degraded after {:?} and {calls} calls, {waiting} still waiting",
-        cut.elapsed()
-    );
-    assert!(
-        connections == first && waiting >= 2,
-        "degraded only once the grace dropped the connection ({calls} calls, \
-         {connections} connections, {waiting} calls waiting)"
-    );
+    healed_degraded_before_its_drop(&redlock, &proxies[0], first, cut, &format!("{calls} calls"));
 }
 
 /// With `require_quorum`, the bounds still come from the node timeout: a
@@ -327,16 +317,32 @@ async fn require_quorum_keeps_the_node_timeout_s_bounds() {
             .await
             .map(drop);
     }
-    let (connections, waiting) = (proxies[0].accepted(), in_flight_to(&redlock, &proxies[0]));
-    proxies[0].set_cut(false);
+    let before = format!("the client before the cut: {debug}");
+    healed_degraded_before_its_drop(&redlock, &proxies[0], first, cut, &before);
+}
+
+/// Heals `proxy`, cut at `cut` with its node now shown degraded, and
+/// asserts that the node became degraded before the link's grace dropped
+/// its connection: still on the connection `first` counted, with the two
+/// late calls that degraded it (the library's failures to degrade) still
+/// waiting there (a drop ends them all). `context` goes into the message.
+fn healed_degraded_before_its_drop(
+    redlock: &Redlock,
+    proxy: &Proxy,
+    first: u64,
+    cut: Instant,
+    context: &str,
+) {
+    let (connections, waiting) = (proxy.accepted(), in_flight_to(redlock, proxy));
+    proxy.set_cut(false);
     println!(
-        "degraded after {:?}, {waiting} calls still waiting",
+        "degraded after {:?}, {waiting} calls still waiting ({context})",
         cut.elapsed()
     );
     assert!(
         connections == first && waiting >= 2,
         "degraded only once the grace dropped the connection ({connections} connections, \
-         {waiting} calls waiting); the client before the cut: {debug}"
+         {waiting} calls waiting; {context})"
     );
 }
 

@@ -119,13 +119,7 @@ async fn release_removes_only_our_keys() {
     let set = BTreeMap::from([(lock_key(&ours), lock.token().to_owned())]);
     eventually_snapshot(&mut conns, &ours, &vec![set; 5], Duration::from_secs(2)).await;
     lock.release().await.unwrap();
-    eventually_snapshot(
-        &mut conns,
-        &ours,
-        &vec![Default::default(); 5],
-        Duration::from_secs(2),
-    )
-    .await;
+    eventually_gone(&mut conns, &ours, Duration::from_secs(2)).await;
     for conn in conns.iter_mut() {
         let v: Option<String> = conn.get(&other_key).await.unwrap();
         assert_eq!(v.as_deref(), Some(FOREIGN));
@@ -234,13 +228,7 @@ async fn expired_lease_is_neither_extended_nor_recreated() {
         let pttl: i64 = conn.pttl(&key).await.unwrap();
         assert!(pttl <= 100, "key extended or re-created: pttl {pttl}");
     }
-    eventually_snapshot(
-        &mut conns,
-        &resource,
-        &vec![Default::default(); 5],
-        Duration::from_secs(2),
-    )
-    .await;
+    eventually_gone(&mut conns, &resource, Duration::from_secs(2)).await;
 }
 
 /// The scripts are called by SHA and must survive `SCRIPT FLUSH`.
@@ -277,13 +265,7 @@ async fn scripts_survive_script_flush() {
                 .unwrap();
         }
         lock.release().await.unwrap();
-        eventually_snapshot(
-            &mut conns,
-            &resource,
-            &vec![Default::default(); 5],
-            Duration::from_secs(2),
-        )
-        .await;
+        eventually_gone(&mut conns, &resource, Duration::from_secs(2)).await;
         let _ = round;
     }
 }
@@ -372,13 +354,7 @@ async fn dropping_a_lock_releases_it() {
         .await
         .unwrap();
     drop(lock);
-    eventually_snapshot(
-        &mut conns,
-        &resource,
-        &vec![Default::default(); 5],
-        Duration::from_secs(2),
-    )
-    .await;
+    eventually_gone(&mut conns, &resource, Duration::from_secs(2)).await;
     redlock
         .try_lock(&resource, Duration::from_secs(1))
         .await

@@ -247,6 +247,12 @@ pub async fn eventually_snapshot(
     eventually_keys(conns, resource, bound, &want, |now| now == expected).await;
 }
 
+/// Polls until no node of the five holds any key of `resource`, for at
+/// most `bound` ([`eventually_snapshot`] with five empty snapshots).
+pub async fn eventually_gone(conns: &mut [MultiplexedConnection], resource: &str, bound: Duration) {
+    eventually_snapshot(conns, resource, &vec![Default::default(); 5], bound).await;
+}
+
 /// Polls `snapshot` until `settled` holds, for at most `bound`; panics with
 /// the last snapshot and `want` (what `settled` looks for) otherwise.
 pub async fn eventually_keys(
