@@ -96,8 +96,10 @@ impl Store {
                     }
                     return Ok(Reply::Held { pttl_ms: pttl });
                 }
-                // `INCR` keeps the counter's expiry (it has none).
-                let counter = self.counter(fence_key, now)? + 1;
+                // `INCR` keeps the counter's expiry (it has none); the
+                // counter is floored at the clock in microseconds, as the
+                // script's `TIME` (docs/fencing.md, "Restarts").
+                let counter = (self.counter(fence_key, now)? + 1).max(now.saturating_mul(1000));
                 let expires = self.live(fence_key, now).and_then(|e| e.expires);
                 let value = Value::Text(counter.to_string());
                 self.set(fence_key, Entry { value, expires });

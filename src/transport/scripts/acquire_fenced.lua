@@ -1,7 +1,9 @@
 -- Fenced acquire, phase 1: take the lease and draw a fencing counter.
 -- KEYS[1] lock key; KEYS[2] fence counter (no TTL); ARGV[1] token; ARGV[2] TTL ms;
 -- ARGV[3] the holder's label (ours.lua; may be empty).
--- Free: INCR the counter, SET the lease, return {1, counter}.
+-- Free: INCR the counter, floored at the node's clock in microseconds (a
+-- counter a restart lost starts again above every token its clock has
+-- seen pass: docs/fencing.md, "Restarts"), SET the lease, return {1, counter}.
 -- Held: return {0, PTTL} (-1: no expiry); nothing changes.
 -- A waiter in line adds KEYS[3], KEYS[4] and ARGV[4..6], as acquire.lua.
 local me = #KEYS == 4 and line_name('w', ARGV[4], ARGV[6])
@@ -14,6 +16,12 @@ if value ~= false and not (me and value == KEPT .. me) then
   return {0, pttl}
 end
 local counter = redis.call('INCR', KEYS[2])
+local t = redis.call('TIME')
+local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if counter < floor then
+  counter = floor
+  redis.call('SET', KEYS[2], string.format('%.0f', floor))
+end
 redis.call('SET', KEYS[1], labeled(ARGV[1], ARGV[3]), 'PX', ARGV[2])
 if me then
   line_leave(KEYS[3], KEYS[4], me)
