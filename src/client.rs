@@ -73,6 +73,9 @@ pub struct Builder {
     max_ttl: Option<Duration>,
     /// The delayed restart is off (`restart_quarantine(false)`).
     no_quarantine: bool,
+    /// Durable restarts that kept their data count at once
+    /// (`trust_durable_restarts`).
+    trust_durable: bool,
     /// Nodes that may evict lock keys are refused (`strict`).
     strict: bool,
 }
@@ -98,6 +101,7 @@ impl fmt::Debug for Builder {
             .field("label", &self.label)
             .field("max_ttl", &self.max_ttl)
             .field("restart_quarantine", &!self.no_quarantine)
+            .field("trust_durable_restarts", &self.trust_durable)
             .field("strict", &self.strict)
             .finish()
     }

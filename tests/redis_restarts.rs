@@ -42,7 +42,7 @@ impl Bare {
 impl Drop for Bare {
     fn drop(&mut self) {
         for node in &self.0 {
-            wipe_restart(*node);
+            restore_durable(*node);
         }
     }
 }
@@ -407,4 +407,251 @@ async fn an_evicting_policy_is_named_at_connect_and_refused_when_strict() {
         }
         other => panic!("expected an eviction refusal, got {other:?}"),
     }
+}
+
+/// Every contender below must be refused while `holder` is valid: a client
+/// that knew the old processes and a fresh one, by default and trusting
+/// durable restarts. Returns how many were granted.
+async fn contenders_granted(resource: &str, known: &[&Redlock]) -> usize {
+    let fresh_default = Redlock::builder()
+        .nodes(node_urls())
+        .node_timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap();
+    let fresh_trusting = patient().build().await.unwrap();
+    let mut granted = 0;
+    let contenders = known
+        .iter()
+        .copied()
+        .chain([&fresh_default, &fresh_trusting]);
+    for (i, contender) in contenders.enumerate() {
+        // Connected to every node first (a node still reconnecting counts
+        // as a no, which proves nothing).
+        let start = Instant::now();
+        while contender
+            .probe(Duration::from_secs(1))
+            .await
+            .iter()
+            .any(|h| !h.is_reachable())
+        {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "nodes unreachable"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        match contender.try_lock(resource, Duration::from_secs(5)).await {
+            Ok(lock) => {
+                granted += 1;
+                eprintln!("contender {i} granted while the holder's lock is valid");
+                lock.release().await.unwrap();
+            }
+            Err(e) => eprintln!("contender {i} refused: {e}"),
+        }
+    }
+    granted
+}
+
+/// A default client: every restart quarantined.
+async fn default_client() -> Redlock {
+    Redlock::builder()
+        .nodes(node_urls())
+        .node_timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap()
+}
+
+/// AOF switched off at run time on nodes 1–3 (`CONFIG SET appendonly no`),
+/// a lock taken on all five, nodes 1–3 restarted with their durable
+/// configuration (SIGKILL, then started): they replay the AOF as it was
+/// when it was switched off, without the lock's key, while reporting
+/// `aof_enabled:1` and `appendfsync always`. No contender — one that knew
+/// the old processes or a fresh one, by default or trusting durable
+/// restarts — is granted while the lock is valid (an outside review saw a
+/// second holder in 4 runs of 4 before every restart was quarantined). The
+/// restart comes 6 s after the switch: trusting durable restarts, the
+/// dataset mark's last persisted stamp is then older than the 5 s a kept
+/// dataset allows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aof_switched_off_then_restarted_admits_no_second_holder() {
+    let _turn = TURN.lock().await;
+    let resource = unique("restarts-aof-off");
+    let ttl = Duration::from_secs(30);
+    let known_default = default_client().await;
+    let known_trusting = patient().build().await.unwrap();
+    let holder = patient().build().await.unwrap();
+    let mut conns = raw_all().await;
+    for conn in &mut conns[..3] {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("appendonly")
+            .arg("no")
+            .query_async(conn)
+            .await
+            .unwrap();
+    }
+    let lock = holder
+        .lock(&resource, ttl)
+        .await
+        .expect("healthy nodes grant");
+    settled(&holder).await;
+    assert_eq!(holding_token(&lock_key(&resource), lock.token()).await, 5);
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    for node in 1..=3 {
+        drop(Killed::new(node)); // SIGKILL, then start with the durable config
+    }
+    assert_eq!(
+        holding_token(&lock_key(&resource), lock.token()).await,
+        2,
+        "nodes 1-3 came back without the key"
+    );
+    let granted = contenders_granted(&resource, &[&known_default, &known_trusting]).await;
+    let valid = lock.is_valid();
+    lock.release().await.unwrap();
+    for node in 1..=3 {
+        adopt(node);
+    }
+    assert!(valid, "the holder's lock outlived the checks");
+    assert_eq!(granted, 0, "a second holder while the first was valid");
+}
+
+/// A durable node's data directory lost (what a container without a
+/// persistent volume does on every restart), on nodes 1–3, while a lock
+/// is held on all five: a fresh client — the CLI is one on every run — is
+/// refused, by default and trusting durable restarts (the dataset mark is
+/// gone). An outside review saw a fresh client granted in 2 runs of 2 when
+/// a durable node met first was trusted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wiped_durable_node_met_first_admits_no_second_holder() {
+    let _turn = TURN.lock().await;
+    let resource = unique("restarts-wiped");
+    let holder = patient().build().await.unwrap();
+    let lock = holder
+        .lock(&resource, Duration::from_secs(30))
+        .await
+        .expect("healthy nodes grant");
+    settled(&holder).await;
+    for node in 1..=3 {
+        wipe_restart(node);
+    }
+    let granted = contenders_granted(&resource, &[]).await;
+    let valid = lock.is_valid();
+    lock.release().await.unwrap();
+    for node in 1..=3 {
+        adopt(node);
+    }
+    assert!(valid, "the holder's lock outlived the checks");
+    assert_eq!(
+        granted, 0,
+        "a fresh client was granted while the lock was valid"
+    );
+}
+
+/// Waits (at most 20 s) until `redlock` counts every node: no quarantine.
+async fn until_counted(redlock: &Redlock) {
+    let start = Instant::now();
+    loop {
+        let health = redlock.probe(Duration::from_secs(1)).await;
+        if health
+            .iter()
+            .all(|h| h.is_reachable() && h.quarantined_for.is_none())
+        {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "nodes still quarantined: {health:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Fencing tokens and election terms across restarts that forget, with no
+/// lock taken between them: every node restarted empty and bare one after
+/// another, then all five at once. Each later token and term is larger
+/// than every earlier one: a counter is floored at its node's clock in
+/// microseconds, so a node that lost it starts again above every token its
+/// clock has seen pass (docs/fencing.md, "Restarts"). An outside review saw
+/// 2 of 7 tokens and 2 of 7 terms go back in a rolling restart, and term 1
+/// after term 5 when all five restarted at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_and_terms_never_go_back_across_empty_restarts() {
+    let _turn = TURN.lock().await;
+    let mut bare = Bare(Vec::new());
+    let resource = unique("restarts-tokens");
+    let max_ttl = Duration::from_secs(2);
+    let client = || {
+        Redlock::builder()
+            .nodes(node_urls())
+            .node_timeout(Duration::from_secs(1))
+            .max_ttl(max_ttl)
+            .build()
+    };
+    let draw = |redlock: Redlock| {
+        let resource = resource.clone();
+        async move {
+            until_counted(&redlock).await;
+            let lock = redlock.lock_fenced(&resource, max_ttl).await.unwrap();
+            let token = lock.fence().unwrap();
+            lock.release().await.unwrap();
+            let election =
+                redquorum::election::Election::new(&redlock, &format!("{resource}:election"))
+                    .unwrap();
+            let leadership = election
+                .campaign(max_ttl, &redquorum::LockOptions::new())
+                .await
+                .unwrap();
+            let term = leadership.term();
+            leadership.resign().await.unwrap();
+            (token, term)
+        }
+    };
+    let mut seen = vec![draw(client().await.unwrap()).await];
+    // Quiet rolling: one node after another, nothing taken between.
+    for node in 1..=5 {
+        tokio::task::block_in_place(|| bare.restart(node));
+    }
+    seen.push(draw(client().await.unwrap()).await);
+    // All five at once.
+    tokio::task::block_in_place(|| {
+        for node in 1..=5 {
+            nodes_script(&["bare-restart", &node.to_string()]);
+        }
+    });
+    seen.push(draw(client().await.unwrap()).await);
+    eprintln!("(token, term) after each restart: {seen:?}");
+    for pair in seen.windows(2) {
+        assert!(pair[1].0 > pair[0].0, "a token went back: {seen:?}");
+        assert!(pair[1].1 > pair[0].1, "a term went back: {seen:?}");
+    }
+}
+
+/// The dataset mark's `at` on node `n` (1-based).
+async fn mark_at(n: usize) -> Option<u64> {
+    let mut conn = raw(n - 1).await;
+    redis::cmd("HGET")
+        .arg("redquorum:dataset:2")
+        .arg("at")
+        .query_async(&mut conn)
+        .await
+        .unwrap()
+}
+
+/// A client that trusts durable restarts stamps every node's dataset mark
+/// about once a second while it is connected, idle or not: what lets a
+/// restart that kept its data count at once (docs/design.md §4b).
+#[tokio::test]
+async fn a_trusting_client_stamps_every_node_every_second() {
+    let _turn = TURN.lock().await;
+    let client = patient().build().await.unwrap();
+    let first: Vec<Option<u64>> = futures::future::join_all((1..=5).map(mark_at)).await;
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    let later: Vec<Option<u64>> = futures::future::join_all((1..=5).map(mark_at)).await;
+    for (n, (a, b)) in first.iter().zip(&later).enumerate() {
+        let (a, b) = (a.expect("stamped"), b.expect("stamped"));
+        assert!(b >= a + 2_000, "node {}: stamped at {a}, then {b}", n + 1);
+    }
+    drop(client);
 }

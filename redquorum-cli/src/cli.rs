@@ -101,18 +101,28 @@ pub struct Global {
     pub key_prefix: String,
 
     /// The deployment's longest TTL [default: 60s]: a longer --ttl is
-    /// refused, and a node that restarted without persistence counts toward
-    /// no new lock until it has been up this long. Every client of the
+    /// refused, and a node that restarted (or is met first, up for less
+    /// than this) counts toward no new lock until it has been up this long. Every client of the
     /// nodes should use the same value. (Environment: REDQUORUM_MAX_TTL.)
     #[arg(long, env = "REDQUORUM_MAX_TTL", global = true, value_parser = humantime::parse_duration, value_name = "D")]
     pub max_ttl: Option<Duration>,
 
-    /// Count a node that restarted without persistence at once, instead of
-    /// after --max-ttl: UNSAFE where nodes restart empty (two holders at
-    /// once become possible); only for nodes that persist every write, or
-    /// throwaway ones. (Environment: REDQUORUM_NO_RESTART_QUARANTINE=1.)
+    /// Count a node that restarted at once, instead of after --max-ttl:
+    /// UNSAFE where nodes restart empty or rolled back (two holders at once
+    /// become possible); only for throwaway nodes. A durable deployment
+    /// wants --trust-durable-restarts instead.
+    /// (Environment: REDQUORUM_NO_RESTART_QUARANTINE=1.)
     #[arg(long, env = "REDQUORUM_NO_RESTART_QUARANTINE", global = true, value_parser = clap::builder::FalseyValueParser::new())]
     pub no_restart_quarantine: bool,
+
+    /// Count a restart of a durable node (appendonly yes, appendfsync
+    /// always, a kept volume) at once where its dataset mark shows it kept
+    /// its data; a wiped, rolled-back or long-down node still sits out
+    /// --max-ttl. Never switch AOF off at run time nor restore an old AOF
+    /// with it on (docs/operations.md, "Trusting durable restarts").
+    /// (Environment: REDQUORUM_TRUST_DURABLE_RESTARTS=1.)
+    #[arg(long, env = "REDQUORUM_TRUST_DURABLE_RESTARTS", global = true, value_parser = clap::builder::FalseyValueParser::new())]
+    pub trust_durable_restarts: bool,
 
     /// Refuse nodes that may evict lock keys (maxmemory with an evicting
     /// maxmemory-policy) instead of warning (exit 64).

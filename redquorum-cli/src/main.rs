@@ -129,6 +129,7 @@ pub(crate) async fn connect_with(
         .interop_keys(global.interop_keys)
         .key_prefix(&global.key_prefix)
         .restart_quarantine(!global.no_restart_quarantine)
+        .trust_durable_restarts(global.trust_durable_restarts)
         .strict(global.strict);
     if let Some(max_ttl) = global.max_ttl {
         builder = builder.max_ttl(max_ttl);

@@ -127,8 +127,8 @@ pub fn warnings(h: &redquorum::NodeHealth, node_timeout: Duration) -> Vec<String
     }
     if let Some(left) = h.quarantined_for {
         lines.push(format!(
-            "{}: restarted without persistence; counts toward no new lock for {} more \
-             (docs/operations.md, restarts)",
+            "{}: quarantined (restarted, or first seen, within the longest TTL: it may have \
+             forgotten keys); counts toward no new lock for {} more (docs/operations.md, restarts)",
             h.node,
             humantime::format_duration(Duration::from_secs(left.as_secs().max(1)))
         ));

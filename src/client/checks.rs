@@ -43,17 +43,19 @@ impl Builder {
 
     /// The delayed restart, kept by the client (default: on). A node that
     /// may have forgotten keys — new to the client or restarted (its
-    /// `run_id` changed), not persisting every write (`appendonly yes` with
-    /// `appendfsync always`), or whose dataset was wiped — and that has
-    /// been up for less than [`max_ttl`](Builder::max_ttl) is
+    /// `run_id` changed), whatever its persistence settings say — and that
+    /// has been up for less than [`max_ttl`](Builder::max_ttl) is
     /// *quarantined* until it has: it gets every call, but its yes counts
     /// toward no new grant of any kind. This is what keeps a lock exclusive
-    /// when nodes restart empty one after another (the Redlock
-    /// specification's delayed restart; docs/design.md §4b).
+    /// when nodes restart and forget (the Redlock specification's delayed
+    /// restart; docs/design.md §4b): without persistence, with `appendonly`
+    /// switched off at run time, from an old AOF or with a lost volume.
+    /// A durable deployment can count restarts that kept their data at
+    /// once: [`trust_durable_restarts`](Builder::trust_durable_restarts).
     ///
-    /// A fresh node cannot be told from a restarted one, so nodes without
-    /// persistence also wait out the quarantine after their first start:
-    /// with five nodes started together, no lock is granted for `max_ttl`.
+    /// A fresh node cannot be told from a restarted one, so nodes also wait
+    /// out the quarantine after their first start: with five nodes started
+    /// together, no lock is granted for `max_ttl`.
     ///
     /// **Off (`false`), a node that restarted empty counts at once: two
     /// holders of one lock at the same time become possible** when a
@@ -67,6 +69,40 @@ impl Builder {
     /// ```
     pub fn restart_quarantine(mut self, on: bool) -> Self {
         self.no_quarantine = !on;
+        self
+    }
+
+    /// Counts a restart of a durable node at once where the node shows that
+    /// it kept its data (default: off, every restart is quarantined; see
+    /// [`restart_quarantine`](Builder::restart_quarantine)). For a
+    /// deployment whose nodes run `appendonly yes` with `appendfsync
+    /// always` on storage that outlives the process, and whose operators
+    /// never switch AOF off at run time nor restore an old AOF or snapshot
+    /// (docs/operations.md, "Trusting durable restarts").
+    ///
+    /// On, the client stamps each node's *dataset mark* once a second: a
+    /// small hash under the key prefix saying since when the node's
+    /// dataset has been continuous. A new process that persists every
+    /// write, and whose mark holds the last stamp its predecessor
+    /// acknowledged to the first client stamping it again (or, for a client
+    /// meeting it first, a stamp from at most 5 s before it started), took
+    /// the dataset over whole and counts at once, for every client.
+    /// Anything else — the mark missing (a wiped or new dataset), older
+    /// than that (an old AOF, AOF switched off at run time), a node not
+    /// persisting every write, or the mark gone while the process ran
+    /// (`FLUSHALL`) — is quarantined until the dataset is
+    /// [`max_ttl`](Builder::max_ttl) old. Cluster shards (the mark's key
+    /// may live on another shard) follow the default rule. What it cannot
+    /// see: writes lost in the last second before a restart (AOF switched
+    /// off, or an AOF copied, just then), or a disk that acknowledges an
+    /// fsync it did not do. CLI
+    /// `--trust-durable-restarts` (`REDQUORUM_TRUST_DURABLE_RESTARTS=1`).
+    ///
+    /// ```
+    /// let builder = redquorum::Redlock::builder().trust_durable_restarts(true);
+    /// ```
+    pub fn trust_durable_restarts(mut self, on: bool) -> Self {
+        self.trust_durable = on;
         self
     }
 

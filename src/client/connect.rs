@@ -38,6 +38,7 @@ impl Builder {
         // the client's may run slower by the drift factor.
         let checks = Checks {
             quarantine: (!self.no_quarantine).then(|| max_ttl + drift_factor.drift(max_ttl_ms)),
+            trust_durable: self.trust_durable,
             strict: self.strict,
             mark: layout.dataset_mark().into(),
             probe_key: layout.lock_key("redquorum:probe").into(),

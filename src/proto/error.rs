@@ -287,7 +287,8 @@ impl fmt::Display for Answer {
             Answer::Failed(e) => write!(f, "{e}"),
             Answer::Undecided => f.write_str("not waited for (the round had decided)"),
             Answer::Quarantined => f.write_str(
-                "yes, but it restarted without persistence within the longest TTL: not counted",
+                "yes, not counted: quarantined (it restarted, or was first seen, within the \
+                 longest TTL and may have forgotten keys)",
             ),
             Answer::PermitsDiffer { permits } => {
                 write!(f, "its holders have {permits} permits")
@@ -309,6 +310,10 @@ impl fmt::Display for Votes {
             (
                 self.count(|a| matches!(a, Answer::PermitsDiffer { .. })),
                 "with another permit count",
+            ),
+            (
+                self.count(|a| matches!(a, Answer::Quarantined)),
+                "quarantined (yes not counted)",
             ),
             (undecided, "not waited for"),
         ] {
@@ -378,8 +383,8 @@ impl LockError {
                 if quarantined > 0 {
                     write!(
                         f,
-                        "; {quarantined} restarted without persistence and count toward no \
-                         new lock until they have been up for the longest TTL \
+                        "; {quarantined} quarantined (restarted, or first seen, within the \
+                         longest TTL) count toward no new lock until they have been up for it \
                          (docs/operations.md, restarts)"
                     )?;
                 }

@@ -95,17 +95,19 @@ impl KeyLayout {
         format!("{}{{{resource}}}:lock", self.prefix)
     }
 
-    /// The key of redquorum's dataset mark, `{prefix}redquorum:dataset`: the
-    /// `run_id` of the process the node's dataset was born in, set where
-    /// absent at each connection, never expiring (docs/operations.md,
-    /// restarts).
+    /// The key of redquorum's dataset mark, `{prefix}redquorum:dataset:2`:
+    /// a hash saying since when the node's dataset has been continuous,
+    /// stamped by clients that trust durable restarts, never expiring
+    /// (docs/operations.md, "Trusting durable restarts"). The `:2`: the
+    /// first mark (a string, the `run_id` the dataset was born in) is left
+    /// alone.
     ///
     /// ```
     /// let layout = redquorum::KeyLayout::new("app:", false).unwrap();
-    /// assert_eq!(layout.dataset_mark(), "app:redquorum:dataset");
+    /// assert_eq!(layout.dataset_mark(), "app:redquorum:dataset:2");
     /// ```
     pub fn dataset_mark(&self) -> String {
-        format!("{}redquorum:dataset", self.prefix)
+        format!("{}redquorum:dataset:2", self.prefix)
     }
 
     /// The fencing counter's key of `resource`: `{prefix}{R}:fence`.

@@ -1,9 +1,8 @@
 //! Restarts that forget, kept by the client: when a node's "yes" may count
 //! toward a new grant.
 //!
-//! A node that restarted without persisting every write has forgotten the
-//! keys it held. Counting its "yes" at once breaks quorum intersection: the
-//! old holder's key is gone there, so a new quorum can form while the old
+//! A node that restarted and lost keys breaks quorum intersection: the old
+//! holder's key is gone there, so a new quorum can form while the old
 //! lease is valid. The Redlock specification's answer is the *delayed
 //! restart* — keep such a node out for the longest TTL — and redquorum keeps
 //! it itself: a node that may have forgotten is **quarantined** until it has
@@ -12,31 +11,44 @@
 //! node). It still gets every call; only its "yes" to a new grant does not
 //! count. docs/design.md §4b argues why that closes the hole.
 //!
-//! What a connection learns of the node ([`Facts`]) and what it knew before
-//! (the last `run_id`) decide the quarantine ([`quarantine`]):
+//! A node's word on its own persistence is no proof that it kept its data:
+//! `appendonly` switched off at run time, an old AOF restored or a lost
+//! volume all bring a node back with a durable config and old or no data.
+//! So by default **every** restart may have forgotten: a process new to the
+//! client (a `run_id` it had not seen, or a node it meets for the first
+//! time) is quarantined until it has been up for `max_ttl`, whatever it
+//! says of its persistence. A deployment that trusts its durable nodes
+//! (`Builder::trust_durable_restarts`) counts a restart at once only where
+//! the node shows that its dataset is continuous: the dataset mark, stamped
+//! by the clients every second, was last stamped by the previous process
+//! just before this one started (`Facts::continuous`).
 //!
 //! ```
 //! use std::time::Duration;
-//! use redquorum::restart::{quarantine, Facts};
+//! use redquorum::restart::{quarantine, Facts, Reason};
 //!
 //! let max_ttl = Duration::from_secs(60);
 //! let fresh = Facts {
 //!     run_id: Some("b".into()),
 //!     uptime: Some(Duration::from_secs(5)),
-//!     durable: Some(false),
-//!     born_here: None,
+//!     durable: Some(true),
+//!     continuous: None,
 //! };
-//! // A node that says it restarted 5 s ago without persistence: 56 s more
-//! // (it may have been up only 4.01 s).
-//! assert_eq!(quarantine(&fresh, Some("a"), max_ttl), Some(Duration::from_secs(56)));
+//! // A process that started 5 s ago: 56 s more (it may have been up only
+//! // 4.01 s), durable or not.
+//! let q = quarantine(&fresh, Some("a"), max_ttl, false).unwrap();
+//! assert_eq!((q.left, q.reason), (Duration::from_secs(56), Reason::Restarted));
+//! // Met for the first time, it may be a restart all the same.
+//! assert_eq!(quarantine(&fresh, None, max_ttl, false).unwrap().reason, Reason::FirstSeen);
 //! // The same process, met again after a network blip: nothing new.
-//! assert_eq!(quarantine(&fresh, Some("b"), max_ttl), None);
-//! // Persisting every write, it forgot nothing.
-//! let durable = Facts { durable: Some(true), ..fresh.clone() };
-//! assert_eq!(quarantine(&durable, Some("a"), max_ttl), None);
-//! // …unless its data is younger than the process that had it (wiped).
-//! let wiped = Facts { born_here: Some(true), ..durable };
-//! assert_eq!(quarantine(&wiped, Some("a"), max_ttl), Some(Duration::from_secs(56)));
+//! assert_eq!(quarantine(&fresh, Some("b"), max_ttl, false), None);
+//! // Trusting durable restarts: its dataset has been continuous for 10 min.
+//! let kept = Facts { continuous: Some(Duration::from_secs(600)), ..fresh.clone() };
+//! assert_eq!(quarantine(&kept, Some("a"), max_ttl, true), None);
+//! // …or only since this process started: lost, whatever the config says.
+//! let lost = Facts { continuous: Some(Duration::from_secs(4)), ..fresh };
+//! let q = quarantine(&lost, Some("a"), max_ttl, true).unwrap();
+//! assert_eq!((q.left, q.reason), (Duration::from_secs(56), Reason::DataLost));
 //! ```
 
 use std::time::Duration;
@@ -53,10 +65,13 @@ pub struct Facts {
     /// Every write persisted before it is acknowledged (`appendonly yes`
     /// with `appendfsync always`); `None` where it could not be read.
     pub durable: Option<bool>,
-    /// The node's dataset was born in this process (redquorum's dataset
-    /// mark names this `run_id`, or was missing): whatever the persistence
-    /// settings say, its keys did not survive a restart. `None`: unknown.
-    pub born_here: Option<bool>,
+    /// How long the node's dataset has been continuous, as its mark shows
+    /// (clients that trust durable restarts stamp it): since the previous
+    /// process's dataset where this process took it over whole, else since
+    /// this process started, or since the dataset was wiped while it ran.
+    /// `None`: not read (not trusting durable restarts, a cluster shard,
+    /// no `run_id`, the stamp refused).
+    pub continuous: Option<Duration>,
 }
 
 impl Facts {
@@ -87,7 +102,7 @@ impl Facts {
                 (Some(true), Some(fsync)) => Some(fsync.eq_ignore_ascii_case("always")),
                 _ => None,
             },
-            born_here: None,
+            continuous: None,
         }
     }
 }
@@ -112,42 +127,88 @@ pub fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
 /// start time in whole seconds, each cut down.
 pub const SECOND_CUT: Duration = Duration::from_secs(1);
 
+/// Why a node is quarantined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// The client meets the node for the first time and it has been up for
+    /// less than `max_ttl`: it may have restarted just before.
+    FirstSeen,
+    /// A new process (its `run_id` changed, or cannot be read).
+    Restarted,
+    /// Its dataset mark shows a dataset younger than `max_ttl`: lost,
+    /// rolled back or wiped, whatever its persistence settings say (only
+    /// when trusting durable restarts).
+    DataLost,
+}
+
+impl Reason {
+    /// The words the logs and the CLI use.
+    ///
+    /// ```
+    /// use redquorum::restart::Reason;
+    /// assert_eq!(Reason::FirstSeen.describe(), "first seen, up for less than the longest TTL");
+    /// ```
+    pub fn describe(self) -> &'static str {
+        match self {
+            Reason::FirstSeen => "first seen, up for less than the longest TTL",
+            Reason::Restarted => "restarted",
+            Reason::DataLost => "its dataset was lost, rolled back or wiped",
+        }
+    }
+}
+
+/// A quarantine begun at a connection: how long it lasts and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quarantine {
+    /// How much longer the node's yes counts toward no new grant.
+    pub left: Duration,
+    /// Why.
+    pub reason: Reason,
+}
+
 /// How much longer a node just connected to is quarantined, from what its
 /// connection learnt (`facts`) and the `run_id` the client knew it by
 /// (`previous`: `None` if it is new to the client); `None`: it counts now.
+/// `trust_durable`: the client trusts durable restarts
+/// (`Builder::trust_durable_restarts`).
 ///
-/// A node is quarantined when all three hold:
-///
-/// - it is **new to the client, or a new process** (its `run_id` changed,
-///   or cannot be read);
-/// - it **may have forgotten**: it does not persist every write (or that
-///   cannot be read), or it does but its dataset was born in this process
-///   (wiped, or its files lost);
-/// - it may have been up for less than `max_ttl` (its uptime is below
-///   `max_ttl` and one second).
-///
+/// By default a node is quarantined when it is **new to the client, or a
+/// new process** (its `run_id` changed, or cannot be read) and it may have
+/// been up for less than `max_ttl` (its uptime is below `max_ttl` and one
+/// second): whatever its persistence settings say, it may have forgotten.
 /// It then stays quarantined until it has been up for `max_ttl`: the
 /// result is `max_ttl` and one second less its uptime (all of `max_ttl`
 /// when the uptime cannot be read). The second: the server reports its
 /// clock in whole seconds less its start in whole seconds, so a process
-/// started at 10.97 s and asked at 11.02 s says 1 ([`SECOND_CUT`]). The caller keeps a quarantine already running
-/// across reconnections to the same process (this returns `None` for
-/// those) and adds its clock's drift.
-pub fn quarantine(facts: &Facts, previous: Option<&str>, max_ttl: Duration) -> Option<Duration> {
+/// started at 10.97 s and asked at 11.02 s says 1 ([`SECOND_CUT`]).
+///
+/// Trusting durable restarts, where the dataset mark was read
+/// ([`Facts::continuous`]), the node is quarantined until its dataset has
+/// been continuous for `max_ttl`, whichever process it is: a restart that
+/// kept its data counts at once, one that lost it (or a dataset wiped
+/// while the process ran) does not. Where the mark could not be read, the
+/// default rule holds.
+///
+/// The caller keeps a quarantine already running across reconnections to
+/// the same process and adds its clock's drift.
+pub fn quarantine(
+    facts: &Facts,
+    previous: Option<&str>,
+    max_ttl: Duration,
+    trust_durable: bool,
+) -> Option<Quarantine> {
+    if let (true, Some(continuous)) = (trust_durable, facts.continuous) {
+        let left = max_ttl.saturating_sub(continuous);
+        return (!left.is_zero()).then_some(Quarantine {
+            left,
+            reason: Reason::DataLost,
+        });
+    }
     let same_process = match (&facts.run_id, previous) {
         (Some(now), Some(before)) => now == before,
         _ => false,
     };
     if same_process {
-        return None;
-    }
-    // A new process of a node the client knew, whose run id it could read.
-    let restarted = previous.is_some() || facts.run_id.is_none();
-    let forgot = match facts.durable {
-        Some(true) => restarted && facts.born_here == Some(true),
-        Some(false) | None => true,
-    };
-    if !forgot {
         return None;
     }
     let left = match facts.uptime {
@@ -157,7 +218,12 @@ pub fn quarantine(facts: &Facts, previous: Option<&str>, max_ttl: Duration) -> O
         Some(uptime) => (max_ttl + SECOND_CUT).saturating_sub(uptime),
         None => max_ttl,
     };
-    (!left.is_zero()).then_some(left)
+    let reason = if previous.is_some() {
+        Reason::Restarted
+    } else {
+        Reason::FirstSeen
+    };
+    (!left.is_zero()).then_some(Quarantine { left, reason })
 }
 
 /// A node's memory policy as it matters to locks: `Some(policy)` when the
@@ -189,67 +255,97 @@ mod tests {
             run_id: run_id.map(str::to_owned),
             uptime: uptime.map(Duration::from_secs),
             durable,
-            born_here: None,
+            continuous: None,
         }
     }
 
+    fn left(q: Option<Quarantine>) -> Option<Duration> {
+        q.map(|q| q.left)
+    }
+
     #[test]
-    fn every_case_of_the_rule() {
+    fn every_case_of_the_default_rule() {
         let secs = |s| Some(Duration::from_secs(s));
-        // New to the client, not durable: until it is max_ttl old, taking
-        // its uptime as a second less than it says.
-        assert_eq!(
-            quarantine(&facts(Some("a"), Some(0), Some(false)), None, MAX),
-            secs(61)
-        );
-        assert_eq!(
-            quarantine(&facts(Some("a"), Some(60), Some(false)), None, MAX),
-            secs(1)
-        );
-        assert_eq!(
-            quarantine(&facts(Some("a"), Some(61), Some(false)), None, MAX),
-            None
-        );
-        // Durable and new to the client: trusted (a fresh node cannot be
-        // told from a wiped one; its settings say it keeps what it is told).
-        assert_eq!(
-            quarantine(&facts(Some("a"), Some(0), Some(true)), None, MAX),
-            None
-        );
-        // Persistence unknown (CONFIG denied): taken as not durable.
-        assert_eq!(
-            quarantine(&facts(Some("a"), Some(10), None), None, MAX),
-            secs(51)
-        );
-        // Restarted (run id changed), not durable.
-        assert_eq!(
-            quarantine(&facts(Some("b"), Some(1), Some(false)), Some("a"), MAX),
-            secs(60)
-        );
-        // Restarted, durable, with its data: trusted.
-        assert_eq!(
-            quarantine(&facts(Some("b"), Some(1), Some(true)), Some("a"), MAX),
-            None
-        );
+        // New to the client: until it is max_ttl old, taking its uptime as
+        // a second less than it says, durable or not.
+        for durable in [Some(false), Some(true), None] {
+            let q = |uptime| {
+                left(quarantine(
+                    &facts(Some("a"), Some(uptime), durable),
+                    None,
+                    MAX,
+                    false,
+                ))
+            };
+            assert_eq!(q(0), secs(61));
+            assert_eq!(q(60), secs(1));
+            assert_eq!(q(61), None);
+        }
+        // Restarted (run id changed), durable or not: the same.
+        for durable in [Some(false), Some(true)] {
+            let q = quarantine(&facts(Some("b"), Some(1), durable), Some("a"), MAX, false);
+            assert_eq!(
+                q,
+                Some(Quarantine {
+                    left: Duration::from_secs(60),
+                    reason: Reason::Restarted
+                })
+            );
+        }
         // Same process again (a reconnection): nothing new here.
         assert_eq!(
-            quarantine(&facts(Some("a"), Some(1), Some(false)), Some("a"), MAX),
+            quarantine(
+                &facts(Some("a"), Some(1), Some(false)),
+                Some("a"),
+                MAX,
+                false
+            ),
             None
         );
         // No run id, no uptime: every connection may be a restart.
         assert_eq!(
-            quarantine(&facts(None, None, None), Some("a"), MAX),
+            left(quarantine(&facts(None, None, None), Some("a"), MAX, false)),
             secs(60)
         );
-        assert_eq!(quarantine(&facts(None, None, Some(true)), None, MAX), None);
-        // A durable node whose dataset was born in this process: wiped.
-        let wiped = Facts {
-            born_here: Some(true),
-            ..facts(Some("b"), Some(3), Some(true))
+        assert_eq!(
+            left(quarantine(&facts(None, None, Some(true)), None, MAX, false)),
+            secs(60)
+        );
+        // A mark read while not trusting durable restarts changes nothing.
+        let marked = Facts {
+            continuous: Some(Duration::from_secs(3600)),
+            ..facts(Some("b"), Some(1), Some(true))
         };
-        assert_eq!(quarantine(&wiped, Some("a"), MAX), secs(58));
-        // …but a client meeting it first cannot tell it from a fresh node.
-        assert_eq!(quarantine(&wiped, None, MAX), None);
+        assert_eq!(left(quarantine(&marked, Some("a"), MAX, false)), secs(60));
+    }
+
+    #[test]
+    fn trusting_durable_restarts_follows_the_dataset_not_the_process() {
+        let with = |continuous: u64| Facts {
+            continuous: Some(Duration::from_secs(continuous)),
+            ..facts(Some("b"), Some(2), Some(true))
+        };
+        // Kept across the restart: counts at once, for a client that knew
+        // the old process and for one meeting it first.
+        for previous in [Some("a"), None] {
+            assert_eq!(quarantine(&with(600), previous, MAX, true), None);
+            // Lost: until the dataset is max_ttl old.
+            let q = quarantine(&with(3), previous, MAX, true).unwrap();
+            assert_eq!(
+                (q.left, q.reason),
+                (Duration::from_secs(57), Reason::DataLost)
+            );
+        }
+        // Wiped while the same process ran: quarantined from the wipe.
+        let q = quarantine(&with(0), Some("b"), MAX, true).unwrap();
+        assert_eq!(q.left, MAX);
+        // The mark unread (a cluster shard, the stamp refused): the
+        // default rule.
+        let unread = facts(Some("b"), Some(2), Some(true));
+        assert_eq!(
+            left(quarantine(&unread, Some("a"), MAX, true)),
+            Some(Duration::from_secs(59))
+        );
     }
 
     /// `uptime_in_seconds` is the server's clock in whole seconds less its
@@ -263,8 +359,13 @@ mod tests {
         for asked_after in [0.0, 0.03, 0.05, 0.5, 0.99, 1.0, 1.2, 2.5] {
             let now: f64 = started + asked_after;
             let uptime = (now.floor() - started.floor()) as u64;
-            let left = quarantine(&facts(Some("b"), Some(uptime), Some(false)), Some("a"), max)
-                .unwrap_or_default();
+            let left = left(quarantine(
+                &facts(Some("b"), Some(uptime), Some(false)),
+                Some("a"),
+                max,
+                false,
+            ))
+            .unwrap_or_default();
             // It must last until the start plus max_ttl, whenever it is asked.
             let needed = (2.0 - asked_after).max(0.0);
             assert!(

@@ -83,7 +83,7 @@ pub(crate) async fn subscribe_at(
 ) -> Result<Subscribed, NodeError> {
     let endpoint = address.endpoint();
     let mut stream = open::dial(endpoint, tls).await?;
-    let hello = open::handshake(&mut stream, endpoint, None).await?;
+    let hello = open::handshake(&mut stream, endpoint, None, None, None).await?;
     let sharded = hello.server.as_deref().is_some_and(has_sharded_pubsub);
     let (half, writer) = tokio::io::split(stream);
     let writer = Arc::new(Mutex::new(writer));

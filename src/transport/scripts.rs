@@ -231,9 +231,10 @@ lua!(
 );
 lua!(INSPECT, "scripts/inspect.lua", "inspect", READ_ONLY);
 lua!(PROBE, "scripts/probe.lua", "probe", READ_ONLY);
+lua!(STAMP, "scripts/stamp.lua", "stamp", WRITES);
 
 /// Every script.
-const ALL: [&Lua; 22] = [
+const ALL: [&Lua; 23] = [
     &ACQUIRE,
     &EXTEND,
     &RELEASE,
@@ -256,6 +257,7 @@ const ALL: [&Lua; 22] = [
     &INSPECT,
     &PROBE,
     &RELEASE_AFTER,
+    &STAMP,
 ];
 
 /// The library's body: each script's source, unchanged, as a function
@@ -274,7 +276,7 @@ fn body() -> String {
 }
 
 /// The functions' names, in the order of [`ALL`].
-const NAMES: [&str; 22] = [
+const NAMES: [&str; 23] = [
     "acquire",
     "extend",
     "release",
@@ -297,6 +299,7 @@ const NAMES: [&str; 22] = [
     "inspect",
     "probe",
     "release_after",
+    "stamp",
 ];
 
 /// 12 hex digits of a 64-bit FNV-1a hash of the whole library (sources,
@@ -327,7 +330,7 @@ pub(crate) static LIBRARY: LazyLock<String> = LazyLock::new(|| {
 /// for a lock key: `redis.acl_check_cmd` checks key patterns on them, and
 /// Redis 7.0 crashes when it is handed a command that takes keys without
 /// them (seen on 7.0.15, for a user with key patterns).
-pub(crate) const COMMANDS: [&[&str]; 25] = [
+pub(crate) const COMMANDS: [&[&str]; 26] = [
     &["set", "K", "v"],
     &["get", "K"],
     &["del", "K"],
@@ -341,6 +344,7 @@ pub(crate) const COMMANDS: [&[&str]; 25] = [
     &["hdel", "K", "f"],
     &["hexists", "K", "f"],
     &["hgetall", "K"],
+    &["hmget", "K", "f"],
     &["hincrby", "K", "f", "1"],
     &["hset", "K", "f", "v"],
     &["hsetnx", "K", "f", "v"],
@@ -384,6 +388,86 @@ pub(crate) fn encode_probe(loaded: bool, key: &str, out: &mut Vec<u8>) {
     }
     out.extend(crate::transport::resp::encode(&args));
 }
+
+/// Writes the dataset mark's stamp into `out` (`stamp.lua`: since when
+/// the node's dataset has been continuous, for clients that trust durable
+/// restarts): `FCALL` where the library is `loaded`, else `EVAL`.
+pub(crate) fn encode_stamp(loaded: bool, mark: &str, stamp: &Stamp<'_>, out: &mut Vec<u8>) {
+    let uptime = stamp.uptime_s.map(|s| s.to_string()).unwrap_or_default();
+    let bound = STAMP_KEPT_GAP.as_millis().to_string();
+    let every = (STAMP_EVERY.as_millis() / 2).to_string();
+    let flag = |on: bool| if on { &b"1"[..] } else { &b"0"[..] };
+    let (before, acked) = match stamp.acked {
+        Some((run, at)) => (run.as_bytes(), at.to_string()),
+        None => (&b""[..], String::new()),
+    };
+    let (command, script): (&[u8], &[u8]) = if loaded {
+        (b"FCALL", STAMP.function.as_bytes())
+    } else {
+        (b"EVAL", STAMP.source.as_bytes())
+    };
+    out.extend(crate::transport::resp::encode(&[
+        command,
+        script,
+        b"1",
+        mark.as_bytes(),
+        stamp.run_id.as_bytes(),
+        uptime.as_bytes(),
+        flag(stamp.durable),
+        flag(stamp.known),
+        bound.as_bytes(),
+        every.as_bytes(),
+        before,
+        acked.as_bytes(),
+    ]));
+}
+
+/// A stamp's reply: how long the dataset has been continuous, and the
+/// node's clock when it was stamped (ms); `None` for anything else (a
+/// refusal: no right to the mark's key, an older server).
+pub(crate) fn read_stamp(
+    reply: &crate::transport::resp::Frame,
+) -> Option<(std::time::Duration, u64)> {
+    use crate::transport::resp::Frame;
+    let Frame::Array(pair) = reply else {
+        return None;
+    };
+    match pair.as_slice() {
+        [Frame::Int(continuous), Frame::Int(at)] => Some((
+            std::time::Duration::from_millis(u64::try_from(*continuous).unwrap_or(0)),
+            u64::try_from(*at).ok()?,
+        )),
+        _ => None,
+    }
+}
+
+/// What a stamp of the dataset mark says of the process it is sent to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Stamp<'a> {
+    /// The process (`run_id`).
+    pub(crate) run_id: &'a str,
+    /// Its `uptime_in_seconds`, as read at the handshake.
+    pub(crate) uptime_s: Option<u64>,
+    /// It persists every write (`appendonly yes`, `appendfsync always`).
+    pub(crate) durable: bool,
+    /// This client stamped this process before.
+    pub(crate) known: bool,
+    /// The process this client stamped before this one, and the `at` of
+    /// its last stamp there that the node acknowledged: a restart whose
+    /// dataset holds that stamp kept every write acknowledged before it.
+    pub(crate) acked: Option<(&'a str, u64)>,
+}
+
+/// How often a connection of a client that trusts durable restarts stamps
+/// its node's dataset mark (the mark's `at` is written at most twice as
+/// often, whatever the number of clients).
+pub(crate) const STAMP_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The longest gap between the last stamp of a node's previous process and
+/// its new process's start that still counts as a dataset kept, for a
+/// client that did not see that process's stamps acknowledged: a stamp's
+/// period and a quick restart (docs/design.md §4b).
+pub(crate) const STAMP_KEPT_GAP: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The plain release's source, as an `EVAL` sends it.
 pub(crate) fn release_source() -> &'static str {

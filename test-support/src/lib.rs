@@ -44,11 +44,18 @@ pub fn unique(prefix: &str) -> String {
 }
 
 /// A builder over the five nodes with a patient node timeout (1 s; see
-/// [`redlock`]), for tests that change another setting.
+/// [`redlock`]), for tests that change another setting. It trusts durable
+/// restarts (`Builder::trust_durable_restarts`): the test nodes run
+/// `appendonly yes` with `appendfsync always` on volumes that outlive each
+/// restart, so a node killed and started again with its data counts at
+/// once, as in a durable deployment, and tests not about restarts are not
+/// held up by the quarantine another test's restart began. The tests of the
+/// default (every restart quarantined) build their own clients.
 pub fn patient() -> redquorum::Builder {
     Redlock::builder()
         .nodes(node_urls())
         .node_timeout(Duration::from_secs(1))
+        .trust_durable_restarts(true)
 }
 
 /// A client over the five nodes with default settings but a patient node
@@ -98,4 +105,39 @@ pub async fn until_in_line(resource: &str) {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// Declares node `node`'s (1-based) dataset continuous since long ago, for
+/// clients that trust durable restarts: its dataset mark then names its
+/// current process, stamped now, continuous since the epoch. Only for a
+/// test's clean-up, once it restored a node it had wiped and its own locks
+/// are gone: the next tests then meet a node that counts at once, as they
+/// would meet a node up for longer than the longest TTL.
+pub fn adopt(node: usize) {
+    let url = &node_urls()[node - 1];
+    let mut conn = redis::Client::open(url.as_str())
+        .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(5)))
+        .unwrap_or_else(|e| panic!("node {node}: {e}"));
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query(&mut conn)
+        .expect("INFO");
+    let run_id = info
+        .lines()
+        .find_map(|l| l.strip_prefix("run_id:"))
+        .expect("run_id")
+        .trim()
+        .to_owned();
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut conn).expect("TIME");
+    let now_ms = secs * 1000 + micros / 1000;
+    let _: () = redis::cmd("HSET")
+        .arg("redquorum:dataset:2")
+        .arg("run")
+        .arg(&run_id)
+        .arg("at")
+        .arg(now_ms)
+        .arg("since")
+        .arg(0)
+        .query(&mut conn)
+        .expect("HSET");
 }

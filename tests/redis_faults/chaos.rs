@@ -120,6 +120,9 @@ async fn contended_exclusion_survives_minority_chaos() {
             .nodes(node_urls())
             .node_timeout(Duration::from_millis(20))
             .retry(Retry::none())
+            // The nodes persist every write and keep their volumes: a node
+            // killed and started from its AOF counts at once.
+            .trust_durable_restarts(true)
             .build()
             .await
             .expect("connect");

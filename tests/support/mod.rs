@@ -10,7 +10,8 @@ pub mod cluster;
 pub mod memory;
 
 pub use redquorum_test_support::{
-    load, node_proxies, node_urls, patient, proxy, raw, raw_all, redlock, unique, until_in_line,
+    adopt, load, node_proxies, node_urls, patient, proxy, raw, raw_all, redlock, unique,
+    until_in_line,
 };
 
 use std::collections::BTreeMap;
@@ -31,6 +32,7 @@ pub async fn proxied(node_timeout: Duration) -> (Vec<proxy::Proxy>, Redlock) {
     let redlock = Redlock::builder()
         .nodes(proxies.iter().map(proxy::Proxy::url))
         .node_timeout(node_timeout)
+        .trust_durable_restarts(true)
         .build()
         .await
         .expect("connect through the proxies");
@@ -349,6 +351,13 @@ impl Drop for Killed {
 /// breaks.
 pub fn wipe_restart(node: usize) {
     nodes_script(&["wipe-restart", &node.to_string()]);
+}
+
+/// Restarts node `node` (1-based) durable and empty, and [`adopt`]s its
+/// dataset: a test's clean-up after it wiped or restarted the node bare.
+pub fn restore_durable(node: usize) {
+    wipe_restart(node);
+    adopt(node);
 }
 
 /// How long a soak run lasts: `REDQUORUM_SOAK_SECS=n`, or 300 s for

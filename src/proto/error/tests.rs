@@ -97,7 +97,7 @@ fn messages_say_what_happened_and_what_to_do() {
     assert!(refused.contains("raise its maxmemory"), "{refused}");
     assert!(refused.contains("grant the user"), "{refused}");
     assert!(
-        refused.contains("1 restarted without persistence"),
+        refused.contains("1 quarantined (restarted, or first seen"),
         "{refused}"
     );
     assert_eq!(

@@ -59,6 +59,9 @@ pub(crate) enum Work {
     Raw(Vec<u8>),
     /// The link's own `PING` on an idle connection.
     Ping,
+    /// The link's own stamp of its node's dataset mark (clients that trust
+    /// durable restarts), every `scripts::STAMP_EVERY`.
+    Stamp,
 }
 
 /// Where a call's outcome goes.
@@ -173,7 +176,7 @@ impl Pending {
             Work::Errand { errand, .. } => errand
                 .resend_within()
                 .is_some_and(|within| self.resends < MAX_RESENDS && now < self.born + within),
-            Work::Raw(_) | Work::Ping => false,
+            Work::Raw(_) | Work::Ping | Work::Stamp => false,
         }
     }
 

@@ -20,10 +20,13 @@ pub(crate) struct Checks {
     /// the clock's drift over it); `None`: off
     /// (`Builder::restart_quarantine(false)`).
     pub(crate) quarantine: Option<Duration>,
+    /// Restarts that kept their data count at once: the connection stamps
+    /// the dataset mark (`Builder::trust_durable_restarts`).
+    pub(crate) trust_durable: bool,
     /// A node that may evict lock keys is refused (`Builder::strict`).
     pub(crate) strict: bool,
-    /// The key of redquorum's dataset mark: which process its dataset was
-    /// born in (`crate::proto::restart::Facts::born_here`).
+    /// The key of redquorum's dataset mark: since when the node's dataset
+    /// has been continuous (`crate::proto::restart::Facts::continuous`).
     pub(crate) mark: Arc<str>,
     /// A lock key in the client's layout, for the permission probe's
     /// commands (the user's key patterns are checked on it).
@@ -36,6 +39,9 @@ pub(crate) struct Checks {
 pub(crate) struct Standing {
     /// The process last connected to.
     pub(crate) run_id: Option<String>,
+    /// The `at` of the last stamp of its dataset mark it acknowledged, on
+    /// its clock (ms; clients that trust durable restarts).
+    pub(crate) stamped_at: Option<u64>,
     /// Quarantined until then (`crate::proto::restart`).
     pub(crate) quarantine: Option<Instant>,
     /// Persists every write (`None`: unknown).
@@ -70,26 +76,42 @@ impl Standing {
         let now = Instant::now();
         let same = hello.run_id.is_some() && hello.run_id == standing.run_id;
         let begun = checks.quarantine.and_then(|max_ttl| {
-            restart::quarantine(&hello.facts, standing.run_id.as_deref(), max_ttl)
+            restart::quarantine(
+                &hello.facts,
+                standing.run_id.as_deref(),
+                max_ttl,
+                checks.trust_durable,
+            )
         });
-        standing.quarantine = match begun {
-            Some(left) if !same => Some(now + left),
-            _ if same => standing.quarantine,
-            _ => None,
+        // The same process keeps the quarantine it had, unless its dataset
+        // mark shows a later one (wiped while it ran).
+        let kept = if same { standing.quarantine } else { None };
+        let begun_until = begun.map(|q| now + q.left);
+        standing.quarantine = match (kept, begun_until) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
         };
+        // Begun here: none was running, or this one ends over a second
+        // later (a dataset wiped while the process ran).
+        let begun = begun.filter(|_| match (kept, begun_until) {
+            (Some(kept), Some(until)) => until > kept + restart::SECOND_CUT,
+            _ => true,
+        });
         standing.run_id.clone_from(&hello.run_id);
+        standing.stamped_at = hello.stamped_at;
         standing.durable = hello.facts.durable;
         standing.evicting = hello.evicting.as_deref().map(Into::into);
         standing.replica = hello.replica;
         let left = standing.quarantined_for(now);
         if let Some(left) = left {
             let uptime = hello.facts.uptime.map_or(-1, |u| u.as_secs() as i64);
+            let why = begun.map_or("restarted", |q| q.reason.describe());
             tracing::warn!(
                 node = %name,
                 uptime_s = uptime,
                 quarantine_left_ms = left.as_millis() as u64,
                 durable = ?hello.facts.durable,
-                "node restarted without persistence (or its data was lost): its yes counts toward \
+                "node quarantined ({why}): it may have forgotten keys, so its yes counts toward \
                  no new lock until it has been up for the longest TTL (docs/operations.md, restarts)"
             );
         }
@@ -107,12 +129,7 @@ impl Standing {
                 "node is a replica: a lock node must be an independent master"
             );
         }
-        crate::telemetry::node_checked(
-            name,
-            begun.is_some() && !same,
-            left,
-            hello.evicting.is_some(),
-        );
+        crate::telemetry::node_checked(name, begun.is_some(), left, hello.evicting.is_some());
         if left.is_some() {
             standing.quarantine
         } else {
@@ -137,7 +154,7 @@ mod tests {
                 run_id: Some(run_id.into()),
                 uptime: Some(Duration::from_secs(1)),
                 durable: Some(false),
-                born_here: Some(true),
+                continuous: None,
             },
             ..Hello::default()
         }
@@ -158,6 +175,7 @@ mod tests {
     fn a_quarantine_is_logged_and_measured_at_every_connection() {
         let checks = Checks {
             quarantine: Some(Duration::from_secs(60)),
+            trust_durable: false,
             strict: false,
             mark: "mark".into(),
             probe_key: "key".into(),

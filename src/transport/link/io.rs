@@ -35,7 +35,9 @@ use super::{
     BACKOFF_MAX, BACKOFF_MIN, CLOSING_ATTEMPTS, IDLE_PING, Link, Pending, State, Work, redirection,
 };
 use crate::proto::error::NodeError;
+use crate::proto::restart::SECOND_CUT;
 use crate::transport::resp::{self, Frame};
+use crate::transport::scripts::{self, STAMP_EVERY};
 
 /// Redirections one call follows at most (a cluster's `MOVED` and `ASK`).
 pub(crate) const MAX_REDIRECTS: u8 = 3;
@@ -96,6 +98,7 @@ pub(super) async fn run(link: Arc<Link>) {
         let quarantine = link.up(&hello);
         let connected = Instant::now();
         let mut io = Io::new(stream, hello.loaded, quarantine, &link);
+        io.stamp = hello.stamp;
         let ended = poll_fn(|cx| io.poll(&link, cx)).await;
         match ended {
             Ended::Closing => return,
@@ -179,6 +182,10 @@ struct Io {
     armed: Instant,
     /// When the link last had nothing to do.
     idle_since: Instant,
+    /// The dataset mark's stamp, sent every `scripts::STAMP_EVERY`
+    /// (clients that trust durable restarts), and when it is next due.
+    stamp: Option<Vec<u8>>,
+    stamp_due: Instant,
     late: Duration,
     grace: Duration,
 }
@@ -204,6 +211,8 @@ impl Io {
             timer: Box::pin(tokio::time::sleep_until(armed)),
             armed,
             idle_since: now,
+            stamp: None,
+            stamp_due: now + STAMP_EVERY,
             late: link.limits.late,
             grace: link.limits.grace,
         }
@@ -306,6 +315,9 @@ impl Io {
             }
             Work::Raw(command) => self.out.extend_from_slice(command),
             Work::Ping => self.out.extend_from_slice(b"*1\r\n$4\r\nPING\r\n"),
+            Work::Stamp => self
+                .out
+                .extend_from_slice(self.stamp.as_deref().unwrap_or_default()),
         }
         let end = self.out.len();
         self.encoded.push_back((call, start, end));
@@ -416,6 +428,9 @@ impl Io {
 
     /// Ends `call` with `frame`, or sends it where a cluster redirects it.
     fn complete(&mut self, mut call: Pending, frame: Frame, link: &Link) {
+        if matches!(call.work, Work::Stamp) {
+            self.stamped(&frame, link);
+        }
         let Frame::Error(text) = frame else {
             call.finish(Ok(frame), self.late);
             return;
@@ -462,6 +477,44 @@ impl Io {
         call.finish(Err(error), self.late);
     }
 
+    /// The dataset mark's stamp answered `frame`: the node acknowledged
+    /// it (its `at` is what a restart must keep to count at once), and the
+    /// quarantine follows what the mark says of the dataset's age: begun
+    /// when the mark was found gone while the process ran (`FLUSHALL`),
+    /// ended early when a client that stamped the previous process vouched
+    /// for the dataset this one took over (`stamp.lua`).
+    fn stamped(&mut self, frame: &Frame, link: &Link) {
+        let Some((continuous, at)) = scripts::read_stamp(frame) else {
+            return;
+        };
+        let mut shared = link.lock();
+        shared.standing.stamped_at = Some(at);
+        let Some(longest) = link.checks.as_ref().and_then(|c| c.quarantine) else {
+            return;
+        };
+        let now = Instant::now();
+        let left = longest.saturating_sub(continuous);
+        let until = (!left.is_zero()).then(|| now + left);
+        let running = shared.standing.quarantine.filter(|r| *r > now);
+        let begins = match (running, until) {
+            (None, Some(_)) => true,
+            (Some(running), Some(until)) => until > running + SECOND_CUT,
+            _ => false,
+        };
+        shared.standing.quarantine = until;
+        self.quarantine = until;
+        drop(shared);
+        if begins {
+            tracing::warn!(
+                node = %link.name,
+                quarantine_left_ms = left.as_millis() as u64,
+                "node quarantined (its dataset mark is gone: wiped or reloaded while it ran): it \
+                 may have forgotten keys, so its yes counts toward no new lock until its dataset \
+                 is as old as the longest TTL (docs/operations.md, restarts)"
+            );
+        }
+    }
+
     /// The timer fired: count late calls, drop an unresponsive connection,
     /// `PING` an idle one, and set the timer again.
     fn on_timer(&mut self, link: &Link) -> Result<(), NodeError> {
@@ -493,13 +546,17 @@ impl Io {
         if self.idle() && self.idle_since + IDLE_PING <= now {
             self.encode(Pending::new(Work::Ping, super::Sink::Nobody, None));
         }
+        if self.stamp.is_some() && self.stamp_due <= now {
+            self.encode(Pending::new(Work::Stamp, super::Sink::Nobody, None));
+            self.stamp_due = now + STAMP_EVERY;
+        }
         self.rearm(now);
         Ok(())
     }
 
     /// Sets the timer for what is due next: the first call not yet late
-    /// (its node timeout), the oldest call's grace, or an idle link's
-    /// `PING`.
+    /// (its node timeout), the oldest call's grace, an idle link's `PING`,
+    /// or the dataset mark's stamp.
     fn rearm(&mut self, now: Instant) {
         let mut calls = self
             .sent
@@ -514,6 +571,10 @@ impl Io {
                 }
             }
             None => self.idle_since + IDLE_PING,
+        };
+        let next = match self.stamp {
+            Some(_) => next.min(self.stamp_due),
+            None => next,
         };
         let next = next.max(now);
         if next != self.armed {
@@ -543,7 +604,9 @@ impl Io {
                 .map(|(call, start, _)| (call, start < written)),
         );
         for (call, left) in calls {
-            if matches!(call.work, Work::Ping) {
+            // The link's own calls are not sent again: a stamp is for the
+            // process it was made for.
+            if matches!(call.work, Work::Ping | Work::Stamp) {
                 continue;
             }
             if !left {

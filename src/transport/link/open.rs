@@ -113,6 +113,11 @@ pub(crate) struct Hello {
     /// Commands the user may not run that the library needs (lock
     /// connections only; empty where the server cannot say).
     pub(crate) denied: Vec<String>,
+    /// The dataset mark's stamp, encoded, that the connection sends every
+    /// `scripts::STAMP_EVERY` (clients that trust durable restarts).
+    pub(crate) stamp: Option<Vec<u8>>,
+    /// The `at` of the handshake's stamp, on the node's clock (ms).
+    pub(crate) stamped_at: Option<u64>,
 }
 
 /// What a connection attempt that took too long means.
@@ -134,7 +139,18 @@ pub(super) fn slow(link: &Link) -> NodeError {
 pub(super) async fn connect(link: &Link) -> Result<(Stream, Hello), NodeError> {
     let endpoint = link.address.endpoint();
     let mut stream = dial(endpoint, &link.tls).await?;
-    let hello = handshake(&mut stream, endpoint, link.checks.as_ref()).await?;
+    let (known, acked) = {
+        let shared = link.lock();
+        (shared.standing.run_id.clone(), shared.standing.stamped_at)
+    };
+    let hello = handshake(
+        &mut stream,
+        endpoint,
+        link.checks.as_ref(),
+        known.as_deref(),
+        acked,
+    )
+    .await?;
     if let Some(identity) = &link.identity
         && let Err(other) = identity(&hello)
     {
@@ -250,6 +266,8 @@ pub(crate) async fn handshake(
     stream: &mut Stream,
     endpoint: &Endpoint,
     lock: Option<&super::Checks>,
+    known_run: Option<&str>,
+    acked_at: Option<u64>,
 ) -> Result<Hello, NodeError> {
     let library = lock.is_some();
     let mut out = Vec::new();
@@ -354,19 +372,31 @@ pub(crate) async fn handshake(
         second += 1;
     }
     let cluster = info_field(&info, "cluster_enabled") == Some("1");
-    let marking = match (&hello.facts.run_id, cluster) {
-        (Some(id), false) => {
-            out.extend(resp::encode(&[
-                b"SET",
-                mark.as_bytes(),
-                id.as_bytes(),
-                b"NX",
-                b"GET",
-            ]));
+    hello.stamp = match (&hello.facts.run_id, cluster, lock.trust_durable) {
+        (Some(id), false, true) => {
+            let stamp = scripts::Stamp {
+                run_id: id,
+                uptime_s: hello.facts.uptime.map(|u| u.as_secs()),
+                durable: hello.facts.durable == Some(true),
+                known: known_run == Some(id.as_str()),
+                acked: match (known_run, acked_at) {
+                    (Some(before), Some(at)) if before != id => Some((before, at)),
+                    _ => None,
+                },
+            };
+            scripts::encode_stamp(hello.loaded, mark, &stamp, &mut out);
             second += 1;
-            true
+            // Later stamps on this connection: by the same process, known.
+            let mut again = Vec::new();
+            let stamp = scripts::Stamp {
+                known: true,
+                acked: None,
+                ..stamp
+            };
+            scripts::encode_stamp(hello.loaded, mark, &stamp, &mut again);
+            Some(again)
         }
-        _ => false,
+        _ => None,
     };
     let more = if second > 0 {
         stream.write_all(&out).await.map_err(|e| io_error(&e))?;
@@ -377,15 +407,13 @@ pub(crate) async fn handshake(
     };
     let probe = if hello.loaded { probe } else { &more[0] };
     hello.denied = denied(probe, hello.loaded);
-    if marking {
-        // Absent (set now), or set in this process: born here.
-        hello.facts.born_here = match more.last() {
-            Some(Frame::Nil) => Some(true),
-            Some(Frame::Bulk(v)) => {
-                Some(hello.facts.run_id.as_deref().map(str::as_bytes) == Some(&v[..]))
-            }
-            _ => None,
-        };
+    if hello.stamp.is_some() {
+        // How long the dataset has been continuous; a refusal (no right to
+        // the mark's key, an older server) leaves the default rule.
+        if let Some((continuous, at)) = more.last().and_then(scripts::read_stamp) {
+            hello.facts.continuous = Some(continuous);
+            hello.stamped_at = Some(at);
+        }
     }
     Ok(hello)
 }
