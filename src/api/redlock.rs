@@ -376,14 +376,9 @@ impl Redlock {
         let ttl = self.driver.admit(&keys, ttl)?;
         let label = self.driver.label(options.label_given())?;
         let attempts = options.attempts();
-        let lock = self
-            .acquire_repeatedly(keys, owner, label.as_ref(), ttl, attempts)
-            .await?;
-        if let Some(at_least) = at_least {
-            // From the grant: at least as long as asked.
-            lock.keep_until(tokio::time::Instant::now() + at_least);
-        }
-        Ok(lock)
+        // Kept at least as long as asked from the grant (`Claim::granted`).
+        self.acquire_repeatedly(keys, owner, label.as_ref(), at_least, ttl, attempts)
+            .await
     }
 
     /// The body of every `try_*` lock on one claim's `keys`: one round.
@@ -401,14 +396,19 @@ impl Redlock {
         keys: Keys,
         owner: Option<&str>,
         label: Option<&Arc<str>>,
+        at_least: Option<Duration>,
         ttl: Ttl,
         attempts: Attempts,
     ) -> Result<Lock, LockError> {
         let kind = keys.kind();
         let start = Instant::now();
+        let hold = crate::api::wait::Hold {
+            owner,
+            label,
+            at_least,
+        };
         let held =
-            crate::api::wait::acquire_repeatedly(&self.driver, keys, owner, label, ttl, attempts)
-                .await;
+            crate::api::wait::acquire_repeatedly(&self.driver, keys, hold, ttl, attempts).await;
         let waited = attempts.waits().then(|| start.elapsed());
         self.driver.telemetry.acquired(kind, &held, waited);
         Ok(Lock::new(Arc::clone(&self.driver), held?))
