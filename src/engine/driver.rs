@@ -349,9 +349,9 @@ impl Driver {
                     // released the claim: the caller gets no lock). A lock
                     // held at least a while is kept so from its grant, and
                     // so by the release of a shutdown that begins later.
-                    self.holds
-                        .unless_closed(|| claim.granted())
-                        .ok_or(LockError::ShutDown)?;
+                    if !self.holds.grant(slot, || claim.granted()) {
+                        return Err(LockError::ShutDown);
+                    }
                     guard.armed = false; // the Lock owns the keys now
                     if let Some(fence) = fence {
                         claim.granted_fence(fence);

@@ -35,12 +35,19 @@ pub(crate) struct Holds {
 
 #[derive(Debug, Default)]
 struct Table {
-    slots: Vec<Option<Weak<Claim>>>,
+    slots: Vec<Option<Entry>>,
     free: Vec<usize>,
     /// The table's size at which it is swept next.
     sweep_at: usize,
     /// The shutdown began: nothing new is admitted.
     closed: bool,
+}
+
+/// One claim: its round in flight or refused, or (`held`) its lock.
+#[derive(Debug)]
+struct Entry {
+    claim: Weak<Claim>,
+    held: bool,
 }
 
 impl Table {
@@ -51,7 +58,7 @@ impl Table {
             return;
         }
         for (i, slot) in self.slots.iter_mut().enumerate() {
-            if slot.as_ref().is_some_and(|weak| weak.strong_count() == 0) {
+            if slot.as_ref().is_some_and(|e| e.claim.strong_count() == 0) {
                 *slot = None;
                 self.free.push(i);
             }
@@ -60,9 +67,12 @@ impl Table {
         self.sweep_at = 2 * live;
     }
 
-    fn add(&mut self, claim: &Arc<Claim>) -> usize {
+    fn add(&mut self, claim: &Arc<Claim>, held: bool) -> usize {
         self.sweep();
-        let weak = Some(Arc::downgrade(claim));
+        let weak = Some(Entry {
+            claim: Arc::downgrade(claim),
+            held,
+        });
         match self.free.pop() {
             Some(slot) => {
                 self.slots[slot] = weak;
@@ -96,7 +106,22 @@ impl Holds {
             return None;
         }
         let made = make();
-        Some((table.add(claim), made))
+        Some((table.add(claim, false), made))
+    }
+
+    /// The claim in `slot` was granted: unless the table is closed, `then`
+    /// runs under its lock and the claim is a lock from here on (released
+    /// after the waiters by a shutdown). Whether it is.
+    pub(crate) fn grant(&self, slot: usize, then: impl FnOnce()) -> bool {
+        let mut table = self.table();
+        if table.closed {
+            return false;
+        }
+        if let Some(Some(entry)) = table.slots.get_mut(slot) {
+            entry.held = true;
+        }
+        then();
+        true
     }
 
     /// `then` (a later round's calls, or a grant becoming a lock) runs
@@ -111,7 +136,7 @@ impl Holds {
     /// [`admit`](Self::admit)): its slot.
     #[cfg(test)]
     fn add(&self, claim: &Arc<Claim>) -> usize {
-        self.table().add(claim)
+        self.table().add(claim, true)
     }
 
     /// The lock in `slot` is released or dropped: `release` (its release,
@@ -132,18 +157,24 @@ impl Holds {
 
     /// Closes the table (nothing is admitted from now on) and calls
     /// `release` on every claim registered whose release has not begun,
-    /// under the table's lock: in flight, held, or a waiter's marks.
+    /// under the table's lock: first the rounds in flight and the waiters'
+    /// marks, then the locks held — a lock released while one of the
+    /// client's own waiters still stood in its line would be kept for that
+    /// waiter (fair waiting's hand-over), which is gone by then.
     pub(crate) fn close(&self, mut release: impl FnMut(&Arc<Claim>)) {
         let mut table = self.table();
         table.closed = true;
-        let live = table
-            .slots
-            .iter()
-            .flatten()
-            .filter_map(Weak::upgrade)
-            .filter(|claim| !claim.is_released());
-        for claim in live {
-            release(&claim);
+        for held in [false, true] {
+            let live = table
+                .slots
+                .iter()
+                .flatten()
+                .filter(|entry| entry.held == held)
+                .filter_map(|entry| entry.claim.upgrade())
+                .filter(|claim| !claim.is_released());
+            for claim in live {
+                release(&claim);
+            }
         }
     }
 
@@ -155,7 +186,7 @@ impl Holds {
             .slots
             .iter()
             .flatten()
-            .filter_map(Weak::upgrade)
+            .filter_map(|entry| entry.claim.upgrade())
             .filter(|claim| !claim.is_released())
             .collect()
     }
@@ -215,16 +246,24 @@ mod tests {
     fn a_closed_table_admits_nothing_and_releases_every_live_claim() {
         let holds = Holds::default();
         let (a, b) = (claim("a"), claim("b"));
+        holds.add(&b);
         let (_, made) = holds.admit(&a, || "made").unwrap();
         assert_eq!(made, "made");
-        holds.add(&b);
-        b.release_begins();
+        let c = claim("c");
+        let (slot, ()) = holds.admit(&c, || ()).unwrap();
+        assert!(holds.grant(slot, || ()));
+        c.release_begins();
         let mut released = Vec::new();
         holds.close(|claim| released.push(claim.token().to_owned()));
-        assert_eq!(released, [a.token()], "only what is not released yet");
+        assert_eq!(
+            released,
+            [a.token(), b.token()],
+            "what is not released yet, waiters and rounds first"
+        );
         let mut ran = false;
         assert!(holds.admit(&claim("c"), || ran = true).is_none());
         assert!(holds.unless_closed(|| ()).is_none());
+        assert!(!holds.grant(slot, || ran = true));
         assert!(!ran, "nothing is made once closed");
     }
 }
