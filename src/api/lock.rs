@@ -59,16 +59,9 @@ impl fmt::Debug for Lock {
 }
 
 impl Lock {
-    /// Keeps the lock until `at` however soon it is released
-    /// ([`LockOptions::hold_at_least`](crate::LockOptions::hold_at_least)).
-    pub(crate) fn keep_until(&self, at: tokio::time::Instant) {
-        self.claim.keep_until(at);
-    }
-
     pub(crate) fn new(driver: Arc<Driver>, held: Held) -> Self {
-        let slot = driver.holds.add(&held.claim);
         Lock {
-            slot,
+            slot: held.slot,
             driver,
             claim: held.claim,
             ttl_ms: held.ttl_ms,

@@ -136,24 +136,41 @@ impl Redlock {
         self.driver.layout()
     }
 
-    /// Settles everything this client holds and finishes what it handed to
-    /// the nodes, for a program about to end. Every lock it still holds is
-    /// released: dropped ones (a dropped keep-alive's too) and those still
-    /// owned by running tasks — locks, permits, read/write holds,
-    /// leaderships —, whose leases end as lost (`run`'s, a semaphore's
-    /// `run`, `Election::lead`'s work sees [`LockError::Lost`](crate::LockError::Lost),
-    /// a leadership's `lost()` resolves). Then every later call is refused
-    /// (as [`NodeError::NotConnected`](crate::NodeError::NotConnected)),
-    /// and this waits until every call already made has ended — the tail
-    /// of a release that returned at its quorum, the release of a dropped
-    /// [`Lock`], a writer's intent taken back when it gave up. A
+    /// Settles everything this client holds or is acquiring and finishes
+    /// what it handed to the nodes, for a program about to end.
+    ///
+    /// - **Held.** Every lock it still holds is released: dropped ones (a
+    ///   dropped keep-alive's too) and those still owned by running tasks —
+    ///   locks, permits, read/write holds, leaderships —, whose leases end
+    ///   as lost (`run`'s, a semaphore's `run`, `Election::lead`'s work sees
+    ///   [`LockError::Lost`](crate::LockError::Lost), a leadership's
+    ///   `lost()` resolves). A later [`Lock::release`] returns `Ok`. A lock
+    ///   taken with [`LockOptions::hold_at_least`] keeps its key until the
+    ///   time promised, as any release of it does.
+    /// - **In flight.** Every acquisition under way — a lock of any kind,
+    ///   waiting or not ([`LockOptions::wait`]), a semaphore's passes, an
+    ///   election's campaign — stops at once and returns
+    ///   [`LockError::ShutDown`]: its round in flight is released behind its
+    ///   acquire on every node (a grant that comes after is no lock), and a
+    ///   waiter's place in line or writer's intent is taken back. The caller
+    ///   gets no lock, never one whose keys were left.
+    /// - **Later calls.** Every acquisition and extension made after this
+    ///   began returns [`LockError::ShutDown`] without sending anything;
+    ///   other reads of the nodes find the connections closed
+    ///   ([`NodeError::NotConnected`](crate::NodeError::NotConnected)).
+    ///
+    /// Those releases are made at once, without waiting for the callers'
+    /// futures (one no longer polled is settled all the same). Then this
+    /// waits until every call already made has ended — those releases, the
+    /// tail of a release that returned at its quorum, the release of a
+    /// dropped [`Lock`], a writer's intent taken back when it gave up. A
     /// connection waiting out its reconnect backoff tries again at once,
     /// and its calls are waited for one connection attempt more (the
-    /// [connect timeout](crate::Builder::connect_timeout)). A
-    /// connected node that answers nothing for a whole node timeout is not
-    /// waited for further (its calls are written, and land if it answers
-    /// before the process ends); every call ends by its node's grace (four
-    /// node timeouts, at least 1 s), which bounds the wait.
+    /// [connect timeout](crate::Builder::connect_timeout)). A connected
+    /// node that answers nothing for a whole node timeout is not waited for
+    /// further (its calls are written, and land if it answers before the
+    /// process ends); every call ends by its node's grace (four node
+    /// timeouts, at least 1 s), which bounds the wait.
     ///
     /// Call it before the tokio runtime ends: the runtime's end drops
     /// whatever is still in flight, so a release made just before can be
@@ -163,12 +180,15 @@ impl Redlock {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redquorum::LockError> {
     /// # let redlock = redquorum::testing::redlock(5).await;
+    /// use redquorum::LockError;
     /// let ttl = std::time::Duration::from_secs(60);
     /// let dropped = redlock.lock("nightly", ttl).await?;
     /// drop(dropped); // released in the background…
     /// let kept = redlock.lock("hourly", ttl).await?.keep_alive()?;
     /// redlock.shutdown().await; // …and every hold still kept, on every node
     /// assert!(kept.lease().is_lost()); // its work is told
+    /// // Nothing new is taken:
+    /// assert!(matches!(redlock.lock("weekly", ttl).await, Err(LockError::ShutDown)));
     /// # Ok(()) }
     /// ```
     pub async fn shutdown(&self) {
@@ -376,14 +396,9 @@ impl Redlock {
         let ttl = self.driver.admit(&keys, ttl)?;
         let label = self.driver.label(options.label_given())?;
         let attempts = options.attempts();
-        let lock = self
-            .acquire_repeatedly(keys, owner, label.as_ref(), ttl, attempts)
-            .await?;
-        if let Some(at_least) = at_least {
-            // From the grant: at least as long as asked.
-            lock.keep_until(tokio::time::Instant::now() + at_least);
-        }
-        Ok(lock)
+        // Kept at least as long as asked from the grant (`Claim::granted`).
+        self.acquire_repeatedly(keys, owner, label.as_ref(), at_least, ttl, attempts)
+            .await
     }
 
     /// The body of every `try_*` lock on one claim's `keys`: one round.
@@ -401,14 +416,19 @@ impl Redlock {
         keys: Keys,
         owner: Option<&str>,
         label: Option<&Arc<str>>,
+        at_least: Option<Duration>,
         ttl: Ttl,
         attempts: Attempts,
     ) -> Result<Lock, LockError> {
         let kind = keys.kind();
         let start = Instant::now();
+        let hold = crate::api::wait::Hold {
+            owner,
+            label,
+            at_least,
+        };
         let held =
-            crate::api::wait::acquire_repeatedly(&self.driver, keys, owner, label, ttl, attempts)
-                .await;
+            crate::api::wait::acquire_repeatedly(&self.driver, keys, hold, ttl, attempts).await;
         let waited = attempts.waits().then(|| start.elapsed());
         self.driver.telemetry.acquired(kind, &held, waited);
         Ok(Lock::new(Arc::clone(&self.driver), held?))

@@ -177,6 +177,8 @@ impl Semaphore {
                 Err(e @ (LockError::Input(_) | LockError::PermitCount { .. })) => {
                     return Err(e.about(self.subject()));
                 }
+                // The shutdown released every slot's marks: none is tried.
+                Err(LockError::ShutDown) => return Err(LockError::ShutDown),
                 Err(e) => {
                     give_up.refused(&claim);
                     taken += u32::from(matches!(e, LockError::Taken { .. }));

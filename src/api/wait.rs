@@ -92,10 +92,20 @@ impl<'a> Waiting<'a> {
     /// the wait is over (input errors and a permit count that differs at
     /// once; [`LockError::Timeout`] when its time is up), else `Ok` after
     /// the pause.
+    /// The shutdown ends the wait at once ([`LockError::ShutDown`]).
     pub(crate) async fn after(&mut self, error: LockError) -> Result<(), LockError> {
-        if matches!(error, LockError::Input(_) | LockError::PermitCount { .. }) {
+        if matches!(
+            error,
+            LockError::Input(_) | LockError::PermitCount { .. } | LockError::ShutDown
+        ) {
             return Err(error);
         }
+        let driver = self.driver;
+        driver.unless_closing(self.pause(error)).await?
+    }
+
+    /// [`after`](Self::after)'s decision and pause.
+    async fn pause(&mut self, error: LockError) -> Result<(), LockError> {
         let driver = self.driver;
         if let (true, Some(hub), true) = (
             self.attempts.waits(),
@@ -146,17 +156,31 @@ impl<'a> Waiting<'a> {
     }
 }
 
+/// What a hold is: its reentrant owner, if any, its label, and how long it
+/// is kept at least from its grant.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Hold<'a> {
+    pub(crate) owner: Option<&'a str>,
+    pub(crate) label: Option<&'a Arc<str>>,
+    pub(crate) at_least: Option<Duration>,
+}
+
 /// Acquire rounds on `driver` until one grants or `attempts` runs out,
-/// each hold labelled `label`: the waiting loop of every lock kind but the
-/// semaphore's, which tries its slots in turn ([`Waiting`]).
+/// each a `hold`: the waiting loop of every lock kind but the semaphore's,
+/// which tries its slots in turn ([`Waiting`]). Ends at once with
+/// [`LockError::ShutDown`] when the client is shut down.
 pub(crate) async fn acquire_repeatedly(
     driver: &Driver,
     keys: Keys,
-    owner: Option<&str>,
-    label: Option<&Arc<str>>,
+    hold: Hold<'_>,
     ttl: Ttl,
     attempts: Attempts,
 ) -> Result<Held, LockError> {
+    let Hold {
+        owner,
+        label,
+        at_least,
+    } = hold;
     let channels = [keys.first().to_owned()];
     let mut waiting = Waiting::new(driver, attempts, &channels);
     // Taken back if this future is dropped while it waits (a caller
@@ -168,7 +192,11 @@ pub(crate) async fn acquire_repeatedly(
             Some(owner) => Claim::owned(keys.take().expect("keys"), owner)?,
             None => Claim::new(keys.take().expect("keys")), // a fresh token every round
         };
-        let claim = Arc::new(claim.in_line(waiting.in_line()).labeled(label));
+        let claim = claim
+            .in_line(waiting.in_line())
+            .labeled(label)
+            .held_at_least(at_least);
+        let claim = Arc::new(claim);
         waiting.before_attempt();
         let error = match driver.acquire(&claim, ttl, waiting.holder_ttl()).await {
             Ok(held) => {
@@ -178,6 +206,9 @@ pub(crate) async fn acquire_repeatedly(
                 give_up.got_it(claim.keys().first());
                 return Ok(held);
             }
+            // The shutdown released every round's marks (it found them
+            // among the client's claims): nothing left to take back.
+            Err(LockError::ShutDown) => return Err(LockError::ShutDown),
             Err(e) => e,
         };
         give_up.refused(&claim);

@@ -26,8 +26,11 @@ pub(crate) struct Claim {
     /// A fenced lock's label and fence as its key stores them once granted
     /// (`label \0 fence`, see `fence_writeback.lua`): what a restore sets.
     stored: std::sync::OnceLock<Box<str>>,
-    /// Held at least until then ([`LockOptions::hold_at_least`](crate::LockOptions::hold_at_least)):
-    /// a release before it leaves the key to expire then.
+    /// Held at least this long from its grant
+    /// ([`LockOptions::hold_at_least`](crate::LockOptions::hold_at_least)).
+    at_least: Option<std::time::Duration>,
+    /// Held at least until then (set at the grant, from `at_least`): a
+    /// release before it leaves the key to expire then.
     keep_until: std::sync::OnceLock<tokio::time::Instant>,
     /// A release was made: no restore may follow it (see
     /// [`unless_released`](Claim::unless_released)).
@@ -88,6 +91,7 @@ impl Claim {
             waiter: None,
             label: None,
             stored: std::sync::OnceLock::new(),
+            at_least: None,
             keep_until: std::sync::OnceLock::new(),
             released: std::sync::Mutex::default(),
         }
@@ -100,10 +104,21 @@ impl Claim {
         let _ = self.stored.set(format!("{label}\0{fence}").into());
     }
 
-    /// Keeps the lock until `at` however soon it is released (plain and
-    /// fenced locks: the release leaves the key to expire then).
-    pub(crate) fn keep_until(&self, at: tokio::time::Instant) {
-        let _ = self.keep_until.set(at);
+    /// The same claim, its lock kept at least `at_least` from its grant
+    /// however soon it is released (plain and fenced locks: the release
+    /// leaves the key to expire then).
+    pub(crate) fn held_at_least(mut self, at_least: Option<std::time::Duration>) -> Self {
+        self.at_least = at_least;
+        self
+    }
+
+    /// Its round was granted now: a lock held at least a while is kept
+    /// until then from here on (a release, the shutdown's too, leaves the
+    /// key to expire then).
+    pub(crate) fn granted(&self) {
+        if let Some(at_least) = self.at_least {
+            let _ = self.keep_until.set(tokio::time::Instant::now() + at_least);
+        }
     }
 
     /// The same claim, its hold labelled `label` (see [`check_label`]).
@@ -134,6 +149,7 @@ impl Claim {
             waiter: None,
             label: None,
             stored: std::sync::OnceLock::new(),
+            at_least: None,
             keep_until: std::sync::OnceLock::new(),
             released: std::sync::Mutex::default(),
         })
@@ -156,6 +172,7 @@ impl Claim {
             waiter: None,
             label: None,
             stored: std::sync::OnceLock::new(),
+            at_least: None,
             keep_until: std::sync::OnceLock::new(),
             released: std::sync::Mutex::default(),
         })

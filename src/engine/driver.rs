@@ -74,6 +74,8 @@ pub(crate) struct Held {
     pub(crate) fence: Option<u64>,
     /// The nodes the acquire was made to (not refused before it was sent).
     pub(crate) made: Mask,
+    /// Its slot among the client's claims (`crate::engine::holds`).
+    pub(crate) slot: usize,
 }
 
 /// How many rounds an acquisition may take: the retry policy's, or until a
@@ -99,9 +101,12 @@ pub(crate) struct Driver {
     names: Arc<[Arc<str>]>,
     /// What the client counts of its locks.
     pub(crate) telemetry: ClientTelemetry,
-    /// The locks it holds now (released by `shutdown`).
+    /// Its claims that may hold something on the nodes — in flight, held,
+    /// a waiter's marks —, released by `shutdown`, which closes it to new
+    /// acquisitions.
     pub(crate) holds: crate::engine::holds::Holds,
-    /// `true` once `shutdown` began: leases end as lost.
+    /// `true` once `shutdown` began (and released every claim): leases end
+    /// as lost, acquisitions and waits end with `LockError::ShutDown`.
     closing: tokio::sync::watch::Sender<bool>,
     /// One acquire round per resource at a time.
     turns: crate::engine::turns::Turns,
@@ -261,35 +266,50 @@ impl Driver {
     ) -> Result<Held, LockError> {
         // Nodes still connecting for the first time, this client's other
         // round for the resource (crate::engine::turns) and room among the calls in
-        // flight are waited for before the round's clock starts.
-        self.first_connections().await;
-        let _turn = match claim.keys().exclusive() {
-            true => Some(self.turns.take(claim.keys().first()).await),
-            false => None,
-        };
+        // flight are waited for before the round's clock starts — unless
+        // the shutdown begins meanwhile.
         let step = Step::Acquire { holder_ttl };
         let wait = self
             .settings
             .node_timeout
             .unwrap_or(quorum::DEFAULT_NODE_TIMEOUT);
-        let places = self.room(step, Instant::now() + wait).await;
+        let (places, _turn) = self
+            .unless_closing(async {
+                self.first_connections().await;
+                let turn = match claim.keys().exclusive() {
+                    true => Some(self.turns.take(claim.keys().first()).await),
+                    false => None,
+                };
+                (self.room(step, Instant::now() + wait).await, turn)
+            })
+            .await?;
         // The clock is read before the first request leaves.
         let t0 = Instant::now();
         let deadline = t0 + ttl.validity;
         let per_node = quorum::node_timeout(self.settings.node_timeout, ttl.ms, ttl.validity);
-        let round = self.submit_with(
-            claim,
-            step,
-            ttl.ms,
-            None,
-            Wait::Decision,
-            None,
-            Some(places),
-        );
+        // Made and registered among the client's claims at once, unless the
+        // shutdown began: from here on a shutdown releases whatever the
+        // round sets, behind it (crate::engine::holds).
+        let made = self.holds.admit(claim, || {
+            self.submit_with(
+                claim,
+                step,
+                ttl.ms,
+                None,
+                Wait::Decision,
+                None,
+                Some(places),
+            )
+        });
+        let Some((slot, round)) = made else {
+            return Err(LockError::ShutDown);
+        };
         // If this future is dropped from here on, the guard releases whatever
         // the round may have set: on every node the acquire was handed to,
         // behind it. (A reentrant release names its hold, so where the hold
-        // was not counted it changes nothing.)
+        // was not counted it changes nothing.) So it does when the shutdown
+        // ends the round: the shutdown released the claim already, and the
+        // guard sends nothing more.
         let mut guard = Abandoned {
             driver: self,
             claim,
@@ -299,7 +319,9 @@ impl Driver {
         };
         // Calls still in flight go on when the round stops listening: the
         // lock reaches every node that answers, not a bare quorum.
-        let mut tally = self.collect(&round, t0 + per_node).await;
+        let mut tally = self
+            .unless_closing(self.collect(&round, t0 + per_node))
+            .await?;
         let mut acquisition = Acquisition::default();
         loop {
             match acquisition.next(tally, Instant::now() < deadline) {
@@ -312,10 +334,24 @@ impl Driver {
                         deadline.saturating_duration_since(now),
                     );
                     let step = Step::WriteBack(fence);
-                    let round = self.submit(claim, step, ttl.ms, Some(&to), Wait::Decision);
-                    tally = self.collect(&round, now + per_node).await;
+                    let round = self
+                        .holds
+                        .unless_closed(|| {
+                            self.submit(claim, step, ttl.ms, Some(&to), Wait::Decision)
+                        })
+                        .ok_or(LockError::ShutDown)?;
+                    tally = self
+                        .unless_closing(self.collect(&round, now + per_node))
+                        .await?;
                 }
                 Next::Granted { fence } => {
+                    // A lock from here on, unless the shutdown began (it
+                    // released the claim: the caller gets no lock). A lock
+                    // held at least a while is kept so from its grant, and
+                    // so by the release of a shutdown that begins later.
+                    if !self.holds.grant(slot, || claim.granted()) {
+                        return Err(LockError::ShutDown);
+                    }
                     guard.armed = false; // the Lock owns the keys now
                     if let Some(fence) = fence {
                         claim.granted_fence(fence);
@@ -326,6 +362,7 @@ impl Driver {
                         deadline,
                         fence,
                         made: guard.only.clone(),
+                        slot,
                     });
                 }
                 Next::Refused {
@@ -340,11 +377,31 @@ impl Driver {
                     guard.armed = false; // handed over at the release's first poll
                     let wait = Wait::Nodes(wait_for.iter().copied().collect());
                     let undo = self.give_back(Step::Undo, claim, ttl.ms, wait, Some(&behind));
+                    if !claim.keys().marks_refusals() && !claim.waits_in_line() {
+                        // The undo leaves nothing of it on the nodes: a
+                        // shutdown has nothing to release. (A waiter's
+                        // place in line and a writer's intent stand: its
+                        // wait takes them back, or the shutdown.)
+                        claim.release_begins();
+                    }
                     self.settle(undo).await;
                     let step = Step::Acquire { holder_ttl };
                     return Err(refusal(decision, self.votes(claim, step, answers)));
                 }
             }
+        }
+    }
+
+    /// `work`'s output, or [`LockError::ShutDown`] as soon as the shutdown
+    /// begins (`work` is dropped then).
+    pub(crate) async fn unless_closing<T>(
+        &self,
+        work: impl Future<Output = T>,
+    ) -> Result<T, LockError> {
+        tokio::select! {
+            biased;
+            () = self.closing() => Err(LockError::ShutDown),
+            out = work => Ok(out),
         }
     }
 

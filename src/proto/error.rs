@@ -62,6 +62,14 @@ pub enum LockError {
     },
     /// Invalid input to the call: nothing was sent to any node.
     Input(InputError),
+    /// The client was shut down ([`Redlock::shutdown`](crate::Redlock::shutdown))
+    /// before this call got what it asked: an acquisition made after the
+    /// shutdown began (nothing was sent), or one still in flight or waiting
+    /// when it began, whatever it had set on the nodes — the lock had its
+    /// round granted it, a writer's intent, a place in line — released by
+    /// the shutdown before it returned. Nothing is held; the client takes
+    /// no more locks.
+    ShutDown,
     /// A semaphore asked with a permit count other than the one its live
     /// holders were granted under ([`Answer::PermitsDiffer`]): every holder
     /// of a semaphore must name the same count. Nothing was taken.
@@ -103,7 +111,7 @@ impl LockError {
             | LockError::Expired { votes }
             | LockError::PermitCount { votes, .. } => Some(votes),
             LockError::Timeout { last, .. } => last.votes(),
-            LockError::Lost { .. } | LockError::Input(_) => None,
+            LockError::Lost { .. } | LockError::Input(_) | LockError::ShutDown => None,
         }
     }
 }
@@ -441,6 +449,10 @@ impl LockError {
                  validity ended, and the work was stopped"
             ),
             LockError::Input(e) => write!(f, "invalid input: {e}"),
+            LockError::ShutDown => f.write_str(
+                "the client was shut down (Redlock::shutdown): nothing is held, whatever the \
+                 call had set on the nodes was released; build a new client to lock again",
+            ),
             LockError::PermitCount { held_under, votes } => {
                 let asked = match votes.subject() {
                     Subject::Permits { permits, .. } => format!(" with {permits}"),

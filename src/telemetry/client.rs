@@ -23,7 +23,7 @@ const KINDS: [&str; 7] = [
 ];
 
 /// The `reason` labels of [`REFUSALS`].
-const REASONS: [&str; 7] = [
+const REASONS: [&str; 8] = [
     "taken",
     "unavailable",
     "expired",
@@ -31,6 +31,7 @@ const REASONS: [&str; 7] = [
     "permit_count",
     "input",
     "busy",
+    "shut_down",
 ];
 
 /// The `kind` label of a lock.
@@ -51,6 +52,7 @@ fn reason(error: &LockError) -> usize {
         LockError::PermitCount { .. } => 4,
         // `Lost` ends a lease, not an acquisition.
         LockError::Input(_) | LockError::Lost { .. } => 5,
+        LockError::ShutDown => 7,
     }
 }
 

@@ -186,6 +186,7 @@ lua!(
     "scripts/release_read.lua",
     "release_read",
     ALLOW_OOM,
+    "scripts/line.lua",
     "scripts/notify.lua"
 );
 lua!(

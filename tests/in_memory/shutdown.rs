@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::memory::{MemoryNode, five};
+use crate::support::memory::{MemoryNode, Until, five};
 use redquorum::{LockError, LockOptions, Semaphore, election::Election};
 
 const TTL: Duration = Duration::from_secs(30);
@@ -168,4 +168,173 @@ async fn releases_racing_a_shutdown_leave_nothing() {
             "round {round}: keys left ({refused} releases refused)"
         );
     }
+}
+
+/// What the tasks of [`acquisitions_racing_a_shutdown_are_settled`] got
+/// and keep: a task that runs on keeps whatever it was granted.
+type Kept = Arc<std::sync::Mutex<Vec<Box<dyn std::any::Any + Send>>>>;
+
+/// `outcome`'s hold kept (as a task running on would), its error returned.
+fn keep<T: Send + 'static>(kept: &Kept, outcome: Result<T, LockError>) -> Result<(), LockError> {
+    outcome.map(|held| kept.lock().unwrap().push(Box::new(held)))
+}
+
+/// Acquisitions in flight when `shutdown` is called, and waiters between
+/// two attempts (a writer's intent and places in line on the nodes), of
+/// every kind: each is undone (or, granted, released) before `shutdown`
+/// returns, its caller gets [`LockError::ShutDown`] at once (a campaign
+/// that would wait forever too), and a call made after is refused alike.
+/// The nodes are frozen while the acquisitions are made, so that every one
+/// is in flight when the shutdown begins; they are thawed once it has
+/// begun, and apply every acquire in flight before the shutdown's release.
+/// Before: the acquires in flight were granted after the shutdown had
+/// released the client's holds — their locks, owned by tasks that run on,
+/// kept their keys for the TTL — and the waiters kept waiting (their
+/// attempts refused as `NotConnected`), their places in line left. Locks
+/// held at least a while (`LockOptions::hold_at_least`) keep their keys as
+/// promised.
+#[tokio::test]
+async fn acquisitions_racing_a_shutdown_are_settled() {
+    let nodes: Vec<_> = (0..5).map(MemoryNode::new).collect();
+    let redlock = redquorum::Redlock::builder()
+        .custom_nodes(
+            nodes
+                .iter()
+                .map(|n| Arc::clone(n) as Arc<dyn redquorum::node::Node>),
+        )
+        .node_timeout(Duration::from_secs(10))
+        .build()
+        .await
+        .unwrap();
+    let bound = Duration::from_secs(10);
+    // 'static: the tasks borrow them.
+    let wait: &'static LockOptions =
+        Box::leak(Box::new(LockOptions::new().wait(Duration::from_secs(600))));
+    let at_least: &'static LockOptions = Box::leak(Box::new(LockOptions::new().hold_at_least(TTL)));
+    let kept: Kept = Arc::default();
+    let mut tasks: Vec<(&str, tokio::task::JoinHandle<Result<(), LockError>>)> = Vec::new();
+    macro_rules! task {
+        ($what:expr, |$r:ident| $body:expr) => {{
+            let ($r, kept) = (redlock.clone(), Arc::clone(&kept));
+            let handle = tokio::spawn(async move { keep(&kept, $body.await) });
+            tasks.push(($what, handle));
+        }};
+    }
+    // Locks held at least a while: one released, one held at the
+    // shutdown; both keys stay.
+    redlock
+        .lock_with("promised", TTL, at_least)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let promised = redlock
+        .lock_with("promised-2", TTL, at_least)
+        .await
+        .unwrap();
+    // Holders, and waiters for what they hold: parked between attempts.
+    let reader = redlock.read_lock("doc", TTL).await.unwrap();
+    let held = redlock.lock("held", TTL).await.unwrap();
+    let permit = Semaphore::new(&redlock, "api", 1)
+        .unwrap()
+        .try_acquire(TTL)
+        .await
+        .unwrap();
+    let leadership = Election::new(&redlock, "leader")
+        .unwrap()
+        .campaign(TTL, &LockOptions::new())
+        .await
+        .unwrap();
+    task!("waiting writer", |r| r.write_lock_with("doc", TTL, wait));
+    task!("waiting lock", |r| r.lock_with("held", TTL, wait));
+    task!("waiting permit", |r| Semaphore::new(&r, "api", 1)
+        .unwrap()
+        .acquire_with(TTL, wait));
+    task!("waiting candidate", |r| Election::new(&r, "leader")
+        .unwrap()
+        .campaign(TTL, &LockOptions::new()));
+    for line in [
+        "{held}:lock:line",
+        "{doc}:rw:line",
+        "{api}:permits:line",
+        "{leader}:lock:line",
+    ] {
+        for node in &nodes {
+            node.until(bound, line, |n| n.waiting(line) == 1).await;
+        }
+    }
+    // Acquisitions of every kind, in flight on frozen nodes.
+    for node in &nodes {
+        node.freeze();
+    }
+    let before: usize = redlock.in_flight().map(|(_, calls)| calls).sum();
+    task!("lock", |r| r.lock("plain", TTL));
+    task!("fenced", |r| r.lock_fenced("fenced", TTL));
+    task!("reentrant", |r| r.lock_reentrant("re", TTL, "me"));
+    task!("many", |r| r.lock_many(&["m1", "m2"], TTL));
+    task!("read", |r| r.read_lock("doc-2", TTL));
+    task!("write", |r| r.write_lock("doc-3", TTL));
+    task!("permit", |r| Semaphore::new(&r, "api-2", 2)
+        .unwrap()
+        .acquire(TTL));
+    task!("campaign", |r| Election::new(&r, "leader-2")
+        .unwrap()
+        .campaign(TTL, &LockOptions::new()));
+    task!("waiting lock in flight", |r| r
+        .lock_with("plain-2", TTL, wait));
+    task!("hold_at_least", |r| r.lock_with("kept", TTL, at_least));
+    // Each of the ten makes its first round on every node.
+    tokio::time::timeout(bound, async {
+        while redlock.in_flight().map(|(_, calls)| calls).sum::<usize>() < before + 50 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("every acquisition in flight");
+    // The shutdown begins (this runtime has one thread: it runs until it
+    // waits for the nodes), then the nodes apply what they hold back.
+    let shutdown = tokio::spawn({
+        let redlock = redlock.clone();
+        async move { redlock.shutdown().await }
+    });
+    tokio::task::yield_now().await;
+    for node in &nodes {
+        node.thaw();
+    }
+    tokio::time::timeout(bound, shutdown)
+        .await
+        .expect("shutdown returned")
+        .unwrap();
+    let promises = |nodes: &[Arc<MemoryNode>]| {
+        for node in nodes {
+            for key in ["{promised}:lock", "{promised-2}:lock"] {
+                assert!(node.holder(key).is_some(), "{key} kept");
+            }
+        }
+        2 * nodes.len()
+    };
+    assert_eq!(
+        keys_left(&nodes),
+        promises(&nodes),
+        "keys left when shutdown returned"
+    );
+    for (what, task) in tasks {
+        let outcome = tokio::time::timeout(bound, task)
+            .await
+            .unwrap_or_else(|_| panic!("{what} still running after shutdown"))
+            .unwrap();
+        assert!(
+            matches!(outcome, Err(LockError::ShutDown)),
+            "{what}: {outcome:?}"
+        );
+    }
+    let later = redlock.lock("later", TTL).await;
+    assert!(matches!(later, Err(LockError::ShutDown)), "{later:?}");
+    assert_eq!(
+        keys_left(&nodes),
+        promises(&nodes),
+        "keys left after the callers returned"
+    );
+    drop((reader, held, permit, leadership, promised, kept));
 }

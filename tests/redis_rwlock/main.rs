@@ -9,6 +9,7 @@
 #![cfg(feature = "redis-tests")]
 
 mod clean_up;
+mod shutdown_races;
 #[path = "../support/mod.rs"]
 mod support;
 

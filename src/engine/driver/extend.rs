@@ -47,6 +47,10 @@ impl Driver {
         deadline: Instant,
         made: &mut Mask,
     ) -> Result<Instant, LockError> {
+        if *self.closing.borrow() {
+            // The shutdown released the lock: nothing is sent.
+            return Err(LockError::ShutDown);
+        }
         // Room among the calls in flight, waited for within the lease's
         // validity (a lease is kept, not failed, by a busy client).
         let wait = self

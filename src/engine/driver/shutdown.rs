@@ -12,12 +12,18 @@ impl Driver {
     /// has ended (answered, or given up at its node's grace, which bounds
     /// the wait).
     pub(crate) async fn shutdown(&self) {
-        self.closing.send_replace(true);
         let ttl_ms = u64::try_from(self.settings.max_ttl.as_millis()).unwrap_or(MAX_TTL_MS);
-        for claim in self.holds.live() {
+        // Closed to new acquisitions, and every claim released — held,
+        // in flight (behind its acquire's calls), a waiter's marks — in one
+        // step under the table's lock: no acquisition is made or granted
+        // in between.
+        self.holds.close(|claim| {
             claim.release_begins();
-            drop(self.submit(&claim, Step::Release, ttl_ms, None, Wait::Decision));
-        }
+            drop(self.submit(claim, Step::Release, ttl_ms, None, Wait::Decision));
+        });
+        // Then told: a round in flight stops listening, a waiter stops
+        // waiting, a lease ends as lost.
+        self.closing.send_replace(true);
         for node in self.nodes.iter() {
             node.close();
         }

@@ -267,6 +267,14 @@ impl Store {
                 let [writer, readers, ..] = rw(keys)?;
                 if let Some(w) = waiter {
                     self.line_leave(&keys[3..], &w.name(true), now);
+                    // The readers' turn ends with the last live reader in
+                    // line to leave.
+                    if self.holds_text(writer, READERS_TURN, now)
+                        && !self.reader_in_line(&keys[3..], now)?
+                    {
+                        self.keys.remove(writer);
+                        self.publish(writer, token);
+                    }
                 }
                 let removed =
                     matches!(self.zset(readers, now), Ok(Some(m)) if m.contains_key(token));

@@ -58,6 +58,26 @@ impl Store {
         self.line_join(line, who, waiter.ticket, deadline, now)
     }
 
+    /// Whether a reader whose deadline has not passed stands in `line`
+    /// (`release_read.lua`).
+    pub(super) fn reader_in_line(&mut self, line: &[String], now: u64) -> Result<bool, NodeError> {
+        let readers: Vec<String> = match self.zset(&line[0], now)? {
+            Some(members) => members
+                .keys()
+                .filter(|w| w.starts_with('r'))
+                .cloned()
+                .collect(),
+            None => return Ok(false),
+        };
+        let alive = match self.zset(&line[1], now)? {
+            Some(members) => members,
+            None => return Ok(false),
+        };
+        Ok(readers
+            .iter()
+            .any(|w| alive.get(w).is_some_and(|until| *until >= score(now))))
+    }
+
     pub(super) fn line_leave(&mut self, line: &[String], who: &str, now: u64) {
         self.zrem(&line[0], who, now);
         self.zrem(&line[1], who, now);
