@@ -7,8 +7,8 @@
 //! the reply; a [frozen](MemoryNode::freeze) node holds every operation back
 //! until [thawed](MemoryNode::thaw), then applies the queue in order (a
 //! SIGSTOPped Redis). Keys expire by tokio's clock, so a test on a paused
-//! runtime controls time. It reports no releases
-//! (`Node::listen`): waiters poll.
+//! runtime controls time. It reports no releases (`Node::listen`, waiters
+//! poll) unless told to ([`MemoryNode::report_releases`]).
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -35,7 +35,7 @@ use tokio::time::Instant;
 use crate::api::redlock::Redlock;
 use crate::proto::error::NodeError;
 use crate::proto::op::{Op, Reply};
-use crate::transport::node::Node;
+use crate::transport::node::{Listener, Node, Notice};
 
 mod owned;
 mod redis;
@@ -81,6 +81,44 @@ pub struct MemoryNode {
     quarantined: std::sync::atomic::AtomicBool,
     /// Bumped after every applied operation, so tests can wait for state.
     applied: watch::Sender<u64>,
+    /// Whether it opens listeners ([`report_releases`](Self::report_releases)).
+    reports: std::sync::atomic::AtomicBool,
+    /// Its open listeners: what each is subscribed to, where its notices go.
+    taps: Arc<Mutex<Vec<Tap>>>,
+}
+
+/// One open listener of an in-memory node, as the node sees it.
+#[derive(Debug)]
+struct Tap {
+    channels: Arc<Mutex<std::collections::HashSet<String>>>,
+    notices: mpsc::UnboundedSender<Notice>,
+}
+
+/// A listener on an in-memory node ([`MemoryNode::report_releases`]).
+struct MemoryListener {
+    channels: Arc<Mutex<std::collections::HashSet<String>>>,
+    notices: tokio::sync::Mutex<mpsc::UnboundedReceiver<Notice>>,
+}
+
+impl Listener for MemoryListener {
+    fn subscribe<'a>(&'a self, channels: &'a [&'a str]) -> BoxFuture<'a, Result<(), NodeError>> {
+        let mut set = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
+        set.extend(channels.iter().map(|c| (*c).to_owned()));
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn unsubscribe<'a>(&'a self, channels: &'a [&'a str]) -> BoxFuture<'a, Result<(), NodeError>> {
+        let mut set = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
+        for c in channels {
+            set.remove(*c);
+        }
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn next(&self) -> BoxFuture<'_, Option<Notice>> {
+        // `recv` is cancel safe: a dropped call loses no notice.
+        Box::pin(async move { self.notices.lock().await.recv().await })
+    }
 }
 
 /// The in-memory nodes' clock: milliseconds since the first node was made,
@@ -111,6 +149,7 @@ impl MemoryNode {
         let (gate, _) = watch::channel(true);
         let (applied, _) = watch::channel(0u64);
         let store: Arc<Mutex<Store>> = Arc::default();
+        let taps: Arc<Mutex<Vec<Tap>>> = Arc::default();
         let node = Arc::new(MemoryNode {
             name: name.into(),
             queue,
@@ -118,6 +157,8 @@ impl MemoryNode {
             store: store.clone(),
             quarantined: std::sync::atomic::AtomicBool::new(false),
             applied: applied.clone(),
+            reports: std::sync::atomic::AtomicBool::new(false),
+            taps: Arc::clone(&taps),
         });
         let mut gate_rx = gate.subscribe();
         tokio::spawn(async move {
@@ -128,8 +169,24 @@ impl MemoryNode {
                 let answer = {
                     let mut store = store.lock().unwrap_or_else(PoisonError::into_inner);
                     let answer = store.apply(op.op(), now_ms());
-                    // It reports no releases (no listener).
-                    store.take_published();
+                    // To the listeners subscribed to their channels, if any.
+                    let published = store.take_published();
+                    if !published.is_empty() {
+                        let mut taps = taps.lock().unwrap_or_else(PoisonError::into_inner);
+                        taps.retain(|tap| !tap.notices.is_closed());
+                        for notice in published {
+                            for tap in taps.iter() {
+                                let on = tap
+                                    .channels
+                                    .lock()
+                                    .unwrap_or_else(PoisonError::into_inner)
+                                    .contains(&notice.channel);
+                                if on {
+                                    let _ = tap.notices.send(notice.clone());
+                                }
+                            }
+                        }
+                    }
                     answer
                 };
                 applied.send_modify(|n| *n += 1);
@@ -183,6 +240,21 @@ impl MemoryNode {
     pub fn quarantine(&self, on: bool) {
         self.quarantined
             .store(on, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Reports releases to listeners ([`Node::listen`]), as a Redis node's
+    /// release scripts publish them, or no longer: waiters of a client over
+    /// it then wake on a release instead of polling. Off by default; a
+    /// client opens its listeners when its first waiter waits, so turn it on
+    /// before that.
+    pub fn report_releases(&self, on: bool) {
+        self.reports.store(on, std::sync::atomic::Ordering::Release);
+        if !on {
+            self.taps
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clear();
+        }
     }
 
     /// The token (or reentrant owner) under `key`, if it is set and not
@@ -269,5 +341,25 @@ impl Node for MemoryNode {
 
     fn quarantined(&self) -> bool {
         self.quarantined.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn listen(&self) -> Option<BoxFuture<'static, Result<Box<dyn Listener>, NodeError>>> {
+        if !self.reports.load(std::sync::atomic::Ordering::Acquire) {
+            return None;
+        }
+        let channels: Arc<Mutex<std::collections::HashSet<String>>> = Arc::default();
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.taps
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Tap {
+                channels: Arc::clone(&channels),
+                notices: tx,
+            });
+        let listener: Box<dyn Listener> = Box::new(MemoryListener {
+            channels,
+            notices: tokio::sync::Mutex::new(rx),
+        });
+        Some(Box::pin(std::future::ready(Ok(listener))))
     }
 }

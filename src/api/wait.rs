@@ -27,7 +27,7 @@ use crate::engine::claim::{Claim, InLine, Keys};
 use crate::engine::driver::{Attempts, Driver, Held, Ttl};
 use crate::engine::wakeup::Interest;
 use crate::proto::error::{LockError, Votes};
-use crate::proto::retry::{AfterRound, Backoff, Last, WAKE_SPREAD};
+use crate::proto::retry::{AfterRound, Backoff, Counts, Last, WAKE_SPREAD};
 
 /// A waiter comes back within its patience at least this long.
 pub(crate) const MIN_PATIENCE: Duration = Duration::from_millis(100);
@@ -118,10 +118,12 @@ impl<'a> Waiting<'a> {
         let budget = self
             .attempts
             .map(|give_up| give_up.saturating_duration_since(now));
+        let quorum = driver.quorum_counts(now);
         let last = Last {
             collided: error.votes().is_some_and(|v| v.yes() > 0),
             holder_left: error.votes().and_then(Votes::min_pttl),
             woken: self.interests.iter().any(Interest::listening),
+            quorum,
         };
         let retry = driver.settings.retry;
         let pause = match self.backoff.next(&retry, budget, last, driver.draw()) {
@@ -138,14 +140,27 @@ impl<'a> Waiting<'a> {
             tokio::time::sleep(pause).await;
             return Ok(());
         }
-        let released =
-            futures::future::select_all(self.interests.iter_mut().map(|i| Box::pin(i.released())));
-        // Biased, as every select here: tokio picks unbiased branches at
-        // random, which a seeded simulation could not replay.
-        let woken = tokio::select! {
-            biased;
-            () = tokio::time::sleep(pause) => false,
-            _ = released => true,
+        let until = now + pause;
+        let woken = loop {
+            let released = futures::future::select_all(
+                self.interests.iter_mut().map(|i| Box::pin(i.released())),
+            );
+            // Biased, as every select here: tokio picks unbiased branches at
+            // random, which a seeded simulation could not replay.
+            let woken = tokio::select! {
+                biased;
+                () = tokio::time::sleep_until(until) => false,
+                _ = released => true,
+            };
+            // While no quorum can count (quarantines), a release helps no
+            // round: sleep on, until then or the next release.
+            if !woken
+                || quorum == Counts::Now
+                || driver.quorum_counts(Instant::now()) == Counts::Now
+            {
+                break woken;
+            }
+            self.before_attempt();
         };
         if woken {
             // Every waiter hears the same release: stagger them so that one

@@ -210,6 +210,12 @@ impl Claim {
         true
     }
 
+    /// The channels a release of this claim may report on (its lock keys)
+    /// and the nonce it reports there ([`wakeup`](crate::engine::wakeup)).
+    pub(crate) fn notices(&self) -> (&[String], &str) {
+        (self.keys.lock.as_slice(), self.hold())
+    }
+
     /// The token of this hold (a reentrant claim's own; otherwise the token).
     fn hold(&self) -> &str {
         match &self.mark {

@@ -29,7 +29,7 @@ use crate::proto::keys::KeyLayout;
 use crate::proto::op::Snapshot;
 use crate::proto::per_node::PerNode;
 use crate::proto::quorum::{self, DriftFactor, MAX_TTL_MS};
-use crate::proto::retry::{Budget, Retry};
+use crate::proto::retry::{Budget, Counts, Retry, quorum_counts};
 use crate::proto::round::{Mask, Wait};
 use crate::proto::round::{Step, Tally, refusal};
 use crate::telemetry::ClientTelemetry;
@@ -206,6 +206,23 @@ impl Driver {
         self.hub.as_ref()
     }
 
+    /// When a quorum of the nodes' yeses will count toward a new grant
+    /// again, as the client knows at `now`: a Redis node's quarantine ends
+    /// when its connection's handshake said; a node of your own's end is
+    /// unknown while it reports itself quarantined.
+    pub(crate) fn quorum_counts(&self, now: Instant) -> Counts {
+        let nodes = self.nodes.iter().map(|n| {
+            let left = match n.member() {
+                Member::Redis(node) => node.standing().quarantined_for(now),
+                Member::Cluster(node) => node.standing().quarantined_for(now),
+                Member::Custom(node) if node.quarantined() => return Counts::Unknown,
+                Member::Custom(_) => None,
+            };
+            left.map_or(Counts::Now, Counts::After)
+        });
+        quorum_counts(nodes, self.quorum())
+    }
+
     /// The one check of a lock call's input, before anything is sent: its
     /// keys in one cluster slot where a member is a cluster, its TTL within
     /// bounds and above the drift allowance.
@@ -375,6 +392,13 @@ impl Driver {
                     // meets our own leftovers there; the others (silent,
                     // possibly frozen) get the release behind the acquire.
                     guard.armed = false; // handed over at the release's first poll
+                    // Its deletions wake none of this client's waiters: the
+                    // round never held the lock (made before the undo's
+                    // calls, so before they can be reported).
+                    if let Some(hub) = &self.hub {
+                        let (channels, nonce) = claim.notices();
+                        hub.mute(channels, nonce);
+                    }
                     let wait = Wait::Nodes(wait_for.iter().copied().collect());
                     let undo = self.give_back(Step::Undo, claim, ttl.ms, wait, Some(&behind));
                     if !claim.keys().marks_refusals() && !claim.waits_in_line() {

@@ -25,6 +25,19 @@
 //! [`MAX_CHANNELS`] channels are tracked; a waiter beyond that is not
 //! registered and polls.
 //!
+//! A refused round's undo deletes what the round set, and reports it like
+//! any release; but the lock was never held, so it must wake nobody — not
+//! the waiter whose round it was (which would try again at once: a spin
+//! while nodes are quarantined), nor this client's other waiters of the
+//! lock. Before the undo's calls are made, its nonce is **muted** on each
+//! of its channels that has waiters ([`Hub::mute`]): each node's first
+//! report of it is not counted. A channel keeps at most
+//! `max(MUTED_PER_WAITER × waiters, MIN_MUTED)` muted nonces (the oldest
+//! forgotten first), each for at most [`MUTE_FOR`] or until every node
+//! reported it: a waiter costs at most two nonces and their per-node
+//! flags. Another client's undo is not known here: it wakes the waiters,
+//! whose retry then meets what the undo left of the lock.
+//!
 //! Notifications are a hint. A waiter counts on one only once a quorum of
 //! nodes has confirmed its channel's subscription ([`Interest::listening`]);
 //! until then it sleeps no longer than the retry policy allows. A frozen
@@ -44,6 +57,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
+use tokio::time::Instant;
 
 use crate::proto::error::NodeError;
 use crate::transport::node::Listener;
@@ -59,6 +73,16 @@ const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// The most channels one `SUBSCRIBE` or `UNSUBSCRIBE` names.
 pub(crate) const MAX_BATCH: usize = 1024;
+
+/// How long at most an undo's reports are muted ([`Hub::mute`]): a
+/// report later than that wakes waiters (a pause cut short, never more).
+pub(crate) const MUTE_FOR: Duration = Duration::from_secs(5);
+
+/// Muted nonces a channel keeps per waiter (its last undo and the one
+/// before, whose reports may still be on their way)…
+const MUTED_PER_WAITER: usize = 2;
+/// …and at least.
+const MIN_MUTED: usize = 8;
 
 /// The most channels the hub tracks at once (those with waiters, and those
 /// still being unsubscribed); a waiter past it polls.
@@ -105,6 +129,18 @@ struct Channel {
     released: Arc<Released>,
     /// Per node: the subscription's state on its connection.
     subs: SmallVec<[Sub; 5]>,
+    /// Undos whose reports wake nobody, oldest first ([`Hub::mute`]).
+    muted: Vec<Muted>,
+}
+
+/// One refused round's undo, muted on one channel.
+#[derive(Debug)]
+struct Muted {
+    nonce: Box<[u8]>,
+    /// Per node: whether it reported the undo already (its next report of
+    /// the same nonce counts).
+    heard: SmallVec<[bool; 5]>,
+    until: Instant,
 }
 
 impl Channel {
@@ -154,6 +190,7 @@ impl Hub {
                 waiters: 0,
                 released: Arc::new(Released::new(n, self.quorum)),
                 subs: SmallVec::from_elem(Sub::No, n),
+                muted: Vec::new(),
             }),
         };
         entry.waiters += 1;
@@ -193,13 +230,57 @@ impl Hub {
         })
     }
 
-    /// Node `node` reported a release on `channel` (the release's nonce
-    /// only names it in the trace log: a waiter counts nodes, not releases).
+    /// A refused round's undo is about to delete what it set under
+    /// `nonce` (its token): on each of `channels` that has waiters, each
+    /// node's first report of it wakes nobody, for at most [`MUTE_FOR`].
+    pub(crate) fn mute(&self, channels: &[String], nonce: &str) {
+        let now = Instant::now();
+        let nodes = self.sources.len();
+        let mut tracked = self.lock();
+        for channel in channels {
+            let Some(entry) = tracked.get_mut(channel.as_str()) else {
+                continue;
+            };
+            if entry.waiters == 0 {
+                continue;
+            }
+            entry.muted.retain(|m| m.until > now);
+            let most = (entry.waiters * MUTED_PER_WAITER).max(MIN_MUTED);
+            if entry.muted.len() >= most {
+                entry.muted.remove(0);
+            }
+            entry.muted.push(Muted {
+                nonce: nonce.as_bytes().into(),
+                heard: SmallVec::from_elem(false, nodes),
+                until: now + MUTE_FOR,
+            });
+        }
+    }
+
+    /// Node `node` reported a release on `channel`, named by `nonce`: it
+    /// counts unless it is a muted undo's first report from that node (a
+    /// waiter counts nodes, not releases).
     fn released(&self, channel: &str, nonce: &[u8], node: usize) {
-        let channels = self.lock();
-        let Some(entry) = channels.get(channel) else {
+        let mut channels = self.lock();
+        let Some(entry) = channels.get_mut(channel) else {
             return;
         };
+        if let Some(i) = entry
+            .muted
+            .iter()
+            .position(|m| *m.nonce == *nonce && !m.heard[node])
+        {
+            let muted = &mut entry.muted[i];
+            if muted.until > Instant::now() {
+                muted.heard[node] = true;
+                if muted.heard.iter().all(|h| *h) {
+                    entry.muted.remove(i);
+                }
+                tracing::trace!(channel, node, nonce = %String::from_utf8_lossy(nonce), "undo reported, muted");
+                return;
+            }
+            entry.muted.remove(i);
+        }
         tracing::trace!(channel, node, nonce = %String::from_utf8_lossy(nonce), "release reported");
         entry.released.reported[node].fetch_add(1, Ordering::AcqRel);
         // Each waiter checks its own quorum. Woken in the order they
@@ -537,6 +618,51 @@ mod tests {
         hub.released("{r}:lock", b"n2", 0);
         hub.released("{r}:lock", b"n2", 2);
         assert!(waiter.has_changed(), "a second release woke nobody");
+    }
+
+    /// An undo's reports wake nobody, each node's first one; a release
+    /// of another nonce does, and a second report of the muted nonce from
+    /// a node (another release of it) counts.
+    #[tokio::test]
+    async fn an_undo_wakes_nobody() {
+        let hub = Hub::new(vec![deaf(), deaf(), deaf()], 2, None);
+        let mut waiter = hub.register("{r}:lock");
+        let mut other = hub.register("{r}:lock");
+        waiter.mark_seen();
+        other.mark_seen();
+        hub.mute(&["{r}:lock".into(), "{r}:fence".into()], "undone");
+        for node in 0..3 {
+            hub.released("{r}:lock", b"undone", node);
+        }
+        assert!(!waiter.has_changed(), "woken by an undo");
+        assert!(!other.has_changed(), "another waiter woken by an undo");
+        // Heard from every node: forgotten.
+        assert!(hub.lock()["{r}:lock"].muted.is_empty());
+        hub.released("{r}:lock", b"held", 0);
+        hub.released("{r}:lock", b"held", 1);
+        assert!(waiter.has_changed(), "a release woke nobody");
+        // Bounded per channel, whatever the undos.
+        for i in 0..100 {
+            hub.mute(&["{r}:lock".into()], &format!("u{i}"));
+        }
+        assert_eq!(hub.lock()["{r}:lock"].muted.len(), MIN_MUTED);
+        // A channel nobody waits on mutes nothing.
+        hub.mute(&["{s}:lock".into()], "u");
+        assert!(!hub.lock().contains_key("{s}:lock"));
+    }
+
+    /// A muted undo heard only after [`MUTE_FOR`] counts.
+    #[tokio::test(start_paused = true)]
+    async fn a_mute_is_bounded_in_time() {
+        let hub = Hub::new(vec![deaf(), deaf(), deaf()], 2, None);
+        let mut waiter = hub.register("{r}:lock");
+        waiter.mark_seen();
+        hub.mute(&["{r}:lock".into()], "late");
+        tokio::time::sleep(MUTE_FOR).await;
+        hub.released("{r}:lock", b"late", 0);
+        hub.released("{r}:lock", b"late", 1);
+        assert!(waiter.has_changed());
+        assert!(hub.lock()["{r}:lock"].muted.is_empty());
     }
 
     /// Readers release together: their reports reach the nodes

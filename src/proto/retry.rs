@@ -9,6 +9,9 @@
 //!   not listening (no pub/sub) -> poll, never past the holder's expiry
 //! after a collision (won some nodes, lost the round): a short pause doubled
 //!   per collision in a row (binary backoff), since no release will announce it
+//! while too many nodes are quarantined for a quorum to count (waiting only):
+//!   their quarantines' end known -> no earlier than a quorum's end (+ a little)
+//!   unknown (a node of your own) -> a pause doubled per such round, 100 ms..1 s
 //! ```
 
 use std::time::Duration;
@@ -91,6 +94,51 @@ pub(crate) const WAKE_SPREAD: Duration = Duration::from_millis(3);
 /// Collisions in a row beyond which the backoff stops doubling.
 const MAX_DOUBLINGS: u32 = 6;
 
+/// While a quorum cannot count for quarantines whose end is unknown, the
+/// first pause…
+pub(crate) const QUARANTINE_POLL_MIN: Duration = Duration::from_millis(100);
+/// …doubled per such round in a row, up to this.
+pub(crate) const QUARANTINE_POLL_MAX: Duration = Duration::from_secs(1);
+
+/// Whether a node's yes counts toward a new grant now, or when it will
+/// (the delayed restart: [`restart`](crate::proto::restart)); also what a
+/// quorum of nodes gives ([`quorum_counts`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Counts {
+    /// Now.
+    Now,
+    /// After this long (its quarantine ends then).
+    After(Duration),
+    /// Not now, and when is not known (a node of your own that reports
+    /// itself quarantined).
+    Unknown,
+}
+
+/// When a quorum of `quorum` nodes will count, given when each does.
+///
+/// ```text
+/// [Now, Now, After(2s), After(1s), Unknown], quorum 3 -> After(1s)
+/// ```
+pub(crate) fn quorum_counts(nodes: impl IntoIterator<Item = Counts>, quorum: usize) -> Counts {
+    // When each node counts, in order; Unknown after every known time.
+    let mut at: smallvec::SmallVec<[Option<Duration>; 5]> = nodes
+        .into_iter()
+        .map(|c| match c {
+            Counts::Now => Some(Duration::ZERO),
+            Counts::After(d) => Some(d),
+            Counts::Unknown => None,
+        })
+        .collect();
+    at.sort_by_key(|t| t.unwrap_or(Duration::MAX));
+    match at.get(quorum.max(1) - 1) {
+        Some(Some(d)) if d.is_zero() => Counts::Now,
+        Some(Some(d)) => Counts::After(*d),
+        Some(None) => Counts::Unknown,
+        // Fewer nodes than a quorum: nothing a wait changes.
+        None => Counts::Now,
+    }
+}
+
 /// What the caller allows: the retry policy's rounds, or rounds until a
 /// deadline. `T` is the deadline as the caller holds it (an instant), or,
 /// where [`Backoff`] reads it, the time left.
@@ -127,6 +175,8 @@ pub(crate) struct Last {
     pub(crate) holder_left: Option<Duration>,
     /// A release will wake the caller (it listens, with a quorum of nodes).
     pub(crate) woken: bool,
+    /// When a quorum of nodes' yeses will count again (quarantines).
+    pub(crate) quorum: Counts,
 }
 
 /// What to do after a failed round.
@@ -145,6 +195,9 @@ pub(crate) enum AfterRound {
 pub(crate) struct Backoff {
     rounds: u32,
     collisions: u32,
+    /// Rounds in a row in which a quorum could not count, for how long
+    /// unknown.
+    quarantined: u32,
 }
 
 impl Backoff {
@@ -181,6 +234,28 @@ impl Backoff {
                     // Polling: never past the holder's expiry.
                     _ => retry.jitter(last.holder_left.unwrap_or(Duration::MAX), draw),
                 };
+                // No round can be granted before a quorum counts again: no
+                // attempt before then (spread a little, as on a holder).
+                let pause = match last.quorum {
+                    Counts::Now => {
+                        self.quarantined = 0;
+                        pause
+                    }
+                    Counts::After(counts) => {
+                        self.quarantined = 0;
+                        let spread = retry.jitter(counts / 16 + Duration::from_millis(1), draw);
+                        pause.max(counts + Duration::from_millis(1) + spread)
+                    }
+                    Counts::Unknown => {
+                        let doubled = QUARANTINE_POLL_MIN
+                            .saturating_mul(2u32.saturating_pow(self.quarantined))
+                            .min(QUARANTINE_POLL_MAX);
+                        self.quarantined = (self.quarantined + 1).min(MAX_DOUBLINGS);
+                        // In the upper half: never shorter than half the step.
+                        let half = doubled / 2;
+                        pause.max(half + retry.jitter(half, draw).min(half))
+                    }
+                };
                 AfterRound::After(pause.min(left.unwrap_or(Duration::MAX)))
             }
         }
@@ -198,6 +273,103 @@ mod tests {
             collided,
             holder_left,
             woken,
+            quorum: Counts::Now,
+        }
+    }
+
+    #[test]
+    fn a_quorum_counts_when_its_last_quarantine_ends() {
+        let s = Duration::from_secs;
+        use Counts::{After, Now, Unknown};
+        assert_eq!(quorum_counts([Now, Now, Now, After(s(1)), Unknown], 3), Now);
+        assert_eq!(
+            quorum_counts([Now, Now, After(s(2)), After(s(1)), Unknown], 3),
+            After(s(1))
+        );
+        assert_eq!(
+            quorum_counts(
+                [
+                    After(s(4)),
+                    After(s(3)),
+                    After(s(5)),
+                    After(s(4)),
+                    After(s(9))
+                ],
+                3
+            ),
+            After(s(4))
+        );
+        assert_eq!(
+            quorum_counts([Now, Unknown, Unknown, After(s(1)), Unknown], 3),
+            Unknown
+        );
+        assert_eq!(quorum_counts([Now], 1), Now);
+    }
+
+    /// While no quorum can count, a waiter's next round comes no earlier
+    /// than the moment one can (known), or after a pause that doubles per
+    /// such round (unknown) — never past its time left; a round that can
+    /// count again starts the doubling over.
+    #[test]
+    fn waiting_sleeps_until_a_quorum_can_count() {
+        let retry = Retry::new(3, 200 * MS);
+        let until = |left| Budget::Until(Some(left));
+        let blocked = |quorum| Last {
+            quorum,
+            ..last(false, None, true)
+        };
+        for draw in [0, u64::MAX] {
+            let mut b = Backoff::default();
+            match b.next(
+                &retry,
+                until(Duration::from_secs(60)),
+                blocked(Counts::After(3 * MS * 1000)),
+                draw,
+            ) {
+                AfterRound::After(p) => assert!(
+                    p > 3000 * MS && p <= 3000 * MS + 3000 * MS / 16 + 2 * MS,
+                    "{p:?}"
+                ),
+                other => panic!("{other:?}"),
+            }
+            // Never past the time left.
+            assert_eq!(
+                b.next(
+                    &retry,
+                    until(2 * MS),
+                    blocked(Counts::After(3 * MS * 1000)),
+                    draw
+                ),
+                AfterRound::After(2 * MS)
+            );
+            let mut total = Duration::ZERO;
+            let mut rounds = 0;
+            while total < Duration::from_secs(4) {
+                match b.next(
+                    &retry,
+                    until(Duration::from_secs(60)),
+                    blocked(Counts::Unknown),
+                    draw,
+                ) {
+                    AfterRound::After(p) => {
+                        assert!(
+                            p >= QUARANTINE_POLL_MIN / 2 && p <= QUARANTINE_POLL_MAX,
+                            "{p:?}"
+                        );
+                        total += p;
+                    }
+                    other => panic!("{other:?}"),
+                }
+                rounds += 1;
+            }
+            assert!(rounds <= 12, "{rounds} rounds through 4 s");
+            b.next(
+                &retry,
+                until(Duration::from_secs(60)),
+                blocked(Counts::Now),
+                draw,
+            );
+            assert_eq!(b.quarantined, 0);
         }
     }
 

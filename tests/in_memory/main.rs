@@ -14,6 +14,7 @@ mod election;
 mod fencing_props;
 mod lease_sim;
 mod once_per_period;
+mod quarantine_waits;
 mod restarts;
 mod secrets;
 mod shutdown;
