@@ -290,10 +290,7 @@ async fn wait_through(redlock: &Redlock, ttl: Duration) -> Through {
 /// bare, two clients (release notifications off and on) each run a
 /// waiting plain lock, a waiting fenced lock and a campaign through it:
 /// each waiter makes at most 30 rounds (an acquire and its undo, two
-/// script calls per node) until a quorum counts again, the fenced lock's
-/// counter and the term (one per round: the counters start from nothing)
-/// stay within a few dozen, and with notifications on they grow by at
-/// most a fifth more than off. The review had measured 196-709 script
+/// script calls per node) until a quorum counts again. The review had measured 196-709 script
 /// calls per second on each node with notifications on (a waiter woken by
 /// its own refused round's undo), a fence counter at 653 and a term at
 /// 849, and about 19 calls a second with them off.
@@ -339,19 +336,16 @@ async fn waiters_sleep_through_a_quarantine_of_every_node() {
     for (node, n) in calls.iter().enumerate() {
         assert!(*n <= most, "{n} script calls on node {}", node + 1);
     }
+    // The counters are floored at the nodes' clocks (docs/fencing.md §8):
+    // their values no longer count rounds, the calls above do; the rounds
+    // with notifications on against off are counted in memory
+    // (tests/in_memory/quarantine_waits.rs).
     for (how, run) in [("off", &through_off), ("on", &through_on)] {
         assert!(
-            run.fence <= 32,
-            "notifications {how}: fence at {}",
-            run.fence
+            run.fence > 0 && run.term > 0,
+            "notifications {how}: {run:?}"
         );
-        assert!(run.term <= 32, "notifications {how}: term at {}", run.term);
     }
-    let grown = |run: &Through| run.fence + run.term;
-    assert!(
-        grown(&through_on) * 5 <= grown(&through_off) * 6 + 5 * 4,
-        "notifications on: {through_on:?}, off: {through_off:?}"
-    );
     off.shutdown().await;
     on.shutdown().await;
     drop(bare);

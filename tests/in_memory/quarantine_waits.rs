@@ -106,8 +106,10 @@ async fn through(kind: Kind, notify: bool) -> Through {
 }
 
 /// The bound of the review: at most [`MAX_ROUNDS`] rounds through a 4 s
-/// quarantine, notifications costing at most a fifth more than polling;
-/// a fenced lock's counter and a campaign's term grow with the rounds.
+/// quarantine, notifications costing at most a fifth more than polling.
+/// (A fenced lock's counter and a campaign's term are floored at the
+/// node's clock, docs/fencing.md §8: their values no longer count rounds;
+/// the calls do.)
 #[tokio::test(start_paused = true)]
 async fn a_waiter_sleeps_through_a_quarantine_of_every_node() {
     for kind in [
@@ -128,10 +130,10 @@ async fn a_waiter_sleeps_through_a_quarantine_of_every_node() {
                 rounds <= MAX_ROUNDS,
                 "{kind:?} {how}: {rounds} rounds through a {QUARANTINE:?} quarantine ({run:?})"
             );
-            if let Some(counter) = run.counter {
+            if matches!(kind, Kind::Fenced | Kind::Campaign) {
                 assert!(
-                    counter <= MAX_ROUNDS + 2,
-                    "{kind:?} {how}: counter at {counter}"
+                    run.counter.is_some_and(|c| c > 0),
+                    "{kind:?} {how}: {run:?}"
                 );
             }
         }

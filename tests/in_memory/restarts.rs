@@ -54,7 +54,11 @@ async fn a_quarantined_majority_grants_nothing_of_any_kind() {
             assert!(quarantined(&error) >= 3, "kind {i}: {error}");
         }
         if let LockError::Unavailable { .. } = &error {
-            assert!(error.to_string().contains("quarantined (restarted, or first seen"));
+            assert!(
+                error
+                    .to_string()
+                    .contains("quarantined (restarted, or first seen")
+            );
         }
     }
     redlock.shutdown().await;
