@@ -250,7 +250,15 @@ async fn acquire(
         tokio::select! {
             result = &mut attempt => {
                 spinner.clear();
-                return result.map_err(|e| not_acquired(&e, args, ui));
+                drop(attempt);
+                return match result {
+                    Ok(held) => Ok(held),
+                    Err(e) => {
+                        let code = not_acquired(&e, args, ui);
+                        quarantines(redlock, &e, ui).await;
+                        Err(code)
+                    }
+                };
             }
             () = &mut show, if !shown => {
                 shown = true;
@@ -274,6 +282,40 @@ type Attempt<'a> = std::pin::Pin<
     Box<dyn std::future::Future<Output = Result<(Lock, Option<u32>), LockError>> + Send + 'a>,
 >;
 
+/// After a refusal that counted quarantined nodes' yes as no: which nodes,
+/// and for how long more (their standing, read by a probe).
+async fn quarantines(redlock: &Redlock, error: &LockError, ui: &Ui) {
+    let last = match error {
+        LockError::Timeout { last, .. } => last.as_ref(),
+        other => other,
+    };
+    let Some(votes) = last.votes() else {
+        return;
+    };
+    if votes.count(|a| matches!(a, redquorum::Answer::Quarantined)) == 0 {
+        return;
+    }
+    let health = redlock.probe(Duration::from_millis(500)).await;
+    let lines: Vec<String> = health
+        .iter()
+        .filter_map(|h| {
+            let left = h.quarantined_for?;
+            let left = Duration::from_secs(left.as_secs().max(1));
+            Some(format!(
+                "{} ({} more)",
+                h.node,
+                humantime::format_duration(left)
+            ))
+        })
+        .collect();
+    if !lines.is_empty() {
+        ui.note(format_args!(
+            "quarantined (restarted, or first seen, within --max-ttl; their yes does not count): {}",
+            lines.join(", ")
+        ));
+    }
+}
+
 /// The exit code and message for a lock not had.
 fn not_acquired(error: &LockError, args: &ExecArgs, ui: &Ui) -> Code {
     let resource = args.resource.as_str();
@@ -291,6 +333,12 @@ fn not_acquired(error: &LockError, args: &ExecArgs, ui: &Ui) -> Code {
     match last {
         LockError::Taken { votes } => {
             let (held, n) = (votes.held(), votes.len());
+            let quarantined = votes.count(|a| matches!(a, redquorum::Answer::Quarantined));
+            let n = if quarantined > 0 {
+                format!("{n}, {quarantined} quarantined")
+            } else {
+                n.to_string()
+            };
             let what = match (args.permits, args.read, args.write) {
                 (Some(permits), ..) => format!("all {permits} permits of {resource} are held"),
                 (_, true, _) => format!(

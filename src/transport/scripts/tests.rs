@@ -213,3 +213,63 @@ fn the_probe_checks_every_command_the_scripts_call() {
     encode_probe(false, "{p}:lock", &mut out);
     assert!(String::from_utf8_lossy(&out).contains("acl_check_cmd"));
 }
+
+#[test]
+fn a_stamp_is_one_whole_command_and_its_reply_is_read() {
+    use crate::transport::resp::{self, Frame};
+    let stamp = Stamp {
+        run_id: "abc",
+        uptime_s: Some(7),
+        durable: true,
+        known: false,
+        acked: Some(("old", 1_796_000_000_123)),
+    };
+    let mut out = Vec::new();
+    encode_stamp(true, "p:redquorum:dataset:2", &stamp, &mut out);
+    let (frame, used) = resp::parse(&out).unwrap().unwrap();
+    assert_eq!(used, out.len());
+    let Frame::Array(args) = frame else {
+        panic!("{frame:?}")
+    };
+    let text: Vec<String> = args
+        .iter()
+        .map(|a| match a {
+            Frame::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(text[0], "FCALL");
+    assert_eq!(text[1], STAMP.function.as_str());
+    assert_eq!(
+        &text[2..],
+        [
+            "1",
+            "p:redquorum:dataset:2",
+            "abc",
+            "7",
+            "1",
+            "0",
+            "5000",
+            "500",
+            "old",
+            "1796000000123"
+        ]
+    );
+    // Unknown uptime, no process before: empty arguments, as the script reads them.
+    let fresh = Stamp {
+        uptime_s: None,
+        acked: None,
+        ..stamp
+    };
+    out.clear();
+    encode_stamp(false, "m", &fresh, &mut out);
+    assert!(String::from_utf8_lossy(&out).contains("$0\r\n\r\n$0\r\n\r\n"));
+
+    let reply = Frame::Array(vec![Frame::Int(61_000), Frame::Int(1_796_000_000_500)]);
+    assert_eq!(
+        read_stamp(&reply),
+        Some((std::time::Duration::from_secs(61), 1_796_000_000_500))
+    );
+    assert_eq!(read_stamp(&Frame::Error("NOPERM".into())), None);
+    assert_eq!(read_stamp(&Frame::Array(vec![Frame::Int(1)])), None);
+}
