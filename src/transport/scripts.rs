@@ -331,7 +331,7 @@ pub(crate) static LIBRARY: LazyLock<String> = LazyLock::new(|| {
 /// for a lock key: `redis.acl_check_cmd` checks key patterns on them, and
 /// Redis 7.0 crashes when it is handed a command that takes keys without
 /// them (seen on 7.0.15, for a user with key patterns).
-pub(crate) const COMMANDS: [&[&str]; 26] = [
+pub(crate) const COMMANDS: [&[&str]; 25] = [
     &["set", "K", "v"],
     &["get", "K"],
     &["del", "K"],
@@ -345,7 +345,6 @@ pub(crate) const COMMANDS: [&[&str]; 26] = [
     &["hdel", "K", "f"],
     &["hexists", "K", "f"],
     &["hgetall", "K"],
-    &["hmget", "K", "f"],
     &["hincrby", "K", "f", "1"],
     &["hset", "K", "f", "v"],
     &["hsetnx", "K", "f", "v"],

@@ -229,10 +229,16 @@ impl SimNode {
         self.thawed.notify_waiters();
     }
 
-    /// Loses the fencing counters and nothing else (a negative control:
-    /// counters that are not durable).
+    /// Loses the fencing counters, and sets the node's clock back to zero
+    /// (a negative control: counters that are not durable, on a node whose
+    /// clock steps back by more than the longest TTL). A counter is
+    /// floored at its node's clock (docs/fencing.md §8), so lost counters
+    /// alone no longer make tokens go back; with the clock's assumption
+    /// broken too, they do again.
     pub fn forget_counters(&self) {
         lock(&self.state).store.forget_persistent();
+        let now = self.clock(Instant::now());
+        self.step_clock(-(now as i64));
     }
 
     pub fn start(&self) {

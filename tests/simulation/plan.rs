@@ -20,7 +20,8 @@ pub enum Control {
     /// Restarted nodes come back without their keys, within the TTL.
     EmptyRestarts,
     /// Fenced locks only; restarted nodes keep their lock keys but lose their
-    /// fencing counters (counters that are not durable).
+    /// fencing counters (counters that are not durable) and their clocks
+    /// start again from zero (the clock floor's assumption broken).
     LostCounters,
     /// The transport loses 5 % of requests: acquires that never reach a node
     /// that never failed.
@@ -44,9 +45,9 @@ pub enum Control {
     /// Elections; restarted nodes come back without their keys within the
     /// TTL: two leaders at once, which the overlap checker must see.
     LeadersOnEmptyRestarts,
-    /// Elections; restarted nodes lose their fencing counters: a later
-    /// leader's term no larger than an earlier one's, which the fencing
-    /// checker must see.
+    /// Elections; restarted nodes lose their fencing counters and their
+    /// clocks start again from zero: a later leader's term no larger than
+    /// an earlier one's, which the fencing checker must see.
     TermsOnLostCounters,
     /// Not a negative control: restarted nodes come back without their
     /// keys within the TTL, as under [`EmptyRestarts`](Control::EmptyRestarts),

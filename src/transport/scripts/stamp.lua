@@ -14,8 +14,13 @@
 -- Returns {how long the dataset has been continuous, now} (ms).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local m = redis.call('HMGET', KEYS[1], 'run', 'at', 'since', 'frun', 'fat', 'fsince')
-local run, at, since = m[1], tonumber(m[2]), tonumber(m[3])
+-- HGETALL, which the scripts' users may run already (operations.md §5d).
+local flat = redis.call('HGETALL', KEYS[1])
+local m = {}
+for i = 1, #flat, 2 do
+  m[flat[i]] = flat[i + 1]
+end
+local run, at, since = m.run or false, tonumber(m.at), tonumber(m.since)
 local acked = tonumber(ARGV[8])
 -- The evidence of a client that stamped the previous process: its last
 -- acknowledged stamp is in the dataset this process took over.
@@ -27,8 +32,8 @@ if run == ARGV[1] and at and since then
   -- Stamped before in this process. A client that can vouch for the
   -- dataset found at its first stamp (a new client stamped first and
   -- could not) takes its continuity back.
-  local fsince = tonumber(m[6])
-  if ARGV[4] ~= '1' and fsince and fsince < since and vouched(m[4], tonumber(m[5])) then
+  local fsince = tonumber(m.fsince)
+  if ARGV[4] ~= '1' and fsince and fsince < since and vouched(m.frun, tonumber(m.fat)) then
     since = fsince
     redis.call('HSET', KEYS[1], 'since', since)
   end
