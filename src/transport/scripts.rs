@@ -423,8 +423,9 @@ pub(crate) fn encode_stamp(loaded: bool, mark: &str, stamp: &Stamp<'_>, out: &mu
 }
 
 /// A stamp's reply: how long the dataset has been continuous, and the
-/// node's clock when it was stamped (ms); `None` for anything else (a
-/// refusal: no right to the mark's key, an older server).
+/// mark's `at` after it (the node's clock at the last stamp it stored, ms):
+/// what this client may vouch for after a restart. `None` for anything
+/// else (a refusal: no right to the mark's key, an older server).
 pub(crate) fn read_stamp(
     reply: &crate::transport::resp::Frame,
 ) -> Option<(std::time::Duration, u64)> {

@@ -11,7 +11,7 @@
 -- between two writes of `at` (ms); ARGV[7] the process this client
 -- stamped before this one ('' if none) and ARGV[8] the `at` of its last
 -- stamp there that the node acknowledged ('' if none).
--- Returns {how long the dataset has been continuous, now} (ms).
+-- Returns {how long the dataset has been continuous, the mark's `at`} (ms).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- HGETALL, which the scripts' users may run already (operations.md §5d).
@@ -38,9 +38,12 @@ if run == ARGV[1] and at and since then
     redis.call('HSET', KEYS[1], 'since', since)
   end
   if now - at >= tonumber(ARGV[6]) then
-    redis.call('HSET', KEYS[1], 'at', now)
+    at = now
+    redis.call('HSET', KEYS[1], 'at', at)
   end
-  return {math.max(now - since, 0), now}
+  -- The `at` the mark holds: what a restart must keep for this client to
+  -- vouch for it (not `now`, which a write skipped just now never stored).
+  return {math.max(now - since, 0), at}
 end
 if ARGV[4] == '1' then
   -- This client stamped this process before and its mark is gone or
