@@ -159,12 +159,17 @@ async fn run_inner(args: &Args) -> Result<ExitCode, String> {
     let mut args = args.clone();
     // The trust-aof-off control likewise: a holder granted while AOF was off
     // on three nodes must still be valid after their three restarts.
+    // It first brings back with AOF any node a run left without
+    // persistence, and waits out that quarantine: a minute.
     if matches!(
         args.control.as_deref(),
         Some("quarantine-off" | "trust-aof-off")
     ) {
         args.ttl = args.ttl.max(Duration::from_secs(20));
         args.seconds = args.seconds.max(45);
+    }
+    if args.control.as_deref() == Some("trust-aof-off") {
+        args.seconds = args.seconds.max(60);
     }
     let args = &args;
     let urls: Vec<String> = env("REDQUORUM_NODES")?
@@ -342,6 +347,7 @@ async fn run_clients(
         quarantine: args.ttl.mul_f64(1.0 + args.drift_factor.unwrap_or(0.01))
             + redquorum::restart::SECOND_CUT
             + Duration::from_millis(3),
+        quarantine_off: control == Some("quarantine-off"),
         trust_durable: args.trust_durable,
         forge_marks: control == Some("trust-aof-off"),
         rec: rec.clone(),

@@ -126,6 +126,9 @@ pub struct Nemesis {
     pub ttl: Duration,
     /// The clients' quarantine.
     pub quarantine: Duration,
+    /// The clients' quarantine is off (the `quarantine-off` control): a
+    /// restart is recorded as not quarantined.
+    pub quarantine_off: bool,
     /// The clients trust durable restarts: a restart counts at once where
     /// its dataset mark shows the dataset kept (else every restart is
     /// quarantined for [`quarantine`](Self::quarantine)).
@@ -309,6 +312,34 @@ impl Nemesis {
         Some((run, secs * 1000 + micros / 1000))
     }
 
+    /// Nodes `nodes` persisting every write, before a fault that switches
+    /// their AOF off: each left without persistence by `bare` or `rolling`
+    /// is killed and started (`scripts/nodes start` brings it back with AOF
+    /// on, `appendfsync always`; `note made_durable=N`), and the fault
+    /// goes on once the clients' quarantine of those restarts ends.
+    async fn make_durable(&self, nodes: &[usize]) {
+        let mut back = Vec::new();
+        for &n in nodes {
+            let info: Option<String> = self.query(n, redis::cmd("INFO").arg("persistence")).await;
+            let aof = info
+                .as_deref()
+                .and_then(|i| redquorum::restart::info_field(i, "aof_enabled"));
+            if aof != Some("0") {
+                continue;
+            }
+            self.rec.record("note", &[("made_durable", n.to_string())]);
+            let ns = n.to_string();
+            self.nodes(&["kill", &ns]).await;
+            self.nodes(&["start", &ns]).await;
+            back.push((n, Instant::now()));
+        }
+        let mut until = Instant::now();
+        for (n, at) in back {
+            until = until.max(self.quarantine_until("made-durable", n, at).await);
+        }
+        tokio::time::sleep_until(until).await;
+    }
+
     /// The `since` of node `n`'s dataset mark (ms on its clock), if it has one.
     async fn mark_since(&self, n: usize) -> Option<u64> {
         let since: Option<String> = self
@@ -350,7 +381,8 @@ impl Nemesis {
     /// Until when the clients keep node `n` quarantined after `fault`
     /// restarted it (its script returned at `back`, when the new process
     /// had started), recorded in the history (`note restart=N
-    /// quarantine_ms=…`): the nemesis counts the node faulted until then.
+    /// quarantine_ms=…`, the quarantine counted from `back`): the nemesis
+    /// counts the node faulted until then.
     ///
     /// Clients that do not trust durable restarts quarantine every restart
     /// for [`quarantine`](Self::quarantine) from its start. Clients that do
@@ -377,12 +409,18 @@ impl Nemesis {
                 ],
             );
         };
+        if self.quarantine_off {
+            // The clients quarantine nothing (the quarantine-off control):
+            // the node is held as long as it would have been, as before.
+            note("off", Duration::ZERO);
+            return full;
+        }
         if !self.trust_durable {
-            note("untrusted", full.saturating_duration_since(Instant::now()));
+            note("untrusted", self.quarantine);
             return full;
         }
         let Some((run, _)) = self.process_and_clock(n).await else {
-            note("unread", full.saturating_duration_since(Instant::now()));
+            note("unread", self.quarantine);
             return full;
         };
         let mut ask = redis::pipe();
@@ -398,11 +436,13 @@ impl Nemesis {
         let mut conn = match tokio::time::timeout(Duration::from_secs(1), connect).await {
             Ok(Ok(conn)) => conn,
             _ => {
-                note("unread", full.saturating_duration_since(Instant::now()));
+                note("unread", self.quarantine);
                 return full;
             }
         };
-        while Instant::now() < full {
+        // Read once at least: a rolling restart asks after its three
+        // restarts, when the first one's may be over.
+        loop {
             type Mark = ((Option<String>, Option<String>), (u64, u64));
             let read =
                 tokio::time::timeout(Duration::from_secs(1), ask.query_async::<Mark>(&mut conn))
@@ -414,12 +454,19 @@ impl Nemesis {
                 let now = secs * 1000 + micros / 1000;
                 let continuous = Duration::from_millis(now.saturating_sub(since));
                 let left = self.quarantine.saturating_sub(continuous);
-                note("mark", left);
+                // The quarantine as it was at the restart.
+                let at_restart = self
+                    .quarantine
+                    .saturating_sub(continuous.saturating_sub(back.elapsed()));
+                note("mark", at_restart);
                 return Instant::now() + left.max(STAMP_PERIOD);
+            }
+            if Instant::now() >= full {
+                break;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        note("unstamped", Duration::ZERO);
+        note("unstamped", self.quarantine);
         full
     }
 
@@ -520,6 +567,7 @@ impl Nemesis {
                 // the mark there is older than the stamps the clients saw
                 // acknowledged, and older than 5 s at the start, so every
                 // client must quarantine it.
+                self.make_durable(&[n]).await;
                 let off = self
                     .command(
                         n,
@@ -576,6 +624,7 @@ impl Nemesis {
             AOF_OFF_MAJORITY => {
                 // `aof-off` on three nodes at once; in the negative control,
                 // each mark then written as a kept dataset would show it.
+                self.make_durable(&nodes).await;
                 let mut since = Vec::new();
                 for n in &nodes {
                     since.push(self.mark_since(*n).await);
