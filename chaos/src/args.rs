@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use redquorum_chaos::nemesis::{CLOCK, FAULTS};
+use redquorum_chaos::nemesis::{AOF_OFF_MAJORITY, CLOCK, FAULTS};
 
 pub(crate) const CONTROLS: &[&str] = &[
     "quarantine-off",
@@ -13,6 +13,7 @@ pub(crate) const CONTROLS: &[&str] = &[
     "paused-unfenced",
     "clock-steps",
     "no-drift",
+    "trust-aof-off",
 ];
 
 /// How fast the clocks of the `no-drift` control run. The longest ordinary
@@ -42,6 +43,8 @@ pub(crate) struct Args {
     pub(crate) proc: String,
     pub(crate) nodes: Vec<String>,
     pub(crate) quarantine: bool,
+    /// The clients trust durable restarts (run and client; default on).
+    pub(crate) trust_durable: bool,
     pub(crate) fenced_store: bool,
     pub(crate) pause_chance: f64,
 }
@@ -51,8 +54,8 @@ pub(crate) fn usage(why: &str) -> ExitCode {
     eprintln!(
         "usage: redquorum-chaos run [--seconds S] [--grants N] [--clients K] [--tasks T] \
          [--ttl-ms MS] [--faults a,b|none] [--clock] [--clock-rate R] [--drift-factor F] \
-         [--control {}] [--dir DIR] [--seed N]\n       \
-         redquorum-chaos check HISTORY\nfaults: {},{CLOCK} (with --clock)",
+         [--no-trust-durable-restarts] [--control {}] [--dir DIR] [--seed N]\n       \
+         redquorum-chaos check HISTORY\nfaults: {},{CLOCK} (with --clock),{AOF_OFF_MAJORITY} (three nodes at once)",
         CONTROLS.join("|"),
         FAULTS.join(",")
     );
@@ -76,6 +79,7 @@ pub(crate) fn parse(mut words: impl Iterator<Item = String>) -> Result<Args, Str
         proc: String::new(),
         nodes: Vec::new(),
         quarantine: true,
+        trust_durable: true,
         fenced_store: true,
         pause_chance: 0.0,
     };
@@ -110,11 +114,10 @@ pub(crate) fn parse(mut words: impl Iterator<Item = String>) -> Result<Args, Str
                     .filter(|s| !s.is_empty())
                     .map(str::to_owned)
                     .collect();
-                if let Some(bad) = a
-                    .faults
-                    .iter()
-                    .find(|f| !FAULTS.contains(&f.as_str()) && f.as_str() != CLOCK)
-                {
+                if let Some(bad) = a.faults.iter().find(|f| {
+                    !FAULTS.contains(&f.as_str())
+                        && ![CLOCK, AOF_OFF_MAJORITY].contains(&f.as_str())
+                }) {
                     return Err(format!("unknown fault {bad}"));
                 }
             }
@@ -143,6 +146,7 @@ pub(crate) fn parse(mut words: impl Iterator<Item = String>) -> Result<Args, Str
             "--proc" => a.proc = value()?,
             "--nodes" => a.nodes = value()?.split(',').map(str::to_owned).collect(),
             "--no-quarantine" => a.quarantine = false,
+            "--no-trust-durable-restarts" => a.trust_durable = false,
             "--open-store" => a.fenced_store = false,
             "--pause-chance" => {
                 let v = value()?;
@@ -164,6 +168,10 @@ pub(crate) fn parse(mut words: impl Iterator<Item = String>) -> Result<Args, Str
     }
     if a.clock_rate.is_some() && !a.clock {
         return Err("--clock-rate needs --clock (nodes whose clocks can run fast)".into());
+    }
+    if a.control.as_deref() == Some("trust-aof-off") {
+        // The opt-in's assumption broken, with the clients trusting it.
+        a.trust_durable = true;
     }
     if a.control.as_deref() == Some("no-drift") {
         // Fast clocks, nothing subtracted for them, and nothing else.
@@ -201,6 +209,20 @@ mod tests {
         // A drift factor of 0.25 covers clocks 1.25x fast: a key set for a
         // TTL lives TTL / 1.25 = 0.8 TTL, the client counts on 0.75 TTL.
         assert!(1.0 - drift < 1.0 / rate);
+    }
+
+    #[test]
+    fn runs_trust_durable_restarts_unless_told_not_to() {
+        assert!(args("").unwrap().trust_durable);
+        assert!(!args("--no-trust-durable-restarts").unwrap().trust_durable);
+        let control = args("--control trust-aof-off --no-trust-durable-restarts").unwrap();
+        assert!(
+            control.trust_durable,
+            "the control is about trusting clients"
+        );
+        assert!(args("--faults aof-off,lost-volume").is_ok());
+        // The control's honest twin: its fault, the marks left alone.
+        assert!(args("--faults aof-off3").is_ok());
     }
 
     #[test]

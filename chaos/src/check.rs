@@ -200,6 +200,11 @@ pub struct Report {
     pub releases_unknown: u64,
     /// Faults begun, by name.
     pub faults: BTreeMap<String, u64>,
+    /// Node restarts by the fault that made them, each with how many the
+    /// nemesis found quarantined (the dataset mark, as the clients read it,
+    /// or every one where the clients do not trust durable restarts): the
+    /// nemesis's `note restart=N quarantine_ms=…`.
+    pub restarts: BTreeMap<String, (u64, u64)>,
     /// Store writes accepted and rejected.
     pub writes: (u64, u64),
     /// Everything wrong, in the order found.
@@ -246,6 +251,15 @@ impl fmt::Display for Report {
         };
         writeln!(f, "grants by kind: {}", list(&self.grants))?;
         writeln!(f, "faults by kind: {}", list(&self.faults))?;
+        if !self.restarts.is_empty() {
+            let restarts = self
+                .restarts
+                .iter()
+                .map(|(k, (all, quarantined))| format!("{k} {quarantined} of {all}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            writeln!(f, "restarts quarantined, by fault: {restarts}")?;
+        }
         writeln!(f, "operations invoked: {}", self.invoked)?;
         writeln!(f, "failed acquires: {}", list(&self.fails))?;
         writeln!(f, "acquires of unknown outcome: {}", list(&self.unknown))?;
@@ -377,6 +391,12 @@ pub fn check(lines: impl IntoIterator<Item = Line>) -> Report {
                 if let Some(jump) = jumps.last_mut() {
                     jump.1 = Some(line.t);
                 }
+            }
+            "note" if line.get("restart").is_some() => {
+                let fault = line.get("fault").unwrap_or("?").to_owned();
+                let entry = report.restarts.entry(fault).or_default();
+                entry.0 += 1;
+                entry.1 += u64::from(line.num("quarantine_ms").unwrap_or(0) > 0);
             }
             "note" if line.num("ttl_ms").is_some() => {
                 ttl_ns = line.num("ttl_ms").unwrap_or(2000) * 1_000_000;

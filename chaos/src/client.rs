@@ -32,6 +32,14 @@ pub struct ClientConfig {
     pub tasks: usize,
     /// The restart quarantine on (off: a negative control).
     pub quarantine: bool,
+    /// Trust durable restarts (`Builder::trust_durable_restarts`): a
+    /// restart counts at once where the node's dataset mark shows its
+    /// dataset kept. On for runs: the nodes of `scripts/nodes` and
+    /// `scripts/clock-nodes` persist every write (`appendonly yes`,
+    /// `appendfsync always`) on data that outlives the process; the faults
+    /// that break that (`aof-off`, `lost-volume`, `wipe`, `bare`) are what
+    /// the mark must catch.
+    pub trust_durable: bool,
     /// The store refuses stale fences (off: a negative control).
     pub fenced_store: bool,
     /// Chance that a fenced holder stops its own process (SIGSTOP) between
@@ -106,7 +114,8 @@ async fn connect(config: &ClientConfig) -> Result<Redlock, redquorum::ConfigErro
             .nodes(&config.nodes)
             .key_prefix("chaos:")
             .max_ttl(config.max_ttl)
-            .restart_quarantine(config.quarantine);
+            .restart_quarantine(config.quarantine)
+            .trust_durable_restarts(config.trust_durable);
         if let Some(factor) = config.drift_factor {
             builder = builder.drift_factor(factor);
         }

@@ -12,14 +12,23 @@
 //! the history is clean and every fault of the run began at least once (a
 //! negative control: when the checker caught the violation it is meant to
 //! cause). A run whose `S` seconds passed before every fault began goes on,
-//! at most `S` seconds more, until each has. `--clock`: the nodes' clocks can be stepped (`scripts/clock-nodes`),
+//! at most `S` seconds more, until each has. The clients trust durable
+//! restarts (`Builder::trust_durable_restarts`: the nodes persist every
+//! write on data that outlives the process) unless
+//! `--no-trust-durable-restarts`. `--clock`: the nodes' clocks can be
+//! stepped (`scripts/clock-nodes`),
 //! and `clock` joins the faults (unless `--faults none`: no fault at all).
 //! `--clock-rate R` (with `--clock`): every node's clock runs R times as
 //! fast for the whole run, set before the clients start and back to 1 at
 //! its end; `--drift-factor F`: the clients' drift factor. Controls:
 //! `quarantine-off` (rolling empty restarts, no quarantine), `two-of-five`
 //! (each client sees three nodes, so two make its quorum), `paused-unfenced`
-//! (paused holders write to a store that takes any fence), `clock-steps`
+//! (paused holders write to a store that takes any fence), `trust-aof-off`
+//! (AOF switched off on three nodes for over 5 s, then each restarted and
+//! its dataset mark written as a kept dataset would show it: the clients
+//! trust the restarts, and locks granted meanwhile are forgotten by a
+//! majority; its honest twin is `--faults aof-off3 --ttl-ms 20000`, the
+//! marks left alone), `clock-steps`
 //! (with `--clock`: three nodes' clocks jump at once), `no-drift` (with
 //! `--clock`: every clock runs [`NO_DRIFT_RATE`](args::NO_DRIFT_RATE) times as fast, no fault,
 //! and the clients subtract no drift; its honest twin is the same run with
@@ -34,7 +43,7 @@ use std::time::Duration;
 use redquorum_chaos::check::{Report, Violation, check};
 use redquorum_chaos::client::{self, ClientConfig};
 use redquorum_chaos::history::{Line, Recorder};
-use redquorum_chaos::nemesis::{CLOCK_MAJORITY, Nemesis};
+use redquorum_chaos::nemesis::{AOF_OFF_MAJORITY, CLOCK_MAJORITY, Nemesis};
 use redquorum_test_support::proxy::Proxy;
 
 use args::{Args, parse, usage};
@@ -46,8 +55,9 @@ mod args;
 fn meant(control: &str, v: &Violation) -> bool {
     match control {
         "paused-unfenced" => matches!(v, Violation::StaleWrite { .. }),
-        // Keys that expire early let a second holder in; fences still grow.
-        "no-drift" => matches!(
+        // Keys that expire early, or that a majority forgot, let a second
+        // holder in; fences still grow (floored at the nodes' clocks).
+        "no-drift" | "trust-aof-off" => matches!(
             v,
             Violation::Overlap { .. } | Violation::TooManyPermits { .. }
         ),
@@ -99,6 +109,7 @@ fn main() -> ExitCode {
                 max_ttl: args.ttl,
                 tasks: args.tasks,
                 quarantine: args.quarantine,
+                trust_durable: args.trust_durable,
                 fenced_store: args.fenced_store,
                 pause_chance: args.pause_chance,
                 seed: args.seed,
@@ -146,9 +157,19 @@ async fn run_inner(args: &Args) -> Result<ExitCode, String> {
     // in one full run of five; the run ends once caught, so only a miss
     // pays for the length).
     let mut args = args.clone();
-    if args.control.as_deref() == Some("quarantine-off") {
+    // The trust-aof-off control likewise: a holder granted while AOF was off
+    // on three nodes must still be valid after their three restarts.
+    // It first brings back with AOF any node a run left without
+    // persistence, and waits out that quarantine: a minute.
+    if matches!(
+        args.control.as_deref(),
+        Some("quarantine-off" | "trust-aof-off")
+    ) {
         args.ttl = args.ttl.max(Duration::from_secs(20));
         args.seconds = args.seconds.max(45);
+    }
+    if args.control.as_deref() == Some("trust-aof-off") {
+        args.seconds = args.seconds.max(60);
     }
     let args = &args;
     let urls: Vec<String> = env("REDQUORUM_NODES")?
@@ -297,6 +318,9 @@ async fn run_clients(
         if control == Some("quarantine-off") {
             cmd.arg("--no-quarantine");
         }
+        if !args.trust_durable {
+            cmd.arg("--no-trust-durable-restarts");
+        }
         if let Some(factor) = args.drift_factor {
             cmd.args(["--drift-factor", &factor.to_string()]);
         }
@@ -309,6 +333,7 @@ async fn run_clients(
         Some("quarantine-off") => vec!["rolling".into()],
         Some("two-of-five") => vec!["freeze".into()],
         Some("clock-steps") => vec![CLOCK_MAJORITY.into()],
+        Some("trust-aof-off") => vec![AOF_OFF_MAJORITY.into()],
         _ => args.faults.clone(),
     };
     let nemesis = Nemesis {
@@ -322,6 +347,9 @@ async fn run_clients(
         quarantine: args.ttl.mul_f64(1.0 + args.drift_factor.unwrap_or(0.01))
             + redquorum::restart::SECOND_CUT
             + Duration::from_millis(3),
+        quarantine_off: control == Some("quarantine-off"),
+        trust_durable: args.trust_durable,
+        forge_marks: control == Some("trust-aof-off"),
         rec: rec.clone(),
         clients: children.iter().filter_map(|c| c.id()).collect(),
         faulted: Default::default(),

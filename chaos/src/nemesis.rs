@@ -4,15 +4,29 @@
 //! Node faults go through `scripts/nodes` (freeze, kill and start, restarts
 //! that wipe the data, with and without persistence), through the node
 //! itself (`CLIENT PAUSE`, `CLIENT KILL` of every client connection,
-//! `CONFIG SET timeout 1` for idle closes) and through the proxy every
-//! client reaches the node by (`cut`: the connection that next carries a
-//! chosen call — an acquire, an extension or a release — is reset, the
-//! call never reaching the node). At most two of five nodes are
-//! faulted at a time, counting a node restarted empty as faulted until
-//! its quarantine is over (but for a rolling restart: three nodes one after
-//! another, each down for about 0.8 s on the Docker nodes and for milliseconds on
-//! Valkey, a majority without its keys within
-//! a TTL, which the restart quarantine keeps safe). A client process is paused (SIGSTOP) for longer
+//! `CONFIG SET timeout 1` for idle closes, `CONFIG SET appendonly no`
+//! before a kill for `aof-off`) and through the proxy every client reaches
+//! the node by (`cut`: the connection that next carries a chosen call — an
+//! acquire, an extension or a release — is reset, the call never reaching
+//! the node). At most two of five nodes are faulted at a time (but for a
+//! rolling restart: three nodes one after another, each down for about
+//! 0.8 s on the Docker nodes and for milliseconds on Valkey, a majority
+//! without its keys within a TTL, which the restart quarantine keeps
+//! safe).
+//!
+//! A restarted node counts as faulted until the clients' quarantine of it
+//! ends ([`Nemesis::quarantine_until`]): the clients trust durable
+//! restarts (the nodes persist every write on data that outlives the
+//! process), so a `kill` whose dataset mark shows the dataset kept counts
+//! at once, and every restart the mark cannot vouch for is quarantined —
+//! `wipe` and `lost-volume` (no mark), `bare` and `rolling` (no
+//! persistence), `aof-off` (the mark replayed from an AOF switched off
+//! more than 5 s before, older than the stamps the clients saw
+//! acknowledged), and a `kill` whose node was down for more than 5 s after
+//! a stamp the mark does not hold. The nemesis reads the mark as the
+//! clients do and records what it found (`note restart=N quarantine_ms=…`).
+//!
+//! A client process is paused (SIGSTOP) for longer
 //! than a TTL, one at a time, and every process that stops itself (the
 //! paused holder, crate::client) is resumed after the same delay.
 //!
@@ -54,6 +68,8 @@ mod cut;
 pub const FAULTS: &[&str] = &[
     "freeze",
     "kill",
+    "aof-off",
+    "lost-volume",
     "wipe",
     "bare",
     "rolling",
@@ -73,6 +89,30 @@ pub const CLOCK: &str = "clock";
 /// The negative control's fault: three nodes' clocks stepped at once.
 pub const CLOCK_MAJORITY: &str = "clock3";
 
+/// `aof-off` on three nodes at once (none faulted before it): AOF switched
+/// off on all three, more than [`AOF_OFF_FOR`] of work, then each killed
+/// and started. The `trust-aof-off` control's fault, where the nemesis then
+/// writes each mark as a kept dataset would show it
+/// ([`Nemesis::forge_marks`]); without that (`--faults aof-off3`, the
+/// control's honest twin) the marks quarantine all three.
+pub const AOF_OFF_MAJORITY: &str = "aof-off3";
+
+/// The dataset mark of the chaos clients (key prefix `chaos:`): the hash
+/// the library's `stamp.lua` keeps (`run`, `at`, `since`).
+pub const MARK: &str = "chaos:redquorum:dataset:2";
+
+/// How long `aof-off` runs a node with `appendonly no` before it kills it,
+/// at least: longer than the 5 s within which the dataset mark takes a
+/// stamp just before a start as a dataset kept (the library's
+/// `STAMP_KEPT_GAP`), so that the restart is one the mark must see.
+pub const AOF_OFF_FOR: Duration = Duration::from_secs(5);
+
+/// How long a client that trusts durable restarts may still hold a node
+/// quarantined after the mark shows its dataset kept: a stamp's period
+/// (the library's `STAMP_EVERY`; a client that stamped the new process
+/// first learns of a dataset vouched for since at its next stamp).
+const STAMP_PERIOD: Duration = Duration::from_secs(1);
+
 /// What the nemesis needs.
 #[derive(Debug, Clone)]
 pub struct Nemesis {
@@ -86,6 +126,24 @@ pub struct Nemesis {
     pub ttl: Duration,
     /// The clients' quarantine.
     pub quarantine: Duration,
+    /// The clients' quarantine is off (the `quarantine-off` control): a
+    /// restart is recorded as not quarantined.
+    pub quarantine_off: bool,
+    /// The clients trust durable restarts: a restart counts at once where
+    /// its dataset mark shows the dataset kept (else every restart is
+    /// quarantined for [`quarantine`](Self::quarantine)).
+    pub trust_durable: bool,
+    /// The `trust-aof-off` control: after [`AOF_OFF_MAJORITY`] restarts a
+    /// node, its dataset mark is written as the first stamp of a kept
+    /// dataset would write it (this process, now, and the `since` it had
+    /// before AOF was switched off), so that the clients count at once a
+    /// node that lost every write of the time AOF was off. What it breaks
+    /// is the one assumption the opt-in documents and the mark cannot
+    /// check beyond its last 5 s: AOF is never switched off at run time.
+    /// Switched off just before a restart, the mark shows what this one
+    /// writes; here the switch is stretched over seconds, so that locks
+    /// granted meanwhile are lost on a majority while still held.
+    pub forge_marks: bool,
     /// The history.
     pub rec: Arc<Recorder>,
     /// Client process ids.
@@ -164,7 +222,8 @@ impl Nemesis {
             }
             // A rolling restart takes three nodes, none faulted before it;
             // any other fault one more, never past two.
-            let (want, room) = if fault == "rolling" || fault == CLOCK_MAJORITY {
+            let majority = ["rolling", CLOCK_MAJORITY, AOF_OFF_MAJORITY];
+            let (want, room) = if majority.contains(&fault.as_str()) {
                 (3, f.nodes.is_empty())
             } else {
                 (1, f.nodes.len() < 2)
@@ -208,17 +267,207 @@ impl Nemesis {
         ok
     }
 
-    /// One command on node `n`, bounded by a second.
-    async fn command(&self, n: usize, cmd: redis::Cmd) {
+    /// One command on node `n`, bounded by a second; whether it was
+    /// answered (an error reply too).
+    async fn command(&self, n: usize, cmd: redis::Cmd) -> bool {
+        self.query::<redis::Value>(n, &cmd).await.is_some()
+    }
+
+    /// One command on node `n` and its answer, bounded by a second; `None`
+    /// (said on stderr) on any failure.
+    async fn query<T: redis::FromRedisValue>(&self, n: usize, cmd: &redis::Cmd) -> Option<T> {
         let go = async {
             let client = redis::Client::open(self.urls[n - 1].as_str())?;
             let mut conn = client.get_multiplexed_async_connection().await?;
-            cmd.query_async::<redis::Value>(&mut conn).await
+            cmd.query_async::<T>(&mut conn).await
         };
         match tokio::time::timeout(Duration::from_secs(1), go).await {
-            Ok(Ok(_)) => {}
-            other => eprintln!("nemesis: node {n}: {other:?}"),
+            Ok(Ok(v)) => Some(v),
+            Ok(Err(e)) => {
+                eprintln!("nemesis: node {n}: {e}");
+                None
+            }
+            Err(_) => {
+                eprintln!("nemesis: node {n}: no answer within a second");
+                None
+            }
         }
+    }
+
+    /// Node `n`'s process (`INFO server`'s `run_id`) and its clock (`TIME`,
+    /// ms), in one round trip.
+    async fn process_and_clock(&self, n: usize) -> Option<(String, u64)> {
+        let mut ask = redis::pipe();
+        ask.cmd("INFO").arg("server").cmd("TIME");
+        let go = async {
+            let client = redis::Client::open(self.urls[n - 1].as_str())?;
+            let mut conn = client.get_multiplexed_async_connection().await?;
+            ask.query_async::<(String, (u64, u64))>(&mut conn).await
+        };
+        let (info, (secs, micros)) = tokio::time::timeout(Duration::from_secs(1), go)
+            .await
+            .ok()?
+            .ok()?;
+        let run = redquorum::restart::info_field(&info, "run_id")?.to_owned();
+        Some((run, secs * 1000 + micros / 1000))
+    }
+
+    /// Nodes `nodes` persisting every write, before a fault that switches
+    /// their AOF off: each left without persistence by `bare` or `rolling`
+    /// is killed and started (`scripts/nodes start` brings it back with AOF
+    /// on, `appendfsync always`; `note made_durable=N`), and the fault
+    /// goes on once the clients' quarantine of those restarts ends.
+    async fn make_durable(&self, nodes: &[usize]) {
+        let mut back = Vec::new();
+        for &n in nodes {
+            let info: Option<String> = self.query(n, redis::cmd("INFO").arg("persistence")).await;
+            let aof = info
+                .as_deref()
+                .and_then(|i| redquorum::restart::info_field(i, "aof_enabled"));
+            if aof != Some("0") {
+                continue;
+            }
+            self.rec.record("note", &[("made_durable", n.to_string())]);
+            let ns = n.to_string();
+            self.nodes(&["kill", &ns]).await;
+            self.nodes(&["start", &ns]).await;
+            back.push((n, Instant::now()));
+        }
+        let mut until = Instant::now();
+        for (n, at) in back {
+            until = until.max(self.quarantine_until("made-durable", n, at).await);
+        }
+        tokio::time::sleep_until(until).await;
+    }
+
+    /// The `since` of node `n`'s dataset mark (ms on its clock), if it has one.
+    async fn mark_since(&self, n: usize) -> Option<u64> {
+        let since: Option<String> = self
+            .query(n, redis::cmd("HGET").arg(MARK).arg("since"))
+            .await?;
+        since?.parse().ok()
+    }
+
+    /// Writes node `n`'s dataset mark as the first stamp of its new process
+    /// writes it where the dataset was kept: this process, now, and the
+    /// `since` of the dataset before the restart. Only the `trust-aof-off`
+    /// control does this: the mark then hides that AOF was switched off
+    /// while a lock was held (docs/guarantees.md, "Recorded chaos runs").
+    async fn forge_mark(&self, n: usize, since: u64) {
+        let Some((run, now)) = self.process_and_clock(n).await else {
+            eprintln!("nemesis: node {n}: no run_id or clock to write the mark with");
+            return;
+        };
+        let set = redis::cmd("HSET")
+            .arg(MARK)
+            .arg("run")
+            .arg(&run)
+            .arg("at")
+            .arg(now)
+            .arg("since")
+            .arg(since)
+            .clone();
+        let ok = self.command(n, set).await;
+        self.rec.record(
+            "note",
+            &[
+                ("forged_mark", n.to_string()),
+                ("since_ms_ago", now.saturating_sub(since).to_string()),
+                ("ok", u8::from(ok).to_string()),
+            ],
+        );
+    }
+
+    /// Until when the clients keep node `n` quarantined after `fault`
+    /// restarted it (its script returned at `back`, when the new process
+    /// had started), recorded in the history (`note restart=N
+    /// quarantine_ms=…`, the quarantine counted from `back`): the nemesis
+    /// counts the node faulted until then.
+    ///
+    /// Clients that do not trust durable restarts quarantine every restart
+    /// for [`quarantine`](Self::quarantine) from its start. Clients that do
+    /// decide from the dataset mark, whose first stamp in the new process
+    /// (by the first client to reconnect) fixes `since` for all of them:
+    /// this waits for that stamp and reads the mark as they do — the
+    /// dataset has been continuous for `TIME − since`, and the node is
+    /// quarantined until that reaches the quarantine (with its slack of a
+    /// second, [`redquorum::restart::SECOND_CUT`]). A stamp period more
+    /// in every case: a client that stamped first and was told of a
+    /// dataset vouched for later (`stamp.lua`) learns it at its next
+    /// stamp. No stamp within the quarantine (no client connected): the
+    /// whole quarantine.
+    async fn quarantine_until(&self, fault: &str, n: usize, back: Instant) -> Instant {
+        let full = back + self.quarantine;
+        let note = |by: &str, left: Duration| {
+            self.rec.record(
+                "note",
+                &[
+                    ("restart", n.to_string()),
+                    ("fault", fault.into()),
+                    ("quarantine_ms", left.as_millis().to_string()),
+                    ("by", by.into()),
+                ],
+            );
+        };
+        if self.quarantine_off {
+            // The clients quarantine nothing (the quarantine-off control):
+            // the node is held as long as it would have been, as before.
+            note("off", Duration::ZERO);
+            return full;
+        }
+        if !self.trust_durable {
+            note("untrusted", self.quarantine);
+            return full;
+        }
+        let Some((run, _)) = self.process_and_clock(n).await else {
+            note("unread", self.quarantine);
+            return full;
+        };
+        let mut ask = redis::pipe();
+        ask.cmd("HMGET")
+            .arg(MARK)
+            .arg("run")
+            .arg("since")
+            .cmd("TIME");
+        let connect = async {
+            let client = redis::Client::open(self.urls[n - 1].as_str())?;
+            client.get_multiplexed_async_connection().await
+        };
+        let mut conn = match tokio::time::timeout(Duration::from_secs(1), connect).await {
+            Ok(Ok(conn)) => conn,
+            _ => {
+                note("unread", self.quarantine);
+                return full;
+            }
+        };
+        // Read once at least: a rolling restart asks after its three
+        // restarts, when the first one's may be over.
+        loop {
+            type Mark = ((Option<String>, Option<String>), (u64, u64));
+            let read =
+                tokio::time::timeout(Duration::from_secs(1), ask.query_async::<Mark>(&mut conn))
+                    .await;
+            if let Ok(Ok(((Some(by), Some(since)), (secs, micros)))) = read
+                && by == run
+                && let Ok(since) = since.parse::<u64>()
+            {
+                let now = secs * 1000 + micros / 1000;
+                let continuous = Duration::from_millis(now.saturating_sub(since));
+                let left = self.quarantine.saturating_sub(continuous);
+                // The quarantine as it was at the restart.
+                let at_restart = self
+                    .quarantine
+                    .saturating_sub(continuous.saturating_sub(back.elapsed()));
+                note("mark", at_restart);
+                return Instant::now() + left.max(STAMP_PERIOD);
+            }
+            if Instant::now() >= full {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        note("unstamped", self.quarantine);
+        full
     }
 
     /// A plain release cut on its way to node `n` must be sent again: the
@@ -302,9 +551,51 @@ impl Nemesis {
                 self.nodes(&["thaw", &ns]).await;
             }
             "kill" => {
+                // SIGKILL, down for `hold`, started from its AOF: counted
+                // at once where the mark shows the dataset kept.
                 self.nodes(&["kill", &ns]).await;
                 tokio::time::sleep(hold).await;
                 self.nodes(&["start", &ns]).await;
+                let until = self.quarantine_until(&name, n, Instant::now()).await;
+                tokio::time::sleep_until(until).await;
+            }
+            "aof-off" => {
+                // AOF switched off at run time while the clients go on: what
+                // is granted meanwhile lives only in the node's memory. Then
+                // SIGKILL, and a start with its durable config, which turns
+                // AOF on again and replays it as it was when switched off:
+                // the mark there is older than the stamps the clients saw
+                // acknowledged, and older than 5 s at the start, so every
+                // client must quarantine it.
+                self.make_durable(&[n]).await;
+                let off = self
+                    .command(
+                        n,
+                        redis::cmd("CONFIG")
+                            .arg("SET")
+                            .arg("appendonly")
+                            .arg("no")
+                            .clone(),
+                    )
+                    .await;
+                tokio::time::sleep(AOF_OFF_FOR + hold).await;
+                self.nodes(&["kill", &ns]).await;
+                self.nodes(&["start", &ns]).await;
+                self.rec.record(
+                    "note",
+                    &[("aof_off", ns.clone()), ("ok", u8::from(off).to_string())],
+                );
+                let until = self.quarantine_until(&name, n, Instant::now()).await;
+                tokio::time::sleep_until(until).await;
+            }
+            "lost-volume" => {
+                // SIGKILL, down for `hold`, then its data deleted and the
+                // node started with AOF on: a volume lost while it was down.
+                self.nodes(&["kill", &ns]).await;
+                tokio::time::sleep(hold).await;
+                self.nodes(&["wipe-restart", &ns]).await;
+                let until = self.quarantine_until(&name, n, Instant::now()).await;
+                tokio::time::sleep_until(until).await;
             }
             "wipe" | "bare" => {
                 let how = if name == "wipe" {
@@ -313,15 +604,56 @@ impl Nemesis {
                     "bare-restart"
                 };
                 self.nodes(&[how, &ns]).await;
-                tokio::time::sleep(self.quarantine).await;
+                let until = self.quarantine_until(&name, n, Instant::now()).await;
+                tokio::time::sleep_until(until).await;
             }
             "rolling" => {
                 // What an operator does: each node restarted empty, the next
                 // one at once (the quarantine is what keeps this safe).
+                let mut back = Vec::new();
                 for n in &nodes {
                     self.nodes(&["bare-restart", &n.to_string()]).await;
+                    back.push((*n, Instant::now()));
                 }
-                tokio::time::sleep(self.quarantine).await;
+                let mut until = Instant::now();
+                for (n, at) in back {
+                    until = until.max(self.quarantine_until(&name, n, at).await);
+                }
+                tokio::time::sleep_until(until).await;
+            }
+            AOF_OFF_MAJORITY => {
+                // `aof-off` on three nodes at once; in the negative control,
+                // each mark then written as a kept dataset would show it.
+                self.make_durable(&nodes).await;
+                let mut since = Vec::new();
+                for n in &nodes {
+                    since.push(self.mark_since(*n).await);
+                }
+                for n in &nodes {
+                    let off = redis::cmd("CONFIG")
+                        .arg("SET")
+                        .arg("appendonly")
+                        .arg("no")
+                        .clone();
+                    self.command(*n, off).await;
+                }
+                // Locks granted now live only in these three nodes' memory.
+                tokio::time::sleep(AOF_OFF_FOR + hold).await;
+                let mut back = Vec::new();
+                for (n, since) in nodes.iter().zip(since) {
+                    let ns = n.to_string();
+                    self.nodes(&["kill", &ns]).await;
+                    self.nodes(&["start", &ns]).await;
+                    if let (true, Some(since)) = (self.forge_marks, since) {
+                        self.forge_mark(*n, since).await;
+                    }
+                    back.push((*n, Instant::now()));
+                }
+                let mut until = Instant::now();
+                for (n, at) in back {
+                    until = until.max(self.quarantine_until(&name, n, at).await);
+                }
+                tokio::time::sleep_until(until).await;
             }
             "pause" => {
                 let ms = hold.as_millis().to_string();

@@ -262,3 +262,20 @@ fn an_overlap_across_a_clock_jump_is_explained() {
     assert!(r.violations.is_empty(), "{r}");
     assert_eq!(r.explained.len(), 1, "{r}");
 }
+
+#[test]
+fn restarts_are_counted_by_fault_with_those_quarantined() {
+    let r = history(
+        "100 run note restart=2 fault=kill quarantine_ms=0 by=mark\n\
+         200 run note restart=3 fault=aof-off quarantine_ms=2990 by=mark\n\
+         300 run note restart=3 fault=kill quarantine_ms=1200 by=mark\n",
+    );
+    assert!(r.violations.is_empty(), "{r}");
+    assert_eq!(r.restarts["kill"], (2, 1));
+    assert_eq!(r.restarts["aof-off"], (1, 1));
+    assert!(
+        r.to_string()
+            .contains("restarts quarantined, by fault: aof-off 1 of 1, kill 1 of 2"),
+        "{r}"
+    );
+}
