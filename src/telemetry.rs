@@ -59,6 +59,11 @@ pub const NODE_EVICTING: &str = "redquorum_node_evicting";
 /// 1 while the node's answers come near its node timeout or past it (too
 /// late, or nearly, to count in a round), else 0 (`node`).
 pub const NODE_SLOW: &str = "redquorum_node_slow";
+/// Holders' keys seen with a time to live above this client's longest TTL
+/// (`Builder::max_ttl`), in refusals that report it (`node`): an interop
+/// peer, or a client with a longer `max_ttl`, whose locks can outlive a
+/// restarted node's quarantine (docs/migrating.md).
+pub const TTL_ABOVE_MAX: &str = "redquorum_ttl_above_max_total";
 /// How long waiting acquisitions waited, in seconds (`result`: `granted`,
 /// `timeout`, `refused`).
 pub const WAIT: &str = "redquorum_wait_seconds";
@@ -111,6 +116,10 @@ pub(crate) fn describe() {
         WAIT,
         Unit::Seconds,
         "Time waiting acquisitions waited, by result"
+    );
+    describe_counter!(
+        TTL_ABOVE_MAX,
+        "Holders' keys seen with a TTL above the longest TTL (a peer or a client with a longer max_ttl)"
     );
 }
 
@@ -472,6 +481,12 @@ pub(crate) fn node_checked(
     }
     gauge!(NODE_QUARANTINE, "node" => node.to_owned()).set(left.map_or(0.0, |l| l.as_secs_f64()));
     gauge!(NODE_EVICTING, "node" => node.to_owned()).set(f64::from(u8::from(evicting)));
+}
+
+/// A holder's key on `node` was seen with more time to live than the
+/// longest TTL.
+pub(crate) fn ttl_above_max(node: &str) {
+    counter!(TTL_ABOVE_MAX, "node" => node.to_owned()).increment(1);
 }
 
 /// `calls` releases of `node` are sent again on its next connection.

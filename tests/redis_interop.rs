@@ -228,3 +228,44 @@ async fn inspect_takes_a_peers_token_whole_nul_bytes_and_all() {
             .unwrap();
     }
 }
+
+/// A peer (rslock, redsync) holding the resource with a TTL above the
+/// longest TTL — here `PX 120000` against the default 60 s — is named at
+/// the first round that meets it: with interop keys every refusal reports
+/// the holder's time to live, and one above `max_ttl` is a WARN (and the
+/// metric `redquorum_ttl_above_max_total`). Such a lock can outlive a
+/// restarted node's quarantine (docs/migrating.md). Seen missing before:
+/// a single try reported no time to live and nothing was said.
+#[tokio::test(flavor = "current_thread")]
+async fn a_peers_ttl_above_max_ttl_is_named_at_the_first_round() {
+    let resource = unique("interop-long");
+    let mut conns = raw_all().await;
+    for conn in &mut conns {
+        let _: () = redis::cmd("SET")
+            .arg(&resource)
+            .arg("peer-token")
+            .arg("PX")
+            .arg(120_000)
+            .query_async(conn)
+            .await
+            .unwrap();
+    }
+    let (logs, _guard) = support::capture_logs();
+    let redlock = interop("").await;
+    let refused = redlock.try_lock(&resource, TTL).await;
+    for conn in &mut conns {
+        let _: () = conn.del(&resource).await.unwrap();
+    }
+    let Err(LockError::Taken { votes }) = refused else {
+        panic!("expected Taken, got {refused:?}");
+    };
+    let longest = votes
+        .min_pttl()
+        .expect("the holder's time to live reported");
+    assert!(longest > Duration::from_secs(60), "{votes}");
+    let text = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    assert!(
+        text.contains("lives longer than the longest TTL") && text.contains("ttl_left_ms="),
+        "{text}"
+    );
+}

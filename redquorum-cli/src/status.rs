@@ -20,6 +20,7 @@ const PREFIX: usize = 8;
 
 pub async fn status(global: &Global, nodes: &[String], args: &StatusArgs, ui: &Ui) -> Code {
     let timeout = global.node_timeout.unwrap_or(DEFAULT_TIMEOUT);
+    let max_ttl = global.max_ttl.unwrap_or(redquorum::DEFAULT_MAX_TTL);
     let redlock = match crate::connect_with(global, nodes, Retry::none(), Some(timeout)).await {
         Ok(redlock) => redlock,
         Err(e) => return crate::config_failure(ui, &e),
@@ -30,7 +31,7 @@ pub async fn status(global: &Global, nodes: &[String], args: &StatusArgs, ui: &U
             ui.note(format_args!("{line}"));
         }
     }
-    let code = match show(&redlock, args, ui).await {
+    let code = match show(&redlock, args, ui, max_ttl).await {
         Ok(code) => code,
         Err(LockError::Input(e)) => {
             ui.usage(&e.to_string());
@@ -45,7 +46,14 @@ pub async fn status(global: &Global, nodes: &[String], args: &StatusArgs, ui: &U
     code
 }
 
-async fn show(redlock: &Redlock, args: &StatusArgs, ui: &Ui) -> Result<Code, LockError> {
+/// `max_ttl`: the client's longest TTL, against which holders' keys are
+/// read.
+async fn show(
+    redlock: &Redlock,
+    args: &StatusArgs,
+    ui: &Ui,
+    max_ttl: Duration,
+) -> Result<Code, LockError> {
     let whole = args.show_token;
     // A semaphore's permit count lives on its nodes while a permit is held:
     // `status NAME` of a held semaphore is never "FREE", and `-n` is checked.
@@ -86,7 +94,7 @@ async fn show(redlock: &Redlock, args: &StatusArgs, ui: &Ui) -> Result<Code, Loc
         if args.json {
             println!("{}", to_json(&seen, whole));
         } else {
-            print_table(&seen, whole);
+            print_table(&seen, whole, max_ttl);
         }
         return Ok(exit_for(std::slice::from_ref(&seen)));
     };
@@ -109,7 +117,7 @@ async fn show(redlock: &Redlock, args: &StatusArgs, ui: &Ui) -> Result<Code, Loc
         println!("{object}");
     } else {
         for slot in seen.slots() {
-            print_table(slot, whole);
+            print_table(slot, whole, max_ttl);
         }
         println!("{}: {held} of {permits} permits held", args.resource);
     }
@@ -224,7 +232,7 @@ fn verdict_name(verdict: &Verdict) -> &'static str {
     }
 }
 
-fn print_table(seen: &Inspection, whole: bool) {
+fn print_table(seen: &Inspection, whole: bool, max_ttl: Duration) {
     let any_error = seen.nodes().iter().any(|n| n.read.is_err());
     let mut rows = vec![
         ["NODE", "REACHABLE", "HELD", "HOLDER", "PTTL", "FENCE"]
@@ -260,6 +268,37 @@ fn print_table(seen: &Inspection, whole: bool) {
     }
     print_rows(&rows);
     println!("{}", verdict_line(seen, whole));
+    for line in longer_than(seen, max_ttl) {
+        println!("{line}");
+    }
+}
+
+/// A line per node whose holder's key lives longer than `max_ttl`: a peer
+/// (interop keys) or a client with a longer `max_ttl`, whose lock can
+/// outlive a restarted node's quarantine (docs/migrating.md).
+fn longer_than(seen: &Inspection, max_ttl: Duration) -> Vec<String> {
+    seen.nodes()
+        .iter()
+        .filter_map(|node| {
+            let held = node.read.as_ref().ok()?;
+            held.holder.as_ref()?;
+            let left = match held.time_left? {
+                TimeLeft::For(left) if left > max_ttl => {
+                    humantime::format_duration(Duration::from_millis(left.as_millis() as u64))
+                        .to_string()
+                }
+                TimeLeft::For(_) => return None,
+                _ => "no expiry".to_owned(),
+            };
+            Some(format!(
+                "{}: the holder's key has {left} left, above --max-ttl {}: a peer or a client \
+                 with a longer max_ttl, whose lock can outlive a restarted node's quarantine \
+                 (docs/migrating.md)",
+                node.node,
+                humantime::format_duration(max_ttl)
+            ))
+        })
+        .collect()
 }
 
 fn error_text<T>(node: &NodeView<T>) -> String {

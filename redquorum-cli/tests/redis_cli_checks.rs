@@ -318,3 +318,33 @@ async fn at_least_keeps_the_slot_taken_after_the_command_ends() {
     assert!(stderr(&out).contains("hold at least"), "{}", stderr(&out));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `status` names a holder's key that lives longer than `--max-ttl` (a
+/// peer such as rslock holding with `PX 120000`, or a client with a longer
+/// max_ttl): its lock can outlive a restarted node's quarantine. Before,
+/// the table showed the time to live and said nothing of it.
+#[tokio::test(flavor = "multi_thread")]
+async fn status_names_a_holder_longer_than_max_ttl() {
+    let resource = unique("cli-long-peer");
+    let key = format!("{{{resource}}}:lock");
+    let mut conns = raw_all().await;
+    for conn in &mut conns {
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg("peer-token")
+            .arg("PX")
+            .arg(120_000)
+            .query_async(conn)
+            .await
+            .unwrap();
+    }
+    let out = run(&node_urls(), &["status", &resource]).await;
+    let long = run(&node_urls(), &["status", &resource, "--max-ttl", "5m"]).await;
+    for conn in &mut conns {
+        let _: () = redis::cmd("DEL").arg(&key).query_async(conn).await.unwrap();
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.matches("above --max-ttl 1m").count(), 5, "{stdout}");
+    let stdout = String::from_utf8_lossy(&long.stdout);
+    assert!(!stdout.contains("above --max-ttl"), "{stdout}");
+}

@@ -285,6 +285,10 @@ impl Driver {
         // round for the resource (crate::engine::turns) and room among the calls in
         // flight are waited for before the round's clock starts — unless
         // the shutdown begins meanwhile.
+        // Interop keys: every refusal reports the holder's time to live, so
+        // that a peer holding longer than the longest TTL is named at the
+        // first round that meets it (docs/migrating.md).
+        let holder_ttl = holder_ttl || self.layout.interop();
         let step = Step::Acquire { holder_ttl };
         let wait = self
             .settings
@@ -410,8 +414,39 @@ impl Driver {
                     }
                     self.settle(undo).await;
                     let step = Step::Acquire { holder_ttl };
-                    return Err(refusal(decision, self.votes(claim, step, answers)));
+                    let error = refusal(decision, self.votes(claim, step, answers));
+                    self.holders_within_max_ttl(claim, &error);
+                    return Err(error);
                 }
+            }
+        }
+    }
+
+    /// A refusal that met a holder's key with more time to live than the
+    /// longest TTL: a WARN and `redquorum_ttl_above_max_total`. Such a holder
+    /// (an interop peer, or a client with a longer `max_ttl`) can outlive a
+    /// restarted node's quarantine, and then share the lock with a client of
+    /// this one (docs/migrating.md).
+    fn holders_within_max_ttl(&self, claim: &Claim, error: &LockError) {
+        let Some(votes) = error.votes() else {
+            return;
+        };
+        let max_ttl = self.settings.max_ttl;
+        for (node, answer) in votes.iter() {
+            if let Answer::Held { pttl: Some(left) } = answer
+                && *left > max_ttl
+            {
+                tracing::warn!(
+                    node,
+                    key = %claim.keys().first(),
+                    ttl_left_ms = left.as_millis() as u64,
+                    max_ttl_ms = max_ttl.as_millis() as u64,
+                    "a holder's key lives longer than the longest TTL: a peer (interop keys) or a \
+                     client with a longer max_ttl, whose lock can outlive a restarted node's \
+                     quarantine; every client of these nodes must hold at most max_ttl \
+                     (docs/migrating.md)"
+                );
+                crate::telemetry::ttl_above_max(node);
             }
         }
     }

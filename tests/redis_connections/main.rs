@@ -442,31 +442,6 @@ async fn distant_nodes_work_from_the_first_call() {
     }
 }
 
-/// Log lines written on this thread while the guard lives.
-fn capture_logs() -> (
-    std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
-    tracing::subscriber::DefaultGuard,
-) {
-    #[derive(Clone)]
-    struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-    impl std::io::Write for Lines {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let lines = Lines(Default::default());
-    let writer = lines.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
-    (lines.0, tracing::subscriber::set_default(subscriber))
-}
-
 /// Two of five nodes 80 ms away (round trip) under the default node
 /// timeout (50 ms): their answers never count, and the client names each,
 /// with the setting to raise (before, only a debug trace showed why). A
