@@ -66,16 +66,20 @@ pub async fn redlock() -> Redlock {
     patient().build().await.expect("connect")
 }
 
-/// A direct connection to node `i` (0-based), bypassing redquorum.
+/// A direct connection to node `i` (0-based), bypassing redquorum. Its
+/// calls wait up to 5 s for an answer: redis-rs' default of 500 ms failed a
+/// `KEYS` on a loaded machine (a CI rehearsal, `redis_nodes`).
 pub async fn raw(i: usize) -> MultiplexedConnection {
     let client = redis::Client::open(node_urls()[i].as_str()).expect("url");
-    tokio::time::timeout(
+    let mut conn = tokio::time::timeout(
         Duration::from_secs(5),
         client.get_multiplexed_async_connection(),
     )
     .await
     .expect("raw connection timed out")
-    .expect("raw connection")
+    .expect("raw connection");
+    conn.set_response_timeout(Duration::from_secs(5));
+    conn
 }
 
 /// Direct connections to all five nodes.

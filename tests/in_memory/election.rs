@@ -214,7 +214,13 @@ async fn contest(
                         from,
                         to,
                     });
-                    leadership.resign().await.unwrap();
+                    // On a starved runtime (a loaded CI machine) the release
+                    // may be answered after its node timeout: Unavailable,
+                    // its calls delivered all the same, the next campaign
+                    // waiting for them. Anything else is a failure.
+                    if let Err(e) = leadership.resign().await {
+                        assert!(matches!(e, LockError::Unavailable { .. }), "{e}");
+                    }
                 }
             })
         })
