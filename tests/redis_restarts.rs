@@ -47,26 +47,40 @@ impl Drop for Bare {
     }
 }
 
-/// Waits (at most 10 s) until `redlock` has reconnected to `nodes` (1-based)
-/// and sees each quarantined.
-async fn until_quarantined(redlock: &Redlock, nodes: &[usize]) {
+/// Probes `redlock` (every 50 ms, at most `bound`) until `done` holds of
+/// its nodes' health; that health.
+async fn until_health(
+    redlock: &Redlock,
+    bound: Duration,
+    what: &str,
+    done: impl Fn(&[redquorum::NodeHealth]) -> bool,
+) -> Vec<redquorum::NodeHealth> {
     let start = Instant::now();
     loop {
         let health = redlock.probe(Duration::from_secs(1)).await;
-        if nodes
-            .iter()
-            .all(|n| health[n - 1].quarantined_for.is_some())
-        {
-            for n in nodes {
-                assert_eq!(health[n - 1].durable, Some(false), "{:?}", health[n - 1]);
-            }
-            return;
+        if done(&health) {
+            return health;
         }
         assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "nodes {nodes:?} not seen quarantined: {health:?}"
+            start.elapsed() < bound,
+            "{what} within {bound:?}: {health:?}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits (at most 10 s) until `redlock` has reconnected to `nodes` (1-based)
+/// and sees each quarantined.
+async fn until_quarantined(redlock: &Redlock, nodes: &[usize]) {
+    let quarantined = |health: &[redquorum::NodeHealth]| {
+        nodes
+            .iter()
+            .all(|n| health[n - 1].quarantined_for.is_some())
+    };
+    let what = format!("nodes {nodes:?} seen quarantined");
+    let health = until_health(redlock, Duration::from_secs(10), &what, quarantined).await;
+    for n in nodes {
+        assert_eq!(health[n - 1].durable, Some(false), "{:?}", health[n - 1]);
     }
 }
 
@@ -560,19 +574,14 @@ async fn contenders_granted(resource: &str, known: &[&Redlock]) -> usize {
     for (i, contender) in contenders.enumerate() {
         // Connected to every node first (a node still reconnecting counts
         // as a no, which proves nothing).
-        let start = Instant::now();
-        while contender
-            .probe(Duration::from_secs(1))
-            .await
-            .iter()
-            .any(|h| !h.is_reachable())
-        {
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "nodes unreachable"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let reachable = |health: &[redquorum::NodeHealth]| health.iter().all(|h| h.is_reachable());
+        until_health(
+            contender,
+            Duration::from_secs(10),
+            "every node reachable",
+            reachable,
+        )
+        .await;
         match contender.try_lock(resource, Duration::from_secs(5)).await {
             Ok(lock) => {
                 granted += 1;
@@ -683,21 +692,18 @@ async fn a_wiped_durable_node_met_first_admits_no_second_holder() {
 
 /// Waits (at most 20 s) until `redlock` counts every node: no quarantine.
 async fn until_counted(redlock: &Redlock) {
-    let start = Instant::now();
-    loop {
-        let health = redlock.probe(Duration::from_secs(1)).await;
-        if health
+    let counted = |health: &[redquorum::NodeHealth]| {
+        health
             .iter()
             .all(|h| h.is_reachable() && h.quarantined_for.is_none())
-        {
-            return;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "nodes still quarantined: {health:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    };
+    until_health(
+        redlock,
+        Duration::from_secs(20),
+        "every node counted",
+        counted,
+    )
+    .await;
 }
 
 /// Fencing tokens and election terms across restarts that forget, with no
@@ -970,4 +976,40 @@ async fn a_rolling_restart_by_the_runbook_keeps_one_leader_the_quota_and_the_per
         "{} runs in {periods:.1} periods",
         runs.len()
     );
+}
+
+/// `FLUSHALL` on nodes 1–3 while a lock is held there, then a restart of
+/// each with its durable config: the flushed data is what the AOF replays.
+/// No contender — one that knew the old processes or a fresh one, by
+/// default or trusting durable restarts (the mark is gone with the data)
+/// — is granted while the lock is valid. An outside review saw a fresh
+/// client granted in 2 runs of 2 when durable-looking nodes were trusted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flushall_then_a_restart_admits_no_second_holder() {
+    let _turn = TURN.lock().await;
+    let resource = unique("restarts-flushall");
+    let known_default = default_client().await;
+    let known_trusting = patient().build().await.unwrap();
+    let holder = patient().build().await.unwrap();
+    let lock = holder
+        .lock(&resource, Duration::from_secs(30))
+        .await
+        .expect("healthy nodes grant");
+    settled(&holder).await;
+    let mut conns = raw_all().await;
+    for conn in &mut conns[..3] {
+        let _: () = redis::cmd("FLUSHALL").query_async(conn).await.unwrap();
+    }
+    for node in 1..=3 {
+        tokio::task::block_in_place(|| drop(Killed::new(node)));
+    }
+    assert_eq!(holding_token(&lock_key(&resource), lock.token()).await, 2);
+    let granted = contenders_granted(&resource, &[&known_default, &known_trusting]).await;
+    let valid = lock.is_valid();
+    lock.release().await.unwrap();
+    for node in 1..=3 {
+        adopt(node);
+    }
+    assert!(valid, "the holder's lock outlived the checks");
+    assert_eq!(granted, 0, "a second holder while the first was valid");
 }
