@@ -91,13 +91,18 @@ pub struct MemoryNode {
 #[derive(Debug)]
 struct Tap {
     channels: Arc<Mutex<std::collections::HashSet<String>>>,
-    notices: mpsc::UnboundedSender<Notice>,
+    notices: mpsc::Sender<Notice>,
 }
+
+/// The most notices an in-memory listener holds unread; past it a notice
+/// is dropped, as a hint may be (its waiter comes back within its
+/// patience all the same).
+const MAX_NOTICES: usize = 1024;
 
 /// A listener on an in-memory node ([`MemoryNode::report_releases`]).
 struct MemoryListener {
     channels: Arc<Mutex<std::collections::HashSet<String>>>,
-    notices: tokio::sync::Mutex<mpsc::UnboundedReceiver<Notice>>,
+    notices: tokio::sync::Mutex<mpsc::Receiver<Notice>>,
 }
 
 impl Listener for MemoryListener {
@@ -182,7 +187,7 @@ impl MemoryNode {
                                     .unwrap_or_else(PoisonError::into_inner)
                                     .contains(&notice.channel);
                                 if on {
-                                    let _ = tap.notices.send(notice.clone());
+                                    let _ = tap.notices.try_send(notice.clone());
                                 }
                             }
                         }
@@ -348,7 +353,7 @@ impl Node for MemoryNode {
             return None;
         }
         let channels: Arc<Mutex<std::collections::HashSet<String>>> = Arc::default();
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(MAX_NOTICES);
         self.taps
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

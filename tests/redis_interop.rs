@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use redis::AsyncCommands;
 use redquorum::{ConfigError, InputError, LockError, Redlock};
-use support::{node_urls, patient, raw_all, unique, wait_subscribed};
+use support::{node_urls, patient, raw_all, set_px_everywhere, unique, wait_subscribed};
 use tokio::time::Instant;
 
 const TTL: Duration = Duration::from_secs(10);
@@ -239,17 +239,8 @@ async fn inspect_takes_a_peers_token_whole_nul_bytes_and_all() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_peers_ttl_above_max_ttl_is_named_at_the_first_round() {
     let resource = unique("interop-long");
+    set_px_everywhere(&resource, "peer-token", 120_000).await;
     let mut conns = raw_all().await;
-    for conn in &mut conns {
-        let _: () = redis::cmd("SET")
-            .arg(&resource)
-            .arg("peer-token")
-            .arg("PX")
-            .arg(120_000)
-            .query_async(conn)
-            .await
-            .unwrap();
-    }
     let (logs, _guard) = support::capture_logs();
     let redlock = interop("").await;
     let refused = redlock.try_lock(&resource, TTL).await;

@@ -327,17 +327,8 @@ async fn at_least_keeps_the_slot_taken_after_the_command_ends() {
 async fn status_names_a_holder_longer_than_max_ttl() {
     let resource = unique("cli-long-peer");
     let key = format!("{{{resource}}}:lock");
+    redquorum_test_support::set_px_everywhere(&key, "peer-token", 120_000).await;
     let mut conns = raw_all().await;
-    for conn in &mut conns {
-        let _: () = redis::cmd("SET")
-            .arg(&key)
-            .arg("peer-token")
-            .arg("PX")
-            .arg(120_000)
-            .query_async(conn)
-            .await
-            .unwrap();
-    }
     let out = run(&node_urls(), &["status", &resource]).await;
     let long = run(&node_urls(), &["status", &resource, "--max-ttl", "5m"]).await;
     for conn in &mut conns {

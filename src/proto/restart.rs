@@ -166,6 +166,26 @@ pub struct Quarantine {
     pub reason: Reason,
 }
 
+/// The quarantine of a node whose dataset has been `continuous` for that
+/// long, trusting durable restarts: until the dataset is `max_ttl` old.
+///
+/// ```
+/// use std::time::Duration;
+/// use redquorum::restart::{dataset_quarantine, Reason};
+///
+/// let max_ttl = Duration::from_secs(60);
+/// let q = dataset_quarantine(Duration::from_secs(45), max_ttl).unwrap();
+/// assert_eq!((q.left, q.reason), (Duration::from_secs(15), Reason::DataLost));
+/// assert_eq!(dataset_quarantine(max_ttl, max_ttl), None);
+/// ```
+pub fn dataset_quarantine(continuous: Duration, max_ttl: Duration) -> Option<Quarantine> {
+    let left = max_ttl.saturating_sub(continuous);
+    (!left.is_zero()).then_some(Quarantine {
+        left,
+        reason: Reason::DataLost,
+    })
+}
+
 /// How much longer a node just connected to is quarantined, from what its
 /// connection learnt (`facts`) and the `run_id` the client knew it by
 /// (`previous`: `None` if it is new to the client); `None`: it counts now.
@@ -198,11 +218,7 @@ pub fn quarantine(
     trust_durable: bool,
 ) -> Option<Quarantine> {
     if let (true, Some(continuous)) = (trust_durable, facts.continuous) {
-        let left = max_ttl.saturating_sub(continuous);
-        return (!left.is_zero()).then_some(Quarantine {
-            left,
-            reason: Reason::DataLost,
-        });
+        return dataset_quarantine(continuous, max_ttl);
     }
     let same_process = match (&facts.run_id, previous) {
         (Some(now), Some(before)) => now == before,

@@ -145,3 +145,18 @@ pub fn adopt(node: usize) {
         .query(&mut conn)
         .expect("HSET");
 }
+
+/// Sets `key` to `value` with a time to live of `px_ms` on every node, as
+/// another client would (a peer holding with a long TTL, say).
+pub async fn set_px_everywhere(key: &str, value: &str, px_ms: u64) {
+    for mut conn in raw_all().await {
+        let _: () = redis::cmd("SET")
+            .arg(key)
+            .arg(value)
+            .arg("PX")
+            .arg(px_ms)
+            .query_async(&mut conn)
+            .await
+            .expect("SET PX");
+    }
+}

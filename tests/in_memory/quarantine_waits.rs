@@ -5,7 +5,7 @@
 //! an acquire and its undo, two calls; a semaphore's pass tries each
 //! slot), with release notifications on and off, and the fencing counter
 //! a fenced lock and a campaign's term reach. The same on real nodes:
-//! tests/redis_restarts.rs.
+//! tests/redis_restarts/.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! kept by the client (a quarantined node's yes counts toward no new grant
 //! of any kind), and a lease kept through every node restarting empty, its
 //! lost keys restored whatever order the replies come in. The same on real
-//! nodes: tests/redis_restarts.rs.
+//! nodes: tests/redis_restarts/.
 
 use std::sync::Arc;
 use std::time::Duration;

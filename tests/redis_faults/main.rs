@@ -392,7 +392,7 @@ async fn empty_restart_within_the_ttl_lets_a_second_holder_in() {
 
     // The new client may need a moment to connect to the restarted node.
     // Its quarantine is off: with it, the wiped node counts toward nothing
-    // until it has been up for the longest TTL (tests/redis_restarts.rs).
+    // until it has been up for the longest TTL (tests/redis_restarts/).
     let second_client = Redlock::builder()
         .nodes(node_urls())
         .node_timeout(Duration::from_millis(250))

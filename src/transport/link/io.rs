@@ -35,7 +35,7 @@ use super::{
     BACKOFF_MAX, BACKOFF_MIN, CLOSING_ATTEMPTS, IDLE_PING, Link, Pending, State, Work, redirection,
 };
 use crate::proto::error::NodeError;
-use crate::proto::restart::SECOND_CUT;
+use crate::proto::restart::{self, SECOND_CUT};
 use crate::transport::resp::{self, Frame};
 use crate::transport::scripts::{self, STAMP_EVERY};
 
@@ -493,8 +493,8 @@ impl Io {
             return;
         };
         let now = Instant::now();
-        let left = longest.saturating_sub(continuous);
-        let until = (!left.is_zero()).then(|| now + left);
+        let begun = restart::dataset_quarantine(continuous, longest);
+        let until = begun.map(|q| now + q.left);
         let running = shared.standing.quarantine.filter(|r| *r > now);
         let begins = match (running, until) {
             (None, Some(_)) => true,
@@ -507,7 +507,7 @@ impl Io {
         if begins {
             tracing::warn!(
                 node = %link.name,
-                quarantine_left_ms = left.as_millis() as u64,
+                quarantine_left_ms = begun.map_or(0, |q| q.left.as_millis() as u64),
                 "node quarantined (its dataset mark is gone: wiped or reloaded while it ran): it \
                  may have forgotten keys, so its yes counts toward no new lock until its dataset \
                  is as old as the longest TTL (docs/operations.md, restarts)"
