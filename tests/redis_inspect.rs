@@ -30,9 +30,19 @@ async fn a_held_lock_is_held_by_its_token_with_its_time_and_fence() {
             nodes: 5
         }
     );
+    // The grant's write-back stored its fence on the nodes that granted by
+    // the decision, a quorum at least, and moved their counters up to it.
+    // A node whose yes came later drew its own counter (floored at its
+    // clock) and carries no fence with its key: docs/fencing.md.
+    assert_eq!(seen.fence(), lock.fence());
+    let mut written_back = 0;
     for node in seen.nodes() {
         let holding = node.read.as_ref().unwrap();
-        assert!(holding.fence >= lock.fence(), "{node:?}");
+        if let Some(granted) = holding.granted_fence {
+            assert_eq!(Some(granted), lock.fence(), "{node:?}");
+            assert!(holding.fence >= lock.fence(), "{node:?}");
+            written_back += 1;
+        }
         let Some(TimeLeft::For(left)) = holding.time_left else {
             panic!("{node:?}")
         };
@@ -41,6 +51,7 @@ async fn a_held_lock_is_held_by_its_token_with_its_time_and_fence() {
             "{left:?}"
         );
     }
+    assert!(written_back >= 3, "{:?}", seen.nodes());
     assert!(matches!(seen.time_left(), Some(TimeLeft::For(left)) if left <= TTL));
     lock.release().await.unwrap();
     settled(&redlock).await;
