@@ -45,7 +45,7 @@ async fn least_privilege_acl_user_can_lock() {
             "~{*}:intent",
             "~{*}:rw:*",
             "~{*}:permit*",
-            "~redquorum:dataset",
+            "~redquorum:dataset*",
             "resetchannels",
             "&{*}:lock",
             "&{*}:writer",

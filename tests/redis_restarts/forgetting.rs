@@ -47,6 +47,18 @@ async fn contenders_granted(resource: &str, known: &[&Redlock]) -> usize {
 /// ([`contenders_granted`]) is granted while `lock` is valid; then the lock
 /// is released and nodes 1–3 [`adopt`]ed (their data was lost on purpose,
 /// the next tests' clients may count them).
+/// A client trusting durable restarts holding `resource` for 30 s, its
+/// grant settled on every node.
+async fn held(resource: &str) -> (Redlock, redquorum::Lock) {
+    let holder = patient().build().await.unwrap();
+    let lock = holder
+        .lock(resource, Duration::from_secs(30))
+        .await
+        .expect("healthy nodes grant");
+    settled(&holder).await;
+    (holder, lock)
+}
+
 async fn no_second_holder(resource: &str, lock: redquorum::Lock, known: &[&Redlock]) {
     let granted = contenders_granted(resource, known).await;
     let valid = lock.is_valid();
@@ -126,12 +138,7 @@ async fn aof_switched_off_then_restarted_admits_no_second_holder() {
 async fn a_wiped_durable_node_met_first_admits_no_second_holder() {
     let _turn = TURN.lock().await;
     let resource = unique("restarts-wiped");
-    let holder = patient().build().await.unwrap();
-    let lock = holder
-        .lock(&resource, Duration::from_secs(30))
-        .await
-        .expect("healthy nodes grant");
-    settled(&holder).await;
+    let (_holder, lock) = held(&resource).await;
     for node in 1..=3 {
         wipe_restart(node);
     }
@@ -178,12 +185,7 @@ async fn flushall_then_a_restart_admits_no_second_holder() {
     let resource = unique("restarts-flushall");
     let known_default = default_client().await;
     let known_trusting = patient().build().await.unwrap();
-    let holder = patient().build().await.unwrap();
-    let lock = holder
-        .lock(&resource, Duration::from_secs(30))
-        .await
-        .expect("healthy nodes grant");
-    settled(&holder).await;
+    let (_holder, lock) = held(&resource).await;
     let mut conns = raw_all().await;
     for conn in &mut conns[..3] {
         let _: () = redis::cmd("FLUSHALL").query_async(conn).await.unwrap();

@@ -80,6 +80,15 @@ async fn until_health(
 
 /// Waits (at most 10 s) until `redlock` has reconnected to `nodes` (1-based)
 /// and sees each quarantined.
+/// A client of the five nodes with `max_ttl` that trusts no restart (the
+/// default rule), its node timeout patient as the suite's.
+fn untrusting(max_ttl: Duration) -> redquorum::Builder {
+    Redlock::builder()
+        .nodes(node_urls())
+        .node_timeout(Duration::from_secs(1))
+        .max_ttl(max_ttl)
+}
+
 async fn until_quarantined(redlock: &Redlock, nodes: &[usize]) {
     let quarantined = |health: &[redquorum::NodeHealth]| {
         nodes
