@@ -22,6 +22,7 @@ use crate::settings::config_error::ConfigError;
 use crate::settings::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_TTL, MAX_CONNECT_TIMEOUT};
 use crate::telemetry::NodeTelemetry;
 use crate::transport::address::{Address, TlsMaterial, redact};
+use crate::transport::agreement::Agreement;
 use crate::transport::cluster::ClusterNode;
 use crate::transport::link::Limits;
 use crate::transport::link::{Checks, tls};
@@ -78,6 +79,8 @@ pub struct Builder {
     trust_durable: bool,
     /// Nodes that may evict lock keys are refused (`strict`).
     strict: bool,
+    /// No deployment record is read or written (`deployment_record(false)`).
+    no_record: bool,
 }
 
 impl fmt::Debug for Builder {
@@ -103,6 +106,7 @@ impl fmt::Debug for Builder {
             .field("restart_quarantine", &!self.no_quarantine)
             .field("trust_durable_restarts", &self.trust_durable)
             .field("strict", &self.strict)
+            .field("deployment_record", &!self.no_record)
             .finish()
     }
 }

@@ -151,7 +151,7 @@ pub use proto::error::{Answer, LockError, NodeError, Votes};
 pub use proto::input::InputError;
 pub use proto::keys::KeyLayout;
 pub use proto::retry::Retry;
-pub use proto::{keys, quorum, restart, verdict};
+pub use proto::{deployment, keys, quorum, restart, verdict};
 pub use settings::config_error::ConfigError;
 pub use settings::{DEFAULT_MAX_TTL, LockOptions};
 pub use transport::node;

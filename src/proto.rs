@@ -22,6 +22,8 @@
 //! - [`restart`]: when a node that restarted may count toward a new grant
 //!   again (the delayed restart, kept by the client), and what its `INFO`
 //!   says of its persistence and memory policy;
+//! - [`deployment`]: the deployment record the nodes hold — members and
+//!   longest TTL — and what a client decides from what its nodes answered;
 //! - [`retry`]: the retry policy, and the pause before the next round as a
 //!   function of the last outcome, the time left and a random draw.
 //!
@@ -29,6 +31,7 @@
 //! what the clock says, and does what they say.
 
 pub mod acquire;
+pub mod deployment;
 pub mod error;
 pub mod health;
 pub mod input;

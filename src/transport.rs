@@ -7,6 +7,7 @@
 //! knows what a claim, a step or a ballot is.
 
 pub(crate) mod address;
+pub(crate) mod agreement;
 pub(crate) mod cluster;
 pub(crate) mod in_flight;
 pub(crate) mod link;

@@ -120,4 +120,31 @@ impl Builder {
         self.strict = on;
         self
     }
+
+    /// The deployment record (default: on). Every client of Redis masters
+    /// reads, at each connection, what its nodes record of the deployment —
+    /// the members, by ids the nodes hold whatever the URLs' spelling, and
+    /// `max_ttl` — and creates it at first use. A client whose nodes or
+    /// `max_ttl` differ is refused at connect ([`ConfigError::Deployment`];
+    /// a client that chose no `max_ttl` takes the record's where it is not
+    /// longer than the default), and a node that is no member counts toward
+    /// no grant: clients that disagree on the member set would otherwise
+    /// count different majorities and grant one lock twice. A member that
+    /// lost its data (an empty restart) is known by its address and
+    /// adopted back; a new server at another address is not
+    /// (docs/agreement.md). Clients of clusters and custom nodes keep no
+    /// record.
+    ///
+    /// Off (`false`), nothing is read or written: every client must then
+    /// be configured alike by other means.
+    ///
+    /// [`ConfigError::Deployment`]: crate::ConfigError::Deployment
+    ///
+    /// ```
+    /// let builder = redquorum::Redlock::builder().deployment_record(false);
+    /// ```
+    pub fn deployment_record(mut self, on: bool) -> Self {
+        self.no_record = !on;
+        self
+    }
 }

@@ -29,6 +29,7 @@ impl Builder {
         {
             return Err(ConfigError::InvalidNodeTimeout);
         }
+        let chosen = self.max_ttl.is_some();
         let max_ttl = self.max_ttl.unwrap_or(DEFAULT_MAX_TTL);
         if max_ttl < Duration::from_millis(1) || max_ttl > longest {
             return Err(ConfigError::InvalidMaxTtl(max_ttl));
@@ -37,6 +38,7 @@ impl Builder {
         // The quarantine is the longest TTL measured by the node's clock:
         // the client's may run slower by the drift factor.
         let checks = Checks {
+            agreement: None,
             quarantine: (!self.no_quarantine).then(|| max_ttl + drift_factor.drift(max_ttl_ms)),
             trust_durable: self.trust_durable,
             strict: self.strict,
@@ -87,6 +89,21 @@ impl Builder {
             return Err(ConfigError::DuplicateNode(w[0].to_owned()));
         }
 
+        // The deployment record, kept by clients of Redis masters only (a
+        // cluster's members change under it; custom nodes are the caller's).
+        let agreement = (!self.no_record
+            && self.custom.is_empty()
+            && targets.iter().all(|t| !t.is_cluster()))
+        .then(|| {
+            Agreement::new(
+                targets.iter().map(|t| Arc::clone(t.name())).collect(),
+                layout.deployment(),
+                max_ttl,
+                chosen,
+                connect_timeout,
+            )
+        });
+
         // Where each Redis node's listener connects (clusters and custom
         // nodes open their own).
         let addresses: Vec<Address> = targets.clone();
@@ -104,7 +121,8 @@ impl Builder {
         let connected = futures::future::join_all(targets.into_iter().enumerate().map(|(i, t)| {
             let servers = Arc::clone(&servers);
             let tls = tls.clone();
-            let checks = checks.clone();
+            let mut checks = checks.clone();
+            checks.agreement = agreement.as_ref().map(|a| (Arc::clone(a), i));
             async move {
                 let telemetry = Arc::new(NodeTelemetry::new(t.name()));
                 let member = if t.is_cluster() {
@@ -139,6 +157,29 @@ impl Builder {
         // `NotConnected` forever. (Otherwise each node's vote carries it.)
         if !tls_failures.is_empty() && other_failures == 0 && up == 0 {
             return Err(ConfigError::Tls(tls_failures.join("; ")));
+        }
+        let mut max_ttl = max_ttl;
+        if let Some(agreement) = &agreement {
+            let links = nodes.iter().filter_map(|node| match node.member() {
+                Member::Redis(redis) => Some(Arc::downgrade(redis.link())),
+                _ => None,
+            });
+            let links: Vec<_> = links.collect();
+            {
+                // Every first attempt ends within the connect timeout: each
+                // node that answers is judged at connect, not later.
+                futures::future::join_all(links.iter().filter_map(|link| {
+                    let link = link.upgrade()?;
+                    Some(async move { link.first_outcome(connect_timeout).await })
+                }))
+                .await;
+            }
+            agreement.bind(links);
+            agreement.settle_now().await;
+            if let Some(mismatch) = agreement.refused() {
+                return Err(ConfigError::Deployment(mismatch));
+            }
+            max_ttl = agreement.fix_max_ttl();
         }
         let custom = self.custom.len();
         nodes.extend(self.custom.into_iter().map(|node| {

@@ -110,6 +110,18 @@ impl KeyLayout {
         format!("{}redquorum:dataset:2", self.prefix)
     }
 
+    /// The key of the deployment record, `{prefix}redquorum:deployment`: a
+    /// hash with the node's id, the members and `max_ttl` every client of
+    /// these nodes must agree on, never expiring (docs/agreement.md).
+    ///
+    /// ```
+    /// let layout = redquorum::KeyLayout::new("app:", false).unwrap();
+    /// assert_eq!(layout.deployment(), "app:redquorum:deployment");
+    /// ```
+    pub fn deployment(&self) -> String {
+        format!("{}redquorum:deployment", self.prefix)
+    }
+
     /// The fencing counter's key of `resource`: `{prefix}{R}:fence`.
     pub fn fence_key(&self, resource: &str) -> String {
         format!("{}{{{resource}}}:fence", self.prefix)

@@ -100,6 +100,11 @@ pub enum ConfigError {
     /// A longest TTL ([`Builder::max_ttl`](crate::Builder::max_ttl)) of
     /// zero, or above [`MAX_TTL_MS`](crate::proto::quorum::MAX_TTL_MS).
     InvalidMaxTtl(Duration),
+    /// This client's nodes or `max_ttl` differ from the deployment record
+    /// its nodes hold (docs/agreement.md): it would count other nodes, or
+    /// grant longer than other clients' restart quarantines cover, than
+    /// the clients that recorded it.
+    Deployment(crate::proto::deployment::Mismatch),
     /// A setting the protocol refuses (a drift factor, a key prefix).
     Input(InputError),
 }
@@ -168,6 +173,12 @@ impl fmt::Display for ConfigError {
                 f,
                 "the longest TTL {t:?} must be between 1 ms and {} ms",
                 Pow2(MAX_TTL_MS)
+            ),
+            ConfigError::Deployment(mismatch) => write!(
+                f,
+                "{mismatch}: every client of these nodes must list the same members (in any \
+                 spelling) and the same max_ttl; change them with `redquorum members` \
+                 (docs/agreement.md)"
             ),
             ConfigError::Input(e) => write!(f, "{e}"),
         }

@@ -233,9 +233,10 @@ lua!(
 lua!(INSPECT, "scripts/inspect.lua", "inspect", READ_ONLY);
 lua!(PROBE, "scripts/probe.lua", "probe", READ_ONLY);
 lua!(STAMP, "scripts/stamp.lua", "stamp", WRITES);
+lua!(DEPLOYMENT, "scripts/deployment.lua", "deployment", ALLOW_OOM);
 
 /// Every script.
-const ALL: [&Lua; 23] = [
+const ALL: [&Lua; 24] = [
     &ACQUIRE,
     &EXTEND,
     &RELEASE,
@@ -259,6 +260,7 @@ const ALL: [&Lua; 23] = [
     &PROBE,
     &RELEASE_AFTER,
     &STAMP,
+    &DEPLOYMENT,
 ];
 
 /// The library's body: each script's source, unchanged, as a function
@@ -277,7 +279,7 @@ fn body() -> String {
 }
 
 /// The functions' names, in the order of [`ALL`].
-const NAMES: [&str; 23] = [
+const NAMES: [&str; 24] = [
     "acquire",
     "extend",
     "release",
@@ -301,6 +303,7 @@ const NAMES: [&str; 23] = [
     "probe",
     "release_after",
     "stamp",
+    "deployment",
 ];
 
 /// 12 hex digits of a 64-bit FNV-1a hash of the whole library (sources,
@@ -469,6 +472,99 @@ pub(crate) const STAMP_EVERY: std::time::Duration = std::time::Duration::from_se
 /// client that did not see that process's stamps acknowledged: a stamp's
 /// period and a quick restart (docs/design.md §4b).
 pub(crate) const STAMP_KEPT_GAP: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How many client addresses a node remembers as members
+/// (`deployment.lua`'s `seen:` fields): every spelling of every member's
+/// address that clients used, up to this bound.
+pub(crate) const SEEN_ADDRESSES: usize = 64;
+
+/// What one call of `deployment.lua` reads and writes (docs/agreement.md).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DeploymentCall<'a> {
+    /// The id the node takes if it has none.
+    pub(crate) id: &'a str,
+    /// The record to write where none is: members, `max_ttl` (ms) and the
+    /// member this node is (a member that lost its data).
+    pub(crate) write: Option<(&'a crate::proto::deployment::Record, Option<&'a str>)>,
+    /// The client's addresses, to look up.
+    pub(crate) addresses: &'a [std::sync::Arc<str>],
+    /// Address and member pairs to record where the node knows none.
+    pub(crate) known: &'a [(&'a str, &'a str)],
+}
+
+/// Writes a call of `deployment.lua` on the record `key` into `out`.
+pub(crate) fn encode_deployment(
+    loaded: bool,
+    key: &str,
+    call: &DeploymentCall<'_>,
+    out: &mut Vec<u8>,
+) {
+    let (members, max_ttl, adopt) = match call.write {
+        Some((record, adopt)) => (
+            record.members().join(","),
+            record.max_ttl_ms().to_string(),
+            adopt.unwrap_or(""),
+        ),
+        None => (String::new(), String::new(), ""),
+    };
+    let cap = SEEN_ADDRESSES.to_string();
+    let k = call.addresses.len().to_string();
+    let (command, script): (&[u8], &[u8]) = if loaded {
+        (b"FCALL", DEPLOYMENT.function.as_bytes())
+    } else {
+        (b"EVAL", DEPLOYMENT.source.as_bytes())
+    };
+    let mut args: Vec<&[u8]> = vec![
+        command,
+        script,
+        b"1",
+        key.as_bytes(),
+        call.id.as_bytes(),
+        members.as_bytes(),
+        max_ttl.as_bytes(),
+        adopt.as_bytes(),
+        cap.as_bytes(),
+        k.as_bytes(),
+    ];
+    args.extend(call.addresses.iter().map(|a| a.as_bytes()));
+    for (address, id) in call.known {
+        args.push(address.as_bytes());
+        args.push(id.as_bytes());
+    }
+    out.extend(crate::transport::resp::encode(&args));
+}
+
+/// A `deployment.lua` reply: the node's reading, or `None` for anything
+/// else (an older server, a refusal: see the caller).
+pub(crate) fn read_deployment(
+    reply: &crate::transport::resp::Frame,
+) -> Option<crate::proto::deployment::Reading> {
+    use crate::proto::deployment::{Reading, Record};
+    use crate::transport::resp::Frame;
+    let Frame::Array(items) = reply else {
+        return None;
+    };
+    let text = |frame: &Frame| match frame {
+        Frame::Bulk(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        _ => None,
+    };
+    let [id, members, max_ttl, seen @ ..] = items.as_slice() else {
+        return None;
+    };
+    let id = text(id).filter(|id| !id.is_empty())?;
+    let members = text(members)?;
+    let record = if members.is_empty() {
+        None
+    } else {
+        let max_ttl = text(max_ttl)?.parse().ok()?;
+        Some(Record::new(members.split(',').map(str::to_owned), max_ttl))
+    };
+    let seen = seen
+        .iter()
+        .map(|s| text(s).filter(|s| !s.is_empty()))
+        .collect();
+    Some(Reading { id, record, seen })
+}
 
 /// The plain release's source, as an `EVAL` sends it.
 pub(crate) fn release_source() -> &'static str {

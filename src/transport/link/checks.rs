@@ -31,6 +31,10 @@ pub(crate) struct Checks {
     /// A lock key in the client's layout, for the permission probe's
     /// commands (the user's key patterns are checked on it).
     pub(crate) probe_key: Arc<str>,
+    /// The client's agreement with the deployment record, and which of
+    /// its nodes this is (`None`: a client of cluster or custom members,
+    /// which keeps no record).
+    pub(crate) agreement: Option<(Arc<crate::transport::agreement::Agreement>, usize)>,
 }
 
 /// What a node's connections have told of it, for the rounds and for
@@ -174,6 +178,7 @@ mod tests {
     #[test]
     fn a_quarantine_is_logged_and_measured_at_every_connection() {
         let checks = Checks {
+            agreement: None,
             quarantine: Some(Duration::from_secs(60)),
             trust_durable: false,
             strict: false,

@@ -38,6 +38,7 @@ use crate::proto::error::NodeError;
 use crate::proto::restart::{self, SECOND_CUT};
 use crate::transport::resp::{self, Frame};
 use crate::transport::scripts::{self, STAMP_EVERY};
+use crate::transport::agreement::Agreement;
 
 /// Redirections one call follows at most (a cluster's `MOVED` and `ASK`).
 pub(crate) const MAX_REDIRECTS: u8 = 3;
@@ -160,6 +161,9 @@ struct Io {
     /// The node is quarantined until then: calls written before count
     /// toward no new grant (`crate::proto::restart`).
     quarantine: Option<Instant>,
+    /// The client's agreement with the deployment record and this node's
+    /// place: a node not admitted counts as quarantined.
+    agreement: Option<(Arc<Agreement>, usize)>,
     /// Calls just taken from the link's queue.
     taken: VecDeque<Pending>,
     /// The task let others run once before taking the queue.
@@ -198,6 +202,7 @@ impl Io {
             stream,
             loaded,
             quarantine,
+            agreement: link.checks.as_ref().and_then(|c| c.agreement.clone()),
             taken: VecDeque::new(),
             yielded: false,
             out: Vec::with_capacity(4096),
@@ -304,6 +309,12 @@ impl Io {
             } else {
                 self.quarantine = None;
             }
+        }
+        if let Some((agreement, place)) = &self.agreement
+            && !agreement.admits(*place)
+        {
+            // No member of the agreed deployment (or none agreed yet).
+            call.quarantined = true;
         }
         let start = self.out.len();
         if call.asking {

@@ -118,6 +118,9 @@ pub(crate) struct Hello {
     pub(crate) stamp: Option<Vec<u8>>,
     /// The `at` of the handshake's stamp, on the node's clock (ms).
     pub(crate) stamped_at: Option<u64>,
+    /// The deployment record as the node holds it (clients that keep one;
+    /// `None` also where the node could not say).
+    pub(crate) deployment: Option<crate::proto::deployment::Reading>,
 }
 
 /// What a connection attempt that took too long means.
@@ -177,6 +180,9 @@ pub(super) async fn connect(link: &Link) -> Result<(Stream, Hello), NodeError> {
         if let Some((config, error)) = refused {
             link.lock().misconfigured = Some(config);
             return Err(error);
+        }
+        if let Some((agreement, place)) = &checks.agreement {
+            agreement.met(*place, hello.loaded, hello.deployment.clone());
         }
     }
     Ok((stream, hello))
@@ -258,7 +264,7 @@ fn tls_text(e: &io::Error) -> String {
 /// Logs in on `stream` and asks who the server is; for a lock connection
 /// (`lock`: its checks), also loads the function library, reads what the node
 /// says of its persistence and memory, checks the user's permissions and
-/// reads (and sets) the dataset mark — in two pipelined round
+/// reads (and sets) the dataset mark and reads the deployment record — in two pipelined round
 /// trips however far the node is. Refusals: a wrong password or user is
 /// [`NodeError::Auth`], any other refusal of `AUTH`, `SELECT` or `PING`
 /// the error it means ([`NodeError::from_reply`]).
@@ -398,6 +404,13 @@ pub(crate) async fn handshake(
         }
         _ => None,
     };
+    // The deployment record, read last (not on a cluster shard, whose
+    // slots the record's key may miss).
+    let agreement = lock.agreement.as_ref().filter(|_| !cluster);
+    if let Some((agreement, _)) = agreement {
+        agreement.encode_read(hello.loaded, &mut out);
+        second += 1;
+    }
     let more = if second > 0 {
         stream.write_all(&out).await.map_err(|e| io_error(&e))?;
         stream.flush().await.map_err(|e| io_error(&e))?;
@@ -407,6 +420,18 @@ pub(crate) async fn handshake(
     };
     let probe = if hello.loaded { probe } else { &more[0] };
     hello.denied = denied(probe, hello.loaded);
+    let mut more = &more[..];
+    if agreement.is_some()
+        && let Some((read, rest)) = more.split_last()
+    {
+        more = rest;
+        match read {
+            Frame::Error(text) if text.starts_with("NOPERM") => {
+                hello.denied.push(format!("the deployment record's key ({text})"));
+            }
+            read => hello.deployment = scripts::read_deployment(read),
+        }
+    }
     if hello.stamp.is_some() {
         // How long the dataset has been continuous; a refusal (no right to
         // the mark's key, an older server) leaves the default rule.

@@ -1,0 +1,601 @@
+//! The deployment record: what every client of one set of nodes must agree
+//! on — which nodes are the members and the longest TTL — as the nodes
+//! record it, and what a client decides from what its nodes answered
+//! (docs/agreement.md).
+//!
+//! Each node holds, under the client's key prefix, an identity of its own
+//! (a random id written by the first client that reads it) and, once the
+//! deployment is first used, the record: the members' ids and `max_ttl`.
+//! A node may also say which member it knows a client's address to be
+//! (`seen`): that is how a member that lost its data (an empty restart, a
+//! lost volume) is told from a new node at another address.
+//!
+//! [`decide`] is pure: the client hands it one [`Reading`] per node that
+//! answered, in the order of its configuration.
+//!
+//! ```
+//! use redquorum::deployment::{decide, Decision, Reading, Record};
+//!
+//! let blank = |id: &str| Reading::blank(id, 3);
+//! // First use: every node answered, none holds a record: create it.
+//! let fresh = [Some(blank("a")), Some(blank("b")), Some(blank("c"))];
+//! let record = match decide(&fresh, 30_000) {
+//!     Decision::Create(record) => record,
+//!     other => panic!("{other:?}"),
+//! };
+//! assert_eq!(record.members(), ["a", "b", "c"]);
+//!
+//! // A client whose third node is another (new, empty) server at an
+//! // address no member knows: refused, never counted.
+//! let held = |id: &str| Reading::holding(id, record.clone(), vec![None; 3]);
+//! let replaced = [Some(held("a")), Some(held("b")), Some(blank("z"))];
+//! assert!(matches!(decide(&replaced, 30_000), Decision::Refused(_)));
+//! ```
+
+use std::fmt;
+use std::time::Duration;
+
+use super::quorum::quorum;
+
+/// What the nodes record of the deployment: its members (by the ids the
+/// nodes hold, sorted) and its longest TTL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    members: Vec<String>,
+    max_ttl_ms: u64,
+}
+
+impl Record {
+    /// The record of `members` (any order; sorted here) and `max_ttl_ms`.
+    pub fn new(members: impl IntoIterator<Item = String>, max_ttl_ms: u64) -> Self {
+        let mut members: Vec<String> = members.into_iter().collect();
+        members.sort_unstable();
+        members.dedup();
+        Record {
+            members,
+            max_ttl_ms,
+        }
+    }
+
+    /// The members' ids, sorted.
+    pub fn members(&self) -> &[String] {
+        &self.members
+    }
+
+    /// The longest TTL.
+    pub fn max_ttl(&self) -> Duration {
+        Duration::from_millis(self.max_ttl_ms)
+    }
+
+    /// The longest TTL in milliseconds.
+    pub fn max_ttl_ms(&self) -> u64 {
+        self.max_ttl_ms
+    }
+
+    /// 12 hex digits naming the member set (FNV-1a of the sorted ids):
+    /// the same for every client that agrees, whatever the URLs.
+    ///
+    /// ```
+    /// use redquorum::deployment::Record;
+    /// let a = Record::new(["x".into(), "y".into()], 1_000);
+    /// let b = Record::new(["y".into(), "x".into()], 2_000);
+    /// assert_eq!(a.fingerprint(), b.fingerprint());
+    /// assert_eq!(a.fingerprint().len(), 12);
+    /// ```
+    pub fn fingerprint(&self) -> String {
+        let hash = self
+            .members
+            .join(",")
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+            });
+        format!("{hash:016x}")[..12].to_owned()
+    }
+}
+
+impl fmt::Display for Record {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} members (set {}), max_ttl {:?}",
+            self.members.len(),
+            self.fingerprint(),
+            self.max_ttl()
+        )
+    }
+}
+
+/// What one node answered: its id, the record it holds (`None`: none,
+/// a node new or emptied) and, for each of the client's nodes in order,
+/// which member it knows that node's address to be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reading {
+    /// The node's id.
+    pub id: String,
+    /// The record it holds.
+    pub record: Option<Record>,
+    /// For each of the client's nodes, the member id this node has seen
+    /// at that address, if any.
+    pub seen: Vec<Option<String>>,
+}
+
+impl Reading {
+    /// A node `id` that holds no record (and so knows no address), for a
+    /// client of `nodes` nodes.
+    pub fn blank(id: &str, nodes: usize) -> Self {
+        Reading {
+            id: id.to_owned(),
+            record: None,
+            seen: vec![None; nodes],
+        }
+    }
+
+    /// A node `id` holding `record`, knowing the addresses `seen`.
+    pub fn holding(id: &str, record: Record, seen: Vec<Option<String>>) -> Self {
+        Reading {
+            id: id.to_owned(),
+            record: Some(record),
+            seen,
+        }
+    }
+}
+
+/// What a client does with what its nodes answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Too few nodes answered to say: wait for more.
+    Unknown,
+    /// No node holds a record and every node answered: write this one
+    /// (where none is yet), then decide again.
+    Create(Record),
+    /// The record, agreed: the client's nodes are its members.
+    Agreed(Agreed),
+    /// The client's settings differ from the record.
+    Refused(Mismatch),
+}
+
+/// An agreed record and who each of the client's nodes is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Agreed {
+    /// The record.
+    pub record: Record,
+    /// For each of the client's nodes, the member it is: its own id where
+    /// it holds the record, else the id the members know its address by
+    /// (`None`: not known yet).
+    pub ids: Vec<Option<String>>,
+    /// Nodes that answered without the record but are known members (a
+    /// member that lost its data): the record is written back there,
+    /// under the member's id.
+    pub adopt: Vec<usize>,
+}
+
+/// How a client's settings differ from the record (never a secret: ids,
+/// counts and positions in the client's list).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mismatch {
+    /// The nodes that answered hold different records.
+    Conflicting {
+        /// How many different records.
+        records: usize,
+    },
+    /// Fewer than a quorum of the client's nodes hold (or are known by)
+    /// the record: it cannot be read, and is not guessed.
+    Unrecorded {
+        /// Nodes that hold it or are known members.
+        holding: usize,
+        /// The quorum of the client's nodes.
+        quorum: usize,
+    },
+    /// The client lists another number of nodes than the record.
+    MemberCount {
+        /// Nodes the client lists.
+        configured: usize,
+        /// Members the record lists.
+        recorded: usize,
+    },
+    /// One of the client's nodes is no member: another server, or a new
+    /// one at an address no member knows.
+    NotAMember {
+        /// Its position in the client's list.
+        node: usize,
+        /// Its id (a new or emptied node has one too).
+        id: String,
+        /// It holds no record.
+        blank: bool,
+    },
+    /// Two of the client's nodes are one member.
+    SameMember {
+        /// Their positions in the client's list.
+        nodes: (usize, usize),
+    },
+    /// The client's `max_ttl` is not the record's.
+    MaxTtl {
+        /// The client's.
+        configured: Duration,
+        /// The record's.
+        recorded: Duration,
+    },
+}
+
+impl fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Mismatch::Conflicting { records } => write!(
+                f,
+                "the nodes hold {records} different deployment records (clients created them \
+                 with different settings)"
+            ),
+            Mismatch::Unrecorded { holding, quorum } => write!(
+                f,
+                "only {holding} of the nodes hold the deployment record, {quorum} needed to read it"
+            ),
+            Mismatch::MemberCount {
+                configured,
+                recorded,
+            } => write!(
+                f,
+                "this client lists {configured} nodes, the deployment has {recorded} members"
+            ),
+            Mismatch::NotAMember {
+                node,
+                id,
+                blank: true,
+            } => write!(
+                f,
+                "node #{} (id {id}) holds no deployment record and no member knows its address: a \
+                 new server, not a member",
+                node + 1
+            ),
+            Mismatch::NotAMember { node, id, .. } => {
+                write!(f, "node #{} (id {id}) is not a member", node + 1)
+            }
+            Mismatch::SameMember { nodes } => write!(
+                f,
+                "nodes #{} and #{} are the same member",
+                nodes.0 + 1,
+                nodes.1 + 1
+            ),
+            Mismatch::MaxTtl {
+                configured,
+                recorded,
+            } => write!(
+                f,
+                "this client's max_ttl is {configured:?}, the deployment's {recorded:?}"
+            ),
+        }
+    }
+}
+
+/// Decides from `readings`, one per client node in order (`None`: no
+/// answer yet), for a client whose record would carry `max_ttl_ms`.
+///
+/// - Every node that answered and holds a record must hold the same one;
+/// - an answering node without one is a member that lost its data when
+///   the record's holders know its address as a member nobody else
+///   answered as (it is adopted); otherwise it is not a member;
+/// - the record must be held or adopted on a quorum of the client's
+///   nodes, list as many members as the client has nodes, and each
+///   answering node must be one of them, once;
+/// - with no record anywhere, every node must have answered to create one.
+///
+/// `max_ttl` is checked by the caller, which knows whether it was chosen.
+pub fn decide(readings: &[Option<Reading>], max_ttl_ms: u64) -> Decision {
+    let n = readings.len();
+    let answered = || readings.iter().enumerate().filter_map(|(i, r)| Some((i, r.as_ref()?)));
+    let mut records: Vec<&Record> = Vec::new();
+    for (_, reading) in answered() {
+        if let Some(record) = &reading.record
+            && !records.contains(&record)
+        {
+            records.push(record);
+        }
+    }
+    let record = match records.as_slice() {
+        [] if answered().count() == n && n > 0 => {
+            return match same_ids(readings) {
+                Some(nodes) => Decision::Refused(Mismatch::SameMember { nodes }),
+                None => Decision::Create(Record::new(
+                    answered().map(|(_, r)| r.id.clone()),
+                    max_ttl_ms,
+                )),
+            };
+        }
+        [] => return Decision::Unknown,
+        [record] => (*record).clone(),
+        more => {
+            return Decision::Refused(Mismatch::Conflicting {
+                records: more.len(),
+            });
+        }
+    };
+    if record.members.len() != n {
+        return Decision::Refused(Mismatch::MemberCount {
+            configured: n,
+            recorded: record.members.len(),
+        });
+    }
+    let mut ids: Vec<Option<String>> = vec![None; n];
+    let mut adopt = Vec::new();
+    for (i, reading) in answered() {
+        if reading.record.is_some() {
+            if !record.members.contains(&reading.id) {
+                return Decision::Refused(not_a_member(i, reading));
+            }
+            ids[i] = Some(reading.id.clone());
+        }
+    }
+    // Who the holders know each other node's address to be.
+    for i in 0..n {
+        if ids[i].is_some() {
+            continue;
+        }
+        let known = known_as(readings, i).filter(|id| {
+            record.members.contains(id) && !answered().any(|(_, r)| r.record.is_some() && &r.id == id)
+        });
+        match (&readings[i], known) {
+            (Some(reading), None) => return Decision::Refused(not_a_member(i, reading)),
+            (Some(_), Some(id)) => {
+                adopt.push(i);
+                ids[i] = Some(id);
+            }
+            (None, known) => ids[i] = known,
+        }
+    }
+    if let Some(nodes) = same_ids(&ids) {
+        return Decision::Refused(Mismatch::SameMember { nodes });
+    }
+    let holding = answered().filter(|(i, _)| ids[*i].is_some()).count();
+    if holding < quorum(n) {
+        return Decision::Refused(Mismatch::Unrecorded {
+            holding,
+            quorum: quorum(n),
+        });
+    }
+    Decision::Agreed(Agreed { record, ids, adopt })
+}
+
+/// The member the record's holders know node `place`'s address to be,
+/// where those that know it agree.
+fn known_as(readings: &[Option<Reading>], place: usize) -> Option<String> {
+    let mut known: Option<&String> = None;
+    for reading in readings.iter().flatten().filter(|r| r.record.is_some()) {
+        match (known, reading.seen.get(place).and_then(Option::as_ref)) {
+            (_, None) => {}
+            (None, Some(id)) => known = Some(id),
+            (Some(a), Some(b)) if a == b => {}
+            (Some(_), Some(_)) => return None,
+        }
+    }
+    known.cloned()
+}
+
+fn not_a_member(node: usize, reading: &Reading) -> Mismatch {
+    Mismatch::NotAMember {
+        node,
+        id: reading.id.clone(),
+        blank: reading.record.is_none(),
+    }
+}
+
+/// Two positions with the same id, if any.
+fn same_ids<T: Ids>(items: &[T]) -> Option<(usize, usize)> {
+    for (i, a) in items.iter().enumerate() {
+        for (j, b) in items.iter().enumerate().skip(i + 1) {
+            if let (Some(a), Some(b)) = (a.id(), b.id())
+                && a == b
+            {
+                return Some((i, j));
+            }
+        }
+    }
+    None
+}
+
+trait Ids {
+    fn id(&self) -> Option<&str>;
+}
+
+impl Ids for Option<Reading> {
+    fn id(&self) -> Option<&str> {
+        self.as_ref().map(|r| r.id.as_str())
+    }
+}
+
+impl Ids for Option<String> {
+    fn id(&self) -> Option<&str> {
+        self.as_deref()
+    }
+}
+
+/// What a node that connects after the decision is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admission {
+    /// The member it should be.
+    Member,
+    /// A member that lost its data: write the record back, under this id.
+    Adopt(String),
+    /// Not counted: why.
+    Excluded(Mismatch),
+}
+
+/// Whether node `place`, answering `reading`, is the member `expected`
+/// (what the decision knew of it) under the agreed `record`; `taken`: the
+/// ids other nodes of the client are.
+///
+/// ```
+/// use redquorum::deployment::{admit, Admission, Reading, Record};
+///
+/// let record = Record::new(["a".into(), "b".into(), "c".into()], 1_000);
+/// // Member c restarted empty: known by its address, adopted back.
+/// let emptied = Reading::blank("fresh", 3);
+/// assert_eq!(admit(&record, 2, &emptied, Some("c"), &[]), Admission::Adopt("c".into()));
+/// // A new server where no member was known: not counted.
+/// assert!(matches!(admit(&record, 2, &emptied, None, &[]), Admission::Excluded(_)));
+/// ```
+pub fn admit(
+    record: &Record,
+    place: usize,
+    reading: &Reading,
+    expected: Option<&str>,
+    taken: &[&str],
+) -> Admission {
+    match &reading.record {
+        None => match expected {
+            Some(id) if !taken.contains(&id) => Admission::Adopt(id.to_owned()),
+            _ => Admission::Excluded(not_a_member(place, reading)),
+        },
+        Some(held) if held != record => {
+            Admission::Excluded(Mismatch::Conflicting { records: 2 })
+        }
+        Some(_) => {
+            let id = reading.id.as_str();
+            let fits = expected.is_none_or(|e| e == id);
+            if fits && record.members.iter().any(|m| m == id) && !taken.contains(&id) {
+                Admission::Member
+            } else {
+                Admission::Excluded(not_a_member(place, reading))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(ids: &[&str]) -> Record {
+        Record::new(ids.iter().map(|s| (*s).to_owned()), 1_000)
+    }
+
+    fn held(id: &str, r: &Record, seen: &[Option<&str>]) -> Option<Reading> {
+        let seen = seen.iter().map(|s| s.map(str::to_owned)).collect();
+        Some(Reading::holding(id, r.clone(), seen))
+    }
+
+    #[test]
+    fn creates_only_when_every_node_answered_blank() {
+        let blank = |id: &str| Some(Reading::blank(id, 3));
+        assert_eq!(decide(&[blank("a"), blank("b"), None], 1), Decision::Unknown);
+        assert_eq!(
+            decide(&[blank("a"), blank("b"), blank("c")], 7),
+            Decision::Create(Record::new(["c".into(), "a".into(), "b".into()], 7))
+        );
+        assert_eq!(
+            decide(&[blank("a"), blank("b"), blank("a")], 7),
+            Decision::Refused(Mismatch::SameMember { nodes: (0, 2) })
+        );
+        assert_eq!(decide(&[], 7), Decision::Unknown);
+    }
+
+    #[test]
+    fn agrees_on_a_quorum_and_knows_the_others_by_address() {
+        let r = record(&["a", "b", "c"]);
+        let seen = [Some("a"), Some("b"), Some("c")];
+        let d = decide(&[held("a", &r, &seen), held("b", &r, &seen), None], 1_000);
+        let Decision::Agreed(agreed) = d else {
+            panic!("{d:?}")
+        };
+        assert_eq!(agreed.ids[2].as_deref(), Some("c"));
+        assert!(agreed.adopt.is_empty());
+    }
+
+    #[test]
+    fn adopts_a_member_that_lost_its_data_at_its_known_address() {
+        let r = record(&["a", "b", "c"]);
+        let seen = [Some("a"), Some("b"), Some("c")];
+        // Two of three emptied: the one holder vouches for both.
+        let d = decide(
+            &[
+                held("a", &r, &seen),
+                Some(Reading::blank("x", 3)),
+                Some(Reading::blank("y", 3)),
+            ],
+            1_000,
+        );
+        let Decision::Agreed(agreed) = d else {
+            panic!("{d:?}")
+        };
+        assert_eq!(agreed.adopt, [1, 2]);
+        assert_eq!(agreed.ids, [Some("a".into()), Some("b".into()), Some("c".into())]);
+    }
+
+    #[test]
+    fn refuses_a_new_server_at_an_unknown_address() {
+        let r = record(&["a", "b", "c"]);
+        // The holders know nodes 1 and 2, not what this client lists third.
+        let seen = [Some("a"), Some("b"), None];
+        let d = decide(
+            &[held("a", &r, &seen), held("b", &r, &seen), Some(Reading::blank("z", 3))],
+            1_000,
+        );
+        assert_eq!(
+            d,
+            Decision::Refused(Mismatch::NotAMember {
+                node: 2,
+                id: "z".into(),
+                blank: true
+            })
+        );
+    }
+
+    #[test]
+    fn refuses_another_count_another_record_and_a_stranger() {
+        let r = record(&["a", "b", "c"]);
+        let none = [None, None, None];
+        let d = decide(&[held("a", &r, &none[..2]), held("b", &r, &none[..2])], 1);
+        assert_eq!(
+            d,
+            Decision::Refused(Mismatch::MemberCount {
+                configured: 2,
+                recorded: 3
+            })
+        );
+        let other = record(&["a", "b", "d"]);
+        let d = decide(&[held("a", &r, &none), held("b", &other, &none), None], 1);
+        assert_eq!(d, Decision::Refused(Mismatch::Conflicting { records: 2 }));
+        let d = decide(&[held("a", &r, &none), held("b", &r, &none), held("q", &r, &none)], 1);
+        assert!(matches!(d, Decision::Refused(Mismatch::NotAMember { node: 2, .. })));
+    }
+
+    #[test]
+    fn never_guesses_from_less_than_a_quorum() {
+        let r = record(&["a", "b", "c", "d", "e"]);
+        let none = [None, None, None, None, None];
+        let d = decide(&[held("a", &r, &none), held("b", &r, &none), None, None, None], 1);
+        assert_eq!(
+            d,
+            Decision::Refused(Mismatch::Unrecorded {
+                holding: 2,
+                quorum: 3
+            })
+        );
+    }
+
+    #[test]
+    fn holders_that_disagree_on_an_address_vouch_for_nothing() {
+        let r = record(&["a", "b", "c"]);
+        let d = decide(
+            &[
+                held("a", &r, &[None, None, Some("c")]),
+                held("b", &r, &[None, None, Some("a")]),
+                Some(Reading::blank("z", 3)),
+            ],
+            1,
+        );
+        assert!(matches!(d, Decision::Refused(Mismatch::NotAMember { node: 2, .. })));
+    }
+
+    #[test]
+    fn admits_members_and_adopts_only_the_expected() {
+        let r = record(&["a", "b", "c"]);
+        let reading = Reading::holding("c", r.clone(), vec![None; 3]);
+        assert_eq!(admit(&r, 2, &reading, Some("c"), &["a"]), Admission::Member);
+        assert!(matches!(admit(&r, 2, &reading, Some("b"), &[]), Admission::Excluded(_)));
+        assert!(matches!(admit(&r, 2, &reading, None, &["c"]), Admission::Excluded(_)));
+        let other = Reading::holding("c", record(&["c", "d", "e"]), vec![None; 3]);
+        assert!(matches!(admit(&r, 2, &other, Some("c"), &[]), Admission::Excluded(_)));
+        let blank = Reading::blank("n", 3);
+        assert!(matches!(admit(&r, 2, &blank, Some("a"), &["a"]), Admission::Excluded(_)));
+    }
+}

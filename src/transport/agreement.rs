@@ -1,0 +1,392 @@
+//! One client's agreement with its nodes' deployment record
+//! (docs/agreement.md): what each node answered at its last connection,
+//! the record once agreed, and which nodes count.
+//!
+//! Every lock connection reads the record in its handshake and hands what
+//! it read to [`Agreement::met`]; `crate::proto::deployment` decides. Until
+//! the record is agreed, and for a node that is no member, a connection's
+//! calls are written as for a quarantined node: their yes counts toward no
+//! new grant (releases still go). Writes — the record where it is first
+//! created, a member that lost its data adopted back, the addresses the
+//! members know — go in one batch at a time, each bounded by the connect
+//! timeout, at most [`MAX_PASSES`] passes per batch.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::time::Duration;
+
+use crate::proto::deployment::{self, Admission, Agreed, Decision, Mismatch, Reading, Record};
+use crate::transport::link::Link;
+use crate::transport::scripts::{self, DeploymentCall};
+
+/// Write-and-read passes one batch makes at most (creating, then the
+/// addresses, then what a concurrent client changed).
+const MAX_PASSES: usize = 4;
+
+/// A client's agreement with the record on its Redis nodes.
+pub(crate) struct Agreement {
+    /// The client's nodes' names, in order: the addresses members are
+    /// known by.
+    names: Vec<Arc<str>>,
+    /// The record's key.
+    key: Arc<str>,
+    /// The client's `max_ttl` (ms), and whether it is fixed: chosen by
+    /// the user, or the client built (else the record's, if not longer, is
+    /// taken).
+    max_ttl_ms: AtomicU64,
+    chosen: AtomicBool,
+    /// Each node counts toward grants.
+    admitted: Vec<AtomicBool>,
+    state: Mutex<State>,
+    /// The links, once started: where a batch writes.
+    links: OnceLock<Vec<Weak<Link>>>,
+    /// How long one write may take.
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for Agreement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.lock();
+        f.debug_struct("Agreement")
+            .field("record", &state.agreed.as_ref().map(|a| &a.record))
+            .field("refused", &state.refused)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Default)]
+struct State {
+    /// What each node answered at its last connection.
+    readings: Vec<Option<Reading>>,
+    /// Each node's connection has the function library (else `EVAL`).
+    loaded: Vec<bool>,
+    /// The record, once agreed, and who each node is.
+    agreed: Option<Agreed>,
+    /// Why the client is refused (until the record is agreed).
+    refused: Option<Mismatch>,
+    /// The record to create where none is.
+    creating: Option<Record>,
+    /// A batch of writes is under way.
+    writing: bool,
+    /// Why each node is excluded, if it is (each change logged once).
+    excluded: Vec<Option<Mismatch>>,
+}
+
+/// The record and the client's standing with it, for `nodes`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Standing {
+    /// The agreed record.
+    pub(crate) record: Option<Record>,
+    /// Why the client is refused.
+    pub(crate) refused: Option<Mismatch>,
+    /// Each node's member id, where known.
+    pub(crate) ids: Vec<Option<String>>,
+    /// Each node counts.
+    pub(crate) admitted: Vec<bool>,
+}
+
+impl Agreement {
+    /// The agreement of a client of the nodes `names`, whose record is
+    /// `key`.
+    pub(crate) fn new(
+        names: Vec<Arc<str>>,
+        key: String,
+        max_ttl: Duration,
+        chosen: bool,
+        timeout: Duration,
+    ) -> Arc<Self> {
+        let n = names.len();
+        Arc::new(Agreement {
+            admitted: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            state: Mutex::new(State {
+                readings: vec![None; n],
+                loaded: vec![false; n],
+                excluded: vec![None; n],
+                ..State::default()
+            }),
+            names,
+            key: key.into(),
+            max_ttl_ms: AtomicU64::new(u64::try_from(max_ttl.as_millis()).unwrap_or(u64::MAX)),
+            chosen: AtomicBool::new(chosen),
+            links: OnceLock::new(),
+            timeout,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether node `place` counts toward grants.
+    pub(crate) fn admits(&self, place: usize) -> bool {
+        self.admitted[place].load(Ordering::Acquire)
+    }
+
+    /// The record and who counts.
+    pub(crate) fn standing(&self) -> Standing {
+        let state = self.lock();
+        Standing {
+            record: state.agreed.as_ref().map(|a| a.record.clone()),
+            refused: state.refused.clone(),
+            ids: state
+                .agreed
+                .as_ref()
+                .map_or_else(|| vec![None; self.names.len()], |a| a.ids.clone()),
+            admitted: (0..self.names.len()).map(|i| self.admits(i)).collect(),
+        }
+    }
+
+    /// Fixes the client's longest TTL at what it grants with: the
+    /// record's where it was agreed at connect and the user chose none,
+    /// else its own; a record agreed later must match it. Returns it.
+    pub(crate) fn fix_max_ttl(&self) -> Duration {
+        let state = self.lock();
+        if let Some(agreed) = &state.agreed {
+            self.max_ttl_ms
+                .store(agreed.record.max_ttl_ms(), Ordering::Relaxed);
+        }
+        self.chosen.store(true, Ordering::Relaxed);
+        Duration::from_millis(self.max_ttl_ms.load(Ordering::Relaxed))
+    }
+
+    /// Why the client is refused, if it is: it does not match the record,
+    /// or one of its nodes that answered is no member.
+    pub(crate) fn refused(&self) -> Option<Mismatch> {
+        let state = self.lock();
+        state
+            .refused
+            .clone()
+            .or_else(|| state.excluded.iter().flatten().next().cloned())
+    }
+
+    /// Writes the handshake's read of the record into `out` (node `place`
+    /// takes a fresh id if it has none).
+    pub(crate) fn encode_read(&self, loaded: bool, out: &mut Vec<u8>) {
+        let id = fresh_id();
+        let call = DeploymentCall {
+            id: &id,
+            write: None,
+            addresses: &self.names,
+            known: &[],
+        };
+        scripts::encode_deployment(loaded, &self.key, &call, out);
+    }
+
+    /// The links to write through (once, after they start).
+    pub(crate) fn bind(&self, links: Vec<Weak<Link>>) {
+        let _ = self.links.set(links);
+    }
+
+    /// Node `place` connected (with the function library `loaded`) and
+    /// answered `reading` (`None`: it could not say). Decides what can be
+    /// decided, and starts the writes that follow (unless a batch is under
+    /// way or the links are not bound).
+    pub(crate) fn met(self: &Arc<Self>, place: usize, loaded: bool, reading: Option<Reading>) {
+        let start = {
+            let mut state = self.lock();
+            state.readings[place] = reading;
+            state.loaded[place] = loaded;
+            self.settle(&mut state);
+            let due = !self.plan(&state).is_empty();
+            let start = due && !state.writing && self.links.get().is_some();
+            state.writing |= start;
+            start
+        };
+        if start {
+            let agreement = Arc::clone(self);
+            tokio::spawn(async move { agreement.write().await });
+        }
+    }
+
+    /// Runs one batch of writes now (at connect), unless one is under way.
+    pub(crate) async fn settle_now(self: &Arc<Self>) {
+        {
+            let mut state = self.lock();
+            if state.writing {
+                return;
+            }
+            state.writing = true;
+        }
+        self.write().await;
+    }
+
+    /// Writes what is due, reads what the nodes then hold, and again, at
+    /// most [`MAX_PASSES`] times; ends the batch.
+    async fn write(self: &Arc<Self>) {
+        for _ in 0..MAX_PASSES {
+            let plan = self.plan(&self.lock());
+            if plan.is_empty() {
+                break;
+            }
+            let Some(links) = self.links.get() else { break };
+            let calls = plan.into_iter().filter_map(|(place, command)| {
+                let link = links.get(place)?.upgrade()?;
+                Some(async move {
+                    let reply = tokio::time::timeout(self.timeout, link.query(command, None)).await;
+                    (place, reply)
+                })
+            });
+            for (place, reply) in futures::future::join_all(calls).await {
+                if let Ok(Ok(frame)) = reply
+                    && let Some(reading) = scripts::read_deployment(&frame)
+                {
+                    let mut state = self.lock();
+                    state.readings[place] = Some(reading);
+                    self.settle(&mut state);
+                }
+            }
+        }
+        self.lock().writing = false;
+    }
+
+    /// The writes due: the record being created, on nodes without it; the
+    /// record written back, under its member's id, on a known member that
+    /// lost it; the addresses of the members, on holders that do not know
+    /// them yet.
+    fn plan(&self, state: &State) -> Vec<(usize, Vec<u8>)> {
+        let mut plan = Vec::new();
+        let known: Vec<(&str, &str)> = match &state.agreed {
+            Some(agreed) => self
+                .names
+                .iter()
+                .zip(&agreed.ids)
+                .enumerate()
+                .filter(|(i, _)| self.admits(*i))
+                .filter_map(|(_, (name, id))| Some((&**name, id.as_deref()?)))
+                .collect(),
+            None => Vec::new(),
+        };
+        for (place, reading) in state.readings.iter().enumerate() {
+            let Some(reading) = reading else { continue };
+            let write = match (&state.creating, &state.agreed, &reading.record) {
+                (Some(record), None, None) => Some((record, None)),
+                (_, Some(agreed), None) => match agreed.ids[place].as_deref() {
+                    Some(id) if agreed.adopt.contains(&place) => Some((&agreed.record, Some(id))),
+                    _ => continue,
+                },
+                (_, Some(_), Some(_)) => {
+                    let missing = known
+                        .iter()
+                        .any(|(name, _)| self.seen(reading, name).is_none());
+                    if !missing || !self.admits(place) {
+                        continue;
+                    }
+                    None
+                }
+                _ => continue,
+            };
+            let call = DeploymentCall {
+                id: &reading.id,
+                write,
+                addresses: &self.names,
+                known: &known,
+            };
+            let mut command = Vec::new();
+            scripts::encode_deployment(state.loaded[place], &self.key, &call, &mut command);
+            plan.push((place, command));
+        }
+        plan
+    }
+
+    /// The member `reading`'s node knows the address `name` to be.
+    fn seen<'r>(&self, reading: &'r Reading, name: &str) -> Option<&'r str> {
+        let at = self.names.iter().position(|n| &**n == name)?;
+        reading.seen.get(at)?.as_deref()
+    }
+
+    /// Decides, or (once agreed) admits each node, from the readings.
+    fn settle(&self, state: &mut State) {
+        if state.agreed.is_none() {
+            let max_ttl_ms = self.max_ttl_ms.load(Ordering::Relaxed);
+            match deployment::decide(&state.readings, max_ttl_ms) {
+                Decision::Unknown => {}
+                Decision::Create(record) => {
+                    state.refused = None;
+                    state.creating = Some(record);
+                }
+                // A node the record is being written to answered before
+                // the write: no refusal, the write's reply decides.
+                Decision::Refused(Mismatch::NotAMember { blank: true, .. })
+                    if state.creating.is_some() => {}
+                Decision::Refused(mismatch) => {
+                    self.refuse(state, mismatch);
+                }
+                Decision::Agreed(agreed) => {
+                    let recorded = agreed.record.max_ttl_ms();
+                    let fits = recorded == max_ttl_ms
+                        || (!self.chosen.load(Ordering::Relaxed) && recorded < max_ttl_ms);
+                    if !fits {
+                        let mismatch = Mismatch::MaxTtl {
+                            configured: Duration::from_millis(max_ttl_ms),
+                            recorded: agreed.record.max_ttl(),
+                        };
+                        self.refuse(state, mismatch);
+                        return;
+                    }
+                    tracing::info!(record = %agreed.record, "deployment record agreed");
+                    state.refused = None;
+                    state.creating = None;
+                    state.agreed = Some(agreed);
+                }
+            }
+        }
+        let Some(agreed) = &mut state.agreed else {
+            return;
+        };
+        for place in 0..self.names.len() {
+            let Some(reading) = &state.readings[place] else {
+                continue;
+            };
+            let taken: Vec<&str> = agreed
+                .ids
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != place && self.admits(*i))
+                .filter_map(|(_, id)| id.as_deref())
+                .collect();
+            let admission =
+                deployment::admit(&agreed.record, place, reading, agreed.ids[place].as_deref(), &taken);
+            let (admitted, excluded) = match admission {
+                Admission::Member => {
+                    agreed.ids[place] = Some(reading.id.clone());
+                    agreed.adopt.retain(|p| *p != place);
+                    (true, None)
+                }
+                Admission::Adopt(id) => {
+                    if !agreed.adopt.contains(&place) {
+                        agreed.adopt.push(place);
+                    }
+                    agreed.ids[place] = Some(id);
+                    (false, None)
+                }
+                Admission::Excluded(why) => (false, Some(why)),
+            };
+            self.admitted[place].store(admitted, Ordering::Release);
+            if state.excluded[place] != excluded {
+                if let Some(why) = &excluded {
+                    tracing::error!(
+                        node = %self.names[place],
+                        "node excluded: {why}; its yes counts toward no grant (docs/agreement.md)"
+                    );
+                }
+                state.excluded[place] = excluded;
+            }
+        }
+    }
+
+    fn refuse(&self, state: &mut State, mismatch: Mismatch) {
+        if state.refused.as_ref() != Some(&mismatch) {
+            tracing::error!(
+                "this client does not match the deployment recorded on its nodes: {mismatch}; no \
+                 node counts toward a grant (docs/agreement.md)"
+            );
+        }
+        state.creating = None;
+        state.refused = Some(mismatch);
+    }
+}
+
+/// A fresh node id: 16 hex digits, random.
+fn fresh_id() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}

@@ -1,0 +1,236 @@
+//! The deployment record on the five real nodes (docs/agreement.md): created
+//! at first use, read at every connect; a client whose members or
+//! `max_ttl` differ refused with a named error; a member that lost its
+//! record adopted back; and the replacement the record exists for — one
+//! client on a list where node 5 is a new, empty server — refused, with
+//! its negative control: the same lists without the record grant one lock
+//! twice.
+//!
+//! Each test uses a key prefix of its own: its own deployment.
+//!
+//! Needs real nodes: built only with the `redis-tests` feature, which
+//! `scripts/test` turns on (it starts the nodes).
+#![cfg(feature = "redis-tests")]
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use redquorum::deployment::Mismatch;
+use redquorum::{ConfigError, InputError, LockError, Redlock};
+use support::*;
+
+const TTL: Duration = Duration::from_secs(20);
+
+/// A prefix of its own: a deployment no other test touches.
+fn prefix(name: &str) -> String {
+    format!("{}:", unique(name))
+}
+
+/// A patient client of `urls` under `prefix`.
+fn client(urls: &[String], prefix: &str) -> redquorum::Builder {
+    Redlock::builder()
+        .nodes(urls)
+        .key_prefix(prefix)
+        .node_timeout(Duration::from_secs(1))
+        .trust_durable_restarts(true)
+}
+
+/// The record's hash on each node.
+async fn records(prefix: &str) -> Vec<HashMap<String, String>> {
+    let mut out = Vec::new();
+    for mut conn in raw_all().await {
+        let hash: HashMap<String, String> = conn
+            .hgetall(format!("{prefix}redquorum:deployment"))
+            .await
+            .unwrap();
+        out.push(hash);
+    }
+    out
+}
+
+/// Node 5's server under another database: a new, empty server at an
+/// address no member knows, as a replacement node on another port is.
+fn replaced_list() -> Vec<String> {
+    let mut urls = node_urls();
+    urls[4] = format!("{}/1", urls[4]);
+    urls
+}
+
+#[tokio::test]
+async fn first_use_records_the_members_and_max_ttl_on_every_node() {
+    let prefix = prefix("agree-first");
+    let redlock = client(&node_urls(), &prefix).build().await.unwrap();
+    let held = records(&prefix).await;
+    let members = held[0]["members"].clone();
+    let mut ids: Vec<&str> = held.iter().map(|h| h["id"].as_str()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 5, "{held:?}");
+    assert_eq!(members, ids.join(","), "{held:?}");
+    for (i, hash) in held.iter().enumerate() {
+        assert_eq!(hash["members"], members, "node {}", i + 1);
+        assert_eq!(hash["max_ttl"], "60000", "node {}", i + 1);
+        // Each holder knows every member's address as this client spells it.
+        for (j, url) in node_urls().iter().enumerate() {
+            let name = url.trim_start_matches("redis://");
+            let seen = hash.iter().find(|(k, _)| k.starts_with("seen:") && k.ends_with(name));
+            assert_eq!(seen.map(|(_, id)| id.as_str()), Some(held[j]["id"].as_str()), "{hash:?}");
+        }
+    }
+    // The client locks as ever; a second client agrees and locks too.
+    let lock = redlock.try_lock(&unique("agree-first"), TTL).await.unwrap();
+    lock.release().await.unwrap();
+    let again = client(&node_urls(), &prefix).build().await.unwrap();
+    let lock = again.try_lock(&unique("agree-first"), TTL).await.unwrap();
+    lock.release().await.unwrap();
+    assert_eq!(records(&prefix).await[0]["members"], members);
+}
+
+#[tokio::test]
+async fn a_client_listing_other_nodes_is_refused_naming_what_differs() {
+    let prefix = prefix("agree-count");
+    client(&node_urls(), &prefix).build().await.unwrap();
+    let three = &node_urls()[..3];
+    match client(three, &prefix).build().await {
+        Err(ConfigError::Deployment(Mismatch::MemberCount {
+            configured: 3,
+            recorded: 5,
+        })) => {}
+        other => panic!("expected MemberCount, got {other:?}"),
+    }
+    // The message names the counts and the way out.
+    let error = client(three, &prefix).build().await.unwrap_err().to_string();
+    assert!(error.contains("lists 3 nodes") && error.contains("5 members"), "{error}");
+    assert!(error.contains("docs/agreement.md"), "{error}");
+}
+
+#[tokio::test]
+async fn a_chosen_max_ttl_must_be_the_records_and_an_unchosen_one_takes_it() {
+    let prefix = prefix("agree-ttl");
+    let urls = node_urls();
+    client(&urls, &prefix)
+        .max_ttl(Duration::from_secs(30))
+        .build()
+        .await
+        .unwrap();
+    match client(&urls, &prefix).max_ttl(Duration::from_secs(45)).build().await {
+        Err(ConfigError::Deployment(Mismatch::MaxTtl {
+            configured,
+            recorded,
+        })) => {
+            assert_eq!(configured, Duration::from_secs(45));
+            assert_eq!(recorded, Duration::from_secs(30));
+        }
+        other => panic!("expected MaxTtl, got {other:?}"),
+    }
+    // A client that chose none takes the record's 30 s: a 40 s TTL is
+    // above it, as it is for the client that recorded it.
+    let unchosen = client(&urls, &prefix).build().await.unwrap();
+    match unchosen.try_lock(&unique("agree-ttl"), Duration::from_secs(40)).await {
+        Err(LockError::Input(InputError::TtlAboveMax { max_ttl, .. })) => {
+            assert_eq!(max_ttl, Duration::from_secs(30));
+        }
+        other => panic!("expected TtlAboveMax, got {other:?}"),
+    }
+}
+
+/// The operations review's scenario: node 5 replaced by a new, empty
+/// server at another address, one client given the new list. That client
+/// is refused at connect, naming the node; the client on the recorded list
+/// goes on.
+#[tokio::test]
+async fn a_client_whose_fifth_node_is_a_new_server_is_refused() {
+    let prefix = prefix("agree-replaced");
+    let old = client(&node_urls(), &prefix).build().await.unwrap();
+    match client(&replaced_list(), &prefix).build().await {
+        Err(ConfigError::Deployment(Mismatch::NotAMember {
+            node: 4,
+            blank: true,
+            ..
+        })) => {}
+        other => panic!("expected NotAMember of node 5, got {other:?}"),
+    }
+    let lock = old.try_lock(&unique("agree-replaced"), TTL).await.unwrap();
+    lock.release().await.unwrap();
+}
+
+/// The negative control of the test above: the same two lists without the
+/// record. The old list's holder keeps nodes 3, 4 and 5; nodes 1 and 2
+/// forgot its key (as when they were frozen past its TTL); the new list
+/// counts nodes 1, 2 and the new server — a majority of its five — and is
+/// granted the same lock. The record is what stops it.
+#[tokio::test]
+async fn without_the_record_the_two_lists_grant_one_lock_twice() {
+    let prefix = prefix("agree-control");
+    let unguarded = |urls: &[String]| client(urls, &prefix).deployment_record(false).build();
+    let old = unguarded(&node_urls()).await.unwrap();
+    let new = unguarded(&replaced_list()).await.unwrap();
+    let resource = unique("agree-control");
+    let first = old.try_lock(&resource, TTL).await.unwrap();
+    let key = redquorum::KeyLayout::new(&prefix, false)
+        .unwrap()
+        .lock_key(&resource);
+    for i in 0..2 {
+        let _: () = raw(i).await.del(&key).await.unwrap();
+    }
+    let second = new.try_lock(&resource, TTL).await;
+    assert!(
+        second.is_ok(),
+        "the control must show two holders without the record: {second:?}"
+    );
+    assert!(first.is_valid(), "the first holder is still valid");
+    // With the record, the new list never gets a client.
+    let guarded = client(&node_urls(), &prefix).build().await.unwrap();
+    drop(guarded);
+    assert!(matches!(
+        client(&replaced_list(), &prefix).build().await,
+        Err(ConfigError::Deployment(Mismatch::NotAMember { node: 4, .. }))
+    ));
+}
+
+/// A member that lost its record — its data wiped, as by an empty restart —
+/// is known by its address and adopted back under its id, by a new client
+/// at connect and by a running client when it reconnects.
+#[tokio::test]
+async fn a_member_that_lost_its_record_is_adopted_back_under_its_id() {
+    let prefix = prefix("agree-adopt");
+    let key = format!("{prefix}redquorum:deployment");
+    let running = client(&node_urls(), &prefix).build().await.unwrap();
+    let before = records(&prefix).await;
+    // Node 3 forgets: a new client adopts it back at connect.
+    let _: () = raw(2).await.del(&key).await.unwrap();
+    let fresh = client(&node_urls(), &prefix).build().await.unwrap();
+    let after = records(&prefix).await;
+    assert_eq!(after[2]["id"], before[2]["id"]);
+    assert_eq!(after[2]["members"], before[2]["members"]);
+    let lock = fresh.try_lock(&unique("agree-adopt"), TTL).await.unwrap();
+    lock.release().await.unwrap();
+    // Node 4 forgets and drops its connections: the running client adopts
+    // it back when it reconnects.
+    let mut conn = raw(3).await;
+    let _: () = conn.del(&key).await.unwrap();
+    let _: () = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .arg("SKIPME")
+        .arg("yes")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let start = std::time::Instant::now();
+    loop {
+        let hash: HashMap<String, String> = conn.hgetall(&key).await.unwrap();
+        if hash.get("members") == before[3].get("members") {
+            assert_eq!(hash["id"], before[3]["id"]);
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "not adopted back: {hash:?}");
+        // Any call makes the running client notice the closed connection.
+        let _ = running.probe(Duration::from_secs(1)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
