@@ -43,6 +43,7 @@ use crate::transport::pubsub;
 ///
 /// let redlock = Redlock::builder()
 ///     .nodes(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])
+///     .key_prefix("orders:")
 ///     .node_timeout(Duration::from_millis(50))
 ///     .drift_factor(0.01)
 ///     .retry(Retry::new(3, Duration::from_millis(200)))
@@ -210,6 +211,7 @@ impl Builder {
     /// # async fn demo() -> Result<(), redquorum::ConfigError> {
     /// let redlock = redquorum::Redlock::builder()
     ///     .nodes(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])
+    ///     .key_prefix("peers:") // the deployment record's key: docs/agreement.md
     ///     .interop_keys(true)
     ///     .build()
     ///     .await?;

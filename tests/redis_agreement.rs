@@ -76,8 +76,14 @@ async fn first_use_records_the_members_and_max_ttl_on_every_node() {
         // Each holder knows every member's address as this client spells it.
         for (j, url) in node_urls().iter().enumerate() {
             let name = url.trim_start_matches("redis://");
-            let seen = hash.iter().find(|(k, _)| k.starts_with("seen:") && k.ends_with(name));
-            assert_eq!(seen.map(|(_, id)| id.as_str()), Some(held[j]["id"].as_str()), "{hash:?}");
+            let seen = hash
+                .iter()
+                .find(|(k, _)| k.starts_with("seen:") && k.ends_with(name));
+            assert_eq!(
+                seen.map(|(_, id)| id.as_str()),
+                Some(held[j]["id"].as_str()),
+                "{hash:?}"
+            );
         }
     }
     // The client locks as ever; a second client agrees and locks too.
@@ -92,7 +98,7 @@ async fn first_use_records_the_members_and_max_ttl_on_every_node() {
 #[tokio::test]
 async fn a_client_listing_other_nodes_is_refused_naming_what_differs() {
     let prefix = prefix("agree-count");
-    client(&node_urls(), &prefix).build().await.unwrap();
+    let _recorder = client(&node_urls(), &prefix).build().await.unwrap();
     let three = &node_urls()[..3];
     match client(three, &prefix).build().await {
         Err(ConfigError::Deployment(Mismatch::MemberCount {
@@ -102,8 +108,15 @@ async fn a_client_listing_other_nodes_is_refused_naming_what_differs() {
         other => panic!("expected MemberCount, got {other:?}"),
     }
     // The message names the counts and the way out.
-    let error = client(three, &prefix).build().await.unwrap_err().to_string();
-    assert!(error.contains("lists 3 nodes") && error.contains("5 members"), "{error}");
+    let error = client(three, &prefix)
+        .build()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("lists 3 nodes") && error.contains("5 members"),
+        "{error}"
+    );
     assert!(error.contains("docs/agreement.md"), "{error}");
 }
 
@@ -111,12 +124,16 @@ async fn a_client_listing_other_nodes_is_refused_naming_what_differs() {
 async fn a_chosen_max_ttl_must_be_the_records_and_an_unchosen_one_takes_it() {
     let prefix = prefix("agree-ttl");
     let urls = node_urls();
-    client(&urls, &prefix)
+    let _recorder = client(&urls, &prefix)
         .max_ttl(Duration::from_secs(30))
         .build()
         .await
         .unwrap();
-    match client(&urls, &prefix).max_ttl(Duration::from_secs(45)).build().await {
+    match client(&urls, &prefix)
+        .max_ttl(Duration::from_secs(45))
+        .build()
+        .await
+    {
         Err(ConfigError::Deployment(Mismatch::MaxTtl {
             configured,
             recorded,
@@ -129,7 +146,10 @@ async fn a_chosen_max_ttl_must_be_the_records_and_an_unchosen_one_takes_it() {
     // A client that chose none takes the record's 30 s: a 40 s TTL is
     // above it, as it is for the client that recorded it.
     let unchosen = client(&urls, &prefix).build().await.unwrap();
-    match unchosen.try_lock(&unique("agree-ttl"), Duration::from_secs(40)).await {
+    match unchosen
+        .try_lock(&unique("agree-ttl"), Duration::from_secs(40))
+        .await
+    {
         Err(LockError::Input(InputError::TtlAboveMax { max_ttl, .. })) => {
             assert_eq!(max_ttl, Duration::from_secs(30));
         }
@@ -187,7 +207,10 @@ async fn without_the_record_the_two_lists_grant_one_lock_twice() {
     drop(guarded);
     assert!(matches!(
         client(&replaced_list(), &prefix).build().await,
-        Err(ConfigError::Deployment(Mismatch::NotAMember { node: 4, .. }))
+        Err(ConfigError::Deployment(Mismatch::NotAMember {
+            node: 4,
+            ..
+        }))
     ));
 }
 
@@ -228,7 +251,10 @@ async fn a_member_that_lost_its_record_is_adopted_back_under_its_id() {
             assert_eq!(hash["id"], before[3]["id"]);
             break;
         }
-        assert!(start.elapsed() < Duration::from_secs(10), "not adopted back: {hash:?}");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "not adopted back: {hash:?}"
+        );
         // Any call makes the running client notice the closed connection.
         let _ = running.probe(Duration::from_secs(1)).await;
         tokio::time::sleep(Duration::from_millis(50)).await;

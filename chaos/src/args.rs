@@ -43,6 +43,9 @@ pub(crate) struct Args {
     pub(crate) proc: String,
     pub(crate) nodes: Vec<String>,
     pub(crate) quarantine: bool,
+    /// Clients keep the deployment record (off: the two-of-five control,
+    /// whose clients list different nodes on purpose).
+    pub(crate) deployment_record: bool,
     /// The clients trust durable restarts (run and client; default on).
     pub(crate) trust_durable: bool,
     pub(crate) fenced_store: bool,
@@ -79,6 +82,7 @@ pub(crate) fn parse(mut words: impl Iterator<Item = String>) -> Result<Args, Str
         proc: String::new(),
         nodes: Vec::new(),
         quarantine: true,
+        deployment_record: true,
         trust_durable: true,
         fenced_store: true,
         pause_chance: 0.0,
@@ -146,6 +150,7 @@ pub(crate) fn parse(mut words: impl Iterator<Item = String>) -> Result<Args, Str
             "--proc" => a.proc = value()?,
             "--nodes" => a.nodes = value()?.split(',').map(str::to_owned).collect(),
             "--no-quarantine" => a.quarantine = false,
+            "--no-deployment-record" => a.deployment_record = false,
             "--no-trust-durable-restarts" => a.trust_durable = false,
             "--open-store" => a.fenced_store = false,
             "--pause-chance" => {

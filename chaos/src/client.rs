@@ -32,6 +32,8 @@ pub struct ClientConfig {
     pub tasks: usize,
     /// The restart quarantine on (off: a negative control).
     pub quarantine: bool,
+    /// The deployment record on (off: the two-of-five control).
+    pub deployment_record: bool,
     /// Trust durable restarts (`Builder::trust_durable_restarts`): a
     /// restart counts at once where the node's dataset mark shows its
     /// dataset kept. On for runs: the nodes of `scripts/nodes` and
@@ -115,6 +117,7 @@ async fn connect(config: &ClientConfig) -> Result<Redlock, redquorum::ConfigErro
             .key_prefix("chaos:")
             .max_ttl(config.max_ttl)
             .restart_quarantine(config.quarantine)
+            .deployment_record(config.deployment_record)
             .trust_durable_restarts(config.trust_durable);
         if let Some(factor) = config.drift_factor {
             builder = builder.drift_factor(factor);

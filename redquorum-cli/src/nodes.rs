@@ -36,11 +36,21 @@ pub async fn nodes(global: &Global, urls: &[String], args: &NodesArgs, ui: &Ui) 
                     "durable": h.durable,
                     "evicting": h.evicting,
                     "replica": h.replica,
+                    "member": h.member,
+                    "excluded": h.excluded,
                 })
             })
             .collect();
+        let deployment = redlock.deployment().map(|d| {
+            json!({
+                "members": d.members(),
+                "set": d.fingerprint(),
+                "max_ttl_ms": d.max_ttl_ms(),
+            })
+        });
         let out = json!({
             "nodes": nodes,
+            "deployment": deployment,
             "reachable": reachable,
             "quorum": quorum,
             "verdict": if reachable >= quorum { "OK" } else { "NO_QUORUM" },
@@ -77,6 +87,10 @@ pub async fn nodes(global: &Global, urls: &[String], args: &NodesArgs, ui: &Ui) 
         {
             println!("{line}");
         }
+        match redlock.deployment() {
+            Some(d) => println!("deployment: {d}"),
+            None => println!("deployment: no record agreed"),
+        }
         println!("{reachable} of {} reachable, quorum {quorum}", health.len());
     }
     if reachable >= quorum {
@@ -100,6 +114,9 @@ fn warning(h: &redquorum::NodeHealth, node_timeout: Duration) -> String {
     }
     if h.replica {
         parts.push("replica".to_owned());
+    }
+    if h.excluded.is_some() {
+        parts.push("no-member".to_owned());
     }
     if h.durable == Some(false) {
         parts.push("no-fsync".to_owned());
@@ -143,6 +160,12 @@ pub fn warnings(h: &redquorum::NodeHealth, node_timeout: Duration) -> Vec<String
     if h.replica {
         lines.push(format!(
             "{}: a replica; a lock node must be an independent master",
+            h.node
+        ));
+    }
+    if let Some(why) = &h.excluded {
+        lines.push(format!(
+            "{}: {why}; counts toward no lock (docs/agreement.md)",
             h.node
         ));
     }

@@ -91,10 +91,10 @@ async fn a_ttl_above_max_ttl_is_bad_usage() {
         &node_urls(),
         &[
             "--max-ttl",
-            "10s",
+            "60s",
             "exec",
             "--ttl",
-            "11s",
+            "61s",
             "r",
             "--",
             "true",
@@ -322,7 +322,8 @@ async fn at_least_keeps_the_slot_taken_after_the_command_ends() {
 /// `status` names a holder's key that lives longer than `--max-ttl` (a
 /// peer such as rslock holding with `PX 120000`, or a client with a longer
 /// max_ttl): its lock can outlive a restarted node's quarantine. Before,
-/// the table showed the time to live and said nothing of it.
+/// the table showed the time to live and said nothing of it. A holder
+/// within it (`PX 30000`) is not named.
 #[tokio::test(flavor = "multi_thread")]
 async fn status_names_a_holder_longer_than_max_ttl() {
     let resource = unique("cli-long-peer");
@@ -330,7 +331,8 @@ async fn status_names_a_holder_longer_than_max_ttl() {
     redquorum_test_support::set_px_everywhere(&key, "peer-token", 120_000).await;
     let mut conns = raw_all().await;
     let out = run(&node_urls(), &["status", &resource]).await;
-    let long = run(&node_urls(), &["status", &resource, "--max-ttl", "5m"]).await;
+    redquorum_test_support::set_px_everywhere(&key, "peer-token", 30_000).await;
+    let long = run(&node_urls(), &["status", &resource]).await;
     for conn in &mut conns {
         let _: () = redis::cmd("DEL").arg(&key).query_async(conn).await.unwrap();
     }

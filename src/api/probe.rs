@@ -40,6 +40,13 @@ pub struct NodeHealth {
     pub evicting: Option<String>,
     /// The node is a replica: a lock node must be an independent master.
     pub replica: bool,
+    /// The member the deployment record knows this node as (its id;
+    /// docs/agreement.md); `None` before the record is agreed, and for
+    /// clusters and nodes of your own.
+    pub member: Option<String>,
+    /// Why the node's yes counts toward no grant under the deployment
+    /// record: it is no member (a new server, another deployment's).
+    pub excluded: Option<String>,
 }
 
 impl NodeHealth {
@@ -73,35 +80,70 @@ impl Redlock {
     /// # }
     /// ```
     pub async fn probe(&self, timeout: Duration) -> Vec<NodeHealth> {
-        let probes = self
-            .driver()
-            .members()
-            .map(|(member, in_flight)| async move {
-                let (reachable, server, standing) = match member {
-                    Member::Redis(node) => (
-                        timed(node.ping(), timeout).await,
-                        node.server(),
-                        node.standing(),
-                    ),
-                    Member::Cluster(node) => (
-                        timed(node.ping(), timeout).await,
-                        node.server(),
-                        node.standing(),
-                    ),
-                    Member::Custom(_) => (Ok(Duration::ZERO), None, Standing::default()),
-                };
-                NodeHealth {
-                    node: member.name().to_string(),
-                    reachable,
-                    server: server.map(|s| s.to_string()),
-                    in_flight,
-                    quarantined_for: standing.quarantined_for(Instant::now()),
-                    durable: standing.durable,
-                    evicting: standing.evicting.map(|p| p.to_string()),
-                    replica: standing.replica,
-                }
-            });
+        let agreed = self.agreement().map(|a| a.standing());
+        let agreed = &agreed;
+        let probes =
+            self.driver()
+                .members()
+                .enumerate()
+                .map(|(place, (member, in_flight))| async move {
+                    let (reachable, server, standing) = match member {
+                        Member::Redis(node) => (
+                            timed(node.ping(), timeout).await,
+                            node.server(),
+                            node.standing(),
+                        ),
+                        Member::Cluster(node) => (
+                            timed(node.ping(), timeout).await,
+                            node.server(),
+                            node.standing(),
+                        ),
+                        Member::Custom(_) => (Ok(Duration::ZERO), None, Standing::default()),
+                    };
+                    NodeHealth {
+                        node: member.name().to_string(),
+                        reachable,
+                        server: server.map(|s| s.to_string()),
+                        in_flight,
+                        quarantined_for: standing.quarantined_for(Instant::now()),
+                        durable: standing.durable,
+                        evicting: standing.evicting.map(|p| p.to_string()),
+                        replica: standing.replica,
+                        member: agreed.as_ref().and_then(|a| a.ids.get(place)?.clone()),
+                        excluded: agreed
+                            .as_ref()
+                            .and_then(|a| Some(a.excluded.get(place)?.as_ref()?.to_string())),
+                    }
+                });
         futures::future::join_all(probes).await
+    }
+}
+
+impl Redlock {
+    /// The deployment record this client agreed with its nodes: the
+    /// members (by the ids the nodes hold) and `max_ttl`
+    /// (docs/agreement.md); `None` before it is agreed, and for clients of
+    /// clusters or nodes of your own, or with
+    /// [`Builder::deployment_record(false)`](crate::Builder::deployment_record).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let nodes = (0..3).map(|i| redquorum::testing::MemoryNode::new(i) as _);
+    /// let redlock = redquorum::Redlock::builder().custom_nodes(nodes).build().await.unwrap();
+    /// assert!(redlock.deployment().is_none()); // custom nodes keep no record
+    /// # }
+    /// ```
+    pub fn deployment(&self) -> Option<crate::proto::deployment::Record> {
+        self.agreement()?.standing().record
+    }
+
+    fn agreement(&self) -> Option<&crate::transport::agreement::Agreement> {
+        self.driver()
+            .members()
+            .find_map(|(member, _)| match member {
+                Member::Redis(node) => node.link().agreement().map(|(a, _)| &**a),
+                _ => None,
+            })
     }
 }
 

@@ -127,7 +127,8 @@ impl Redlock {
     ///
     /// ```
     /// # async fn demo() -> Result<(), redquorum::ConfigError> {
-    /// let redlock = redquorum::Redlock::connect(["redis://127.0.0.1:7001"]).await?;
+    /// let nodes = (0..3).map(|i| redquorum::testing::MemoryNode::new(i) as _);
+    /// let redlock = redquorum::Redlock::builder().custom_nodes(nodes).build().await?;
     /// assert_eq!(redlock.key_layout().lock_key("orders:42"), "{orders:42}:lock");
     /// # Ok(()) }
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();

@@ -91,18 +91,17 @@ impl Builder {
 
         // The deployment record, kept by clients of Redis masters only (a
         // cluster's members change under it; custom nodes are the caller's).
-        let agreement = (!self.no_record
-            && self.custom.is_empty()
-            && targets.iter().all(|t| !t.is_cluster()))
-        .then(|| {
-            Agreement::new(
-                targets.iter().map(|t| Arc::clone(t.name())).collect(),
-                layout.deployment(),
-                max_ttl,
-                chosen,
-                connect_timeout,
-            )
-        });
+        let agreement =
+            (!self.no_record && self.custom.is_empty() && targets.iter().all(|t| !t.is_cluster()))
+                .then(|| {
+                    Agreement::new(
+                        targets.iter().map(|t| Arc::clone(t.name())).collect(),
+                        layout.deployment(),
+                        max_ttl,
+                        chosen,
+                        connect_timeout,
+                    )
+                });
 
         // Where each Redis node's listener connects (clusters and custom
         // nodes open their own).
@@ -158,29 +157,6 @@ impl Builder {
         if !tls_failures.is_empty() && other_failures == 0 && up == 0 {
             return Err(ConfigError::Tls(tls_failures.join("; ")));
         }
-        let mut max_ttl = max_ttl;
-        if let Some(agreement) = &agreement {
-            let links = nodes.iter().filter_map(|node| match node.member() {
-                Member::Redis(redis) => Some(Arc::downgrade(redis.link())),
-                _ => None,
-            });
-            let links: Vec<_> = links.collect();
-            {
-                // Every first attempt ends within the connect timeout: each
-                // node that answers is judged at connect, not later.
-                futures::future::join_all(links.iter().filter_map(|link| {
-                    let link = link.upgrade()?;
-                    Some(async move { link.first_outcome(connect_timeout).await })
-                }))
-                .await;
-            }
-            agreement.bind(links);
-            agreement.settle_now().await;
-            if let Some(mismatch) = agreement.refused() {
-                return Err(ConfigError::Deployment(mismatch));
-            }
-            max_ttl = agreement.fix_max_ttl();
-        }
         let custom = self.custom.len();
         nodes.extend(self.custom.into_iter().map(|node| {
             let telemetry = Arc::new(NodeTelemetry::new(node.name()));
@@ -226,6 +202,32 @@ impl Builder {
                     detail: down.join("; "),
                 });
             }
+        }
+        let mut max_ttl = max_ttl;
+        if let Some(agreement) = &agreement {
+            let links = nodes.iter().filter_map(|node| match node.member() {
+                Member::Redis(redis) => Some(Arc::downgrade(redis.link())),
+                _ => None,
+            });
+            let links: Vec<_> = links.collect();
+            if !agreement.decided() && agreement.answered() {
+                // Every first attempt ends within the connect timeout: the
+                // record is agreed (or refused) at connect wherever the
+                // nodes that answer can say. (Once it is, a node slower
+                // than the build's wait is judged when it connects; with
+                // none answering yet, every node is.)
+                futures::future::join_all(links.iter().filter_map(|link| {
+                    let link = link.upgrade()?;
+                    Some(async move { link.first_outcome(connect_timeout).await })
+                }))
+                .await;
+            }
+            agreement.bind(links);
+            agreement.settle_now().await;
+            if let Some(mismatch) = agreement.refused() {
+                return Err(ConfigError::Deployment(mismatch));
+            }
+            max_ttl = agreement.fix_max_ttl();
         }
         Ok(Driver::new(
             nodes,

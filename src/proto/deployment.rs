@@ -173,19 +173,12 @@ pub struct Agreed {
 /// How a client's settings differ from the record (never a secret: ids,
 /// counts and positions in the client's list).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Mismatch {
     /// The nodes that answered hold different records.
     Conflicting {
         /// How many different records.
         records: usize,
-    },
-    /// Fewer than a quorum of the client's nodes hold (or are known by)
-    /// the record: it cannot be read, and is not guessed.
-    Unrecorded {
-        /// Nodes that hold it or are known members.
-        holding: usize,
-        /// The quorum of the client's nodes.
-        quorum: usize,
     },
     /// The client lists another number of nodes than the record.
     MemberCount {
@@ -225,10 +218,6 @@ impl fmt::Display for Mismatch {
                 f,
                 "the nodes hold {records} different deployment records (clients created them \
                  with different settings)"
-            ),
-            Mismatch::Unrecorded { holding, quorum } => write!(
-                f,
-                "only {holding} of the nodes hold the deployment record, {quorum} needed to read it"
             ),
             Mismatch::MemberCount {
                 configured,
@@ -274,15 +263,20 @@ impl fmt::Display for Mismatch {
 /// - an answering node without one is a member that lost its data when
 ///   the record's holders know its address as a member nobody else
 ///   answered as (it is adopted); otherwise it is not a member;
-/// - the record must be held or adopted on a quorum of the client's
-///   nodes, list as many members as the client has nodes, and each
-///   answering node must be one of them, once;
+/// - the record must list as many members as the client has nodes, each
+///   answering node must be one of them, once, and a quorum of the
+///   client's nodes must have answered (else: wait, never guess);
 /// - with no record anywhere, every node must have answered to create one.
 ///
 /// `max_ttl` is checked by the caller, which knows whether it was chosen.
 pub fn decide(readings: &[Option<Reading>], max_ttl_ms: u64) -> Decision {
     let n = readings.len();
-    let answered = || readings.iter().enumerate().filter_map(|(i, r)| Some((i, r.as_ref()?)));
+    let answered = || {
+        readings
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| Some((i, r.as_ref()?)))
+    };
     let mut records: Vec<&Record> = Vec::new();
     for (_, reading) in answered() {
         if let Some(record) = &reading.record
@@ -331,7 +325,8 @@ pub fn decide(readings: &[Option<Reading>], max_ttl_ms: u64) -> Decision {
             continue;
         }
         let known = known_as(readings, i).filter(|id| {
-            record.members.contains(id) && !answered().any(|(_, r)| r.record.is_some() && &r.id == id)
+            record.members.contains(id)
+                && !answered().any(|(_, r)| r.record.is_some() && &r.id == id)
         });
         match (&readings[i], known) {
             (Some(reading), None) => return Decision::Refused(not_a_member(i, reading)),
@@ -345,12 +340,10 @@ pub fn decide(readings: &[Option<Reading>], max_ttl_ms: u64) -> Decision {
     if let Some(nodes) = same_ids(&ids) {
         return Decision::Refused(Mismatch::SameMember { nodes });
     }
-    let holding = answered().filter(|(i, _)| ids[*i].is_some()).count();
-    if holding < quorum(n) {
-        return Decision::Refused(Mismatch::Unrecorded {
-            holding,
-            quorum: quorum(n),
-        });
+    // Every answering node holds the record or is a known member: with
+    // fewer than a quorum answering, the others may yet say otherwise.
+    if answered().count() < quorum(n) {
+        return Decision::Unknown;
     }
     Decision::Agreed(Agreed { record, ids, adopt })
 }
@@ -445,9 +438,7 @@ pub fn admit(
             Some(id) if !taken.contains(&id) => Admission::Adopt(id.to_owned()),
             _ => Admission::Excluded(not_a_member(place, reading)),
         },
-        Some(held) if held != record => {
-            Admission::Excluded(Mismatch::Conflicting { records: 2 })
-        }
+        Some(held) if held != record => Admission::Excluded(Mismatch::Conflicting { records: 2 }),
         Some(_) => {
             let id = reading.id.as_str();
             let fits = expected.is_none_or(|e| e == id);
@@ -476,7 +467,10 @@ mod tests {
     #[test]
     fn creates_only_when_every_node_answered_blank() {
         let blank = |id: &str| Some(Reading::blank(id, 3));
-        assert_eq!(decide(&[blank("a"), blank("b"), None], 1), Decision::Unknown);
+        assert_eq!(
+            decide(&[blank("a"), blank("b"), None], 1),
+            Decision::Unknown
+        );
         assert_eq!(
             decide(&[blank("a"), blank("b"), blank("c")], 7),
             Decision::Create(Record::new(["c".into(), "a".into(), "b".into()], 7))
@@ -517,7 +511,10 @@ mod tests {
             panic!("{d:?}")
         };
         assert_eq!(agreed.adopt, [1, 2]);
-        assert_eq!(agreed.ids, [Some("a".into()), Some("b".into()), Some("c".into())]);
+        assert_eq!(
+            agreed.ids,
+            [Some("a".into()), Some("b".into()), Some("c".into())]
+        );
     }
 
     #[test]
@@ -526,7 +523,11 @@ mod tests {
         // The holders know nodes 1 and 2, not what this client lists third.
         let seen = [Some("a"), Some("b"), None];
         let d = decide(
-            &[held("a", &r, &seen), held("b", &r, &seen), Some(Reading::blank("z", 3))],
+            &[
+                held("a", &r, &seen),
+                held("b", &r, &seen),
+                Some(Reading::blank("z", 3)),
+            ],
             1_000,
         );
         assert_eq!(
@@ -554,22 +555,58 @@ mod tests {
         let other = record(&["a", "b", "d"]);
         let d = decide(&[held("a", &r, &none), held("b", &other, &none), None], 1);
         assert_eq!(d, Decision::Refused(Mismatch::Conflicting { records: 2 }));
-        let d = decide(&[held("a", &r, &none), held("b", &r, &none), held("q", &r, &none)], 1);
-        assert!(matches!(d, Decision::Refused(Mismatch::NotAMember { node: 2, .. })));
+        let d = decide(
+            &[
+                held("a", &r, &none),
+                held("b", &r, &none),
+                held("q", &r, &none),
+            ],
+            1,
+        );
+        assert!(matches!(
+            d,
+            Decision::Refused(Mismatch::NotAMember { node: 2, .. })
+        ));
     }
 
     #[test]
     fn never_guesses_from_less_than_a_quorum() {
         let r = record(&["a", "b", "c", "d", "e"]);
         let none = [None, None, None, None, None];
-        let d = decide(&[held("a", &r, &none), held("b", &r, &none), None, None, None], 1);
-        assert_eq!(
-            d,
-            Decision::Refused(Mismatch::Unrecorded {
-                holding: 2,
-                quorum: 3
-            })
+        // Three nodes have not answered: they may hold it.
+        let d = decide(
+            &[held("a", &r, &none), held("b", &r, &none), None, None, None],
+            1,
         );
+        assert_eq!(d, Decision::Unknown);
+        // They answered, each as a member the holders do not know.
+        let blank = |id: &str| Some(Reading::blank(id, 5));
+        let d = decide(
+            &[
+                held("a", &r, &none),
+                held("b", &r, &none),
+                blank("x"),
+                blank("y"),
+                None,
+            ],
+            1,
+        );
+        assert!(matches!(
+            d,
+            Decision::Refused(Mismatch::NotAMember { node: 2, .. })
+        ));
+        // Three answered, all holders: agreed, the others known later.
+        let d = decide(
+            &[
+                held("a", &r, &none),
+                held("b", &r, &none),
+                held("c", &r, &none),
+                None,
+                None,
+            ],
+            1,
+        );
+        assert!(matches!(d, Decision::Agreed(_)));
     }
 
     #[test]
@@ -583,7 +620,10 @@ mod tests {
             ],
             1,
         );
-        assert!(matches!(d, Decision::Refused(Mismatch::NotAMember { node: 2, .. })));
+        assert!(matches!(
+            d,
+            Decision::Refused(Mismatch::NotAMember { node: 2, .. })
+        ));
     }
 
     #[test]
@@ -591,11 +631,23 @@ mod tests {
         let r = record(&["a", "b", "c"]);
         let reading = Reading::holding("c", r.clone(), vec![None; 3]);
         assert_eq!(admit(&r, 2, &reading, Some("c"), &["a"]), Admission::Member);
-        assert!(matches!(admit(&r, 2, &reading, Some("b"), &[]), Admission::Excluded(_)));
-        assert!(matches!(admit(&r, 2, &reading, None, &["c"]), Admission::Excluded(_)));
+        assert!(matches!(
+            admit(&r, 2, &reading, Some("b"), &[]),
+            Admission::Excluded(_)
+        ));
+        assert!(matches!(
+            admit(&r, 2, &reading, None, &["c"]),
+            Admission::Excluded(_)
+        ));
         let other = Reading::holding("c", record(&["c", "d", "e"]), vec![None; 3]);
-        assert!(matches!(admit(&r, 2, &other, Some("c"), &[]), Admission::Excluded(_)));
+        assert!(matches!(
+            admit(&r, 2, &other, Some("c"), &[]),
+            Admission::Excluded(_)
+        ));
         let blank = Reading::blank("n", 3);
-        assert!(matches!(admit(&r, 2, &blank, Some("a"), &["a"]), Admission::Excluded(_)));
+        assert!(matches!(
+            admit(&r, 2, &blank, Some("a"), &["a"]),
+            Admission::Excluded(_)
+        ));
     }
 }

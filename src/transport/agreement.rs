@@ -35,6 +35,9 @@ pub(crate) struct Agreement {
     /// taken).
     max_ttl_ms: AtomicU64,
     chosen: AtomicBool,
+    /// The client is built: a refusal is logged (before, `build` returns
+    /// it).
+    built: AtomicBool,
     /// Each node counts toward grants.
     admitted: Vec<AtomicBool>,
     state: Mutex<State>,
@@ -81,8 +84,8 @@ pub(crate) struct Standing {
     pub(crate) refused: Option<Mismatch>,
     /// Each node's member id, where known.
     pub(crate) ids: Vec<Option<String>>,
-    /// Each node counts.
-    pub(crate) admitted: Vec<bool>,
+    /// Why each node counts toward no grant, where it is no member.
+    pub(crate) excluded: Vec<Option<Mismatch>>,
 }
 
 impl Agreement {
@@ -108,6 +111,7 @@ impl Agreement {
             key: key.into(),
             max_ttl_ms: AtomicU64::new(u64::try_from(max_ttl.as_millis()).unwrap_or(u64::MAX)),
             chosen: AtomicBool::new(chosen),
+            built: AtomicBool::new(false),
             links: OnceLock::new(),
             timeout,
         })
@@ -122,7 +126,7 @@ impl Agreement {
         self.admitted[place].load(Ordering::Acquire)
     }
 
-    /// The record and who counts.
+    /// The record and who each node is.
     pub(crate) fn standing(&self) -> Standing {
         let state = self.lock();
         Standing {
@@ -132,7 +136,7 @@ impl Agreement {
                 .agreed
                 .as_ref()
                 .map_or_else(|| vec![None; self.names.len()], |a| a.ids.clone()),
-            admitted: (0..self.names.len()).map(|i| self.admits(i)).collect(),
+            excluded: state.excluded.clone(),
         }
     }
 
@@ -146,7 +150,19 @@ impl Agreement {
                 .store(agreed.record.max_ttl_ms(), Ordering::Relaxed);
         }
         self.chosen.store(true, Ordering::Relaxed);
+        self.built.store(true, Ordering::Relaxed);
         Duration::from_millis(self.max_ttl_ms.load(Ordering::Relaxed))
+    }
+
+    /// Some node answered.
+    pub(crate) fn answered(&self) -> bool {
+        self.lock().readings.iter().any(Option::is_some)
+    }
+
+    /// The record is agreed, or the client refused.
+    pub(crate) fn decided(&self) -> bool {
+        let state = self.lock();
+        state.agreed.is_some() || state.refused.is_some()
     }
 
     /// Why the client is refused, if it is: it does not match the record,
@@ -344,8 +360,13 @@ impl Agreement {
                 .filter(|(i, _)| *i != place && self.admits(*i))
                 .filter_map(|(_, id)| id.as_deref())
                 .collect();
-            let admission =
-                deployment::admit(&agreed.record, place, reading, agreed.ids[place].as_deref(), &taken);
+            let admission = deployment::admit(
+                &agreed.record,
+                place,
+                reading,
+                agreed.ids[place].as_deref(),
+                &taken,
+            );
             let (admitted, excluded) = match admission {
                 Admission::Member => {
                     agreed.ids[place] = Some(reading.id.clone());
@@ -363,7 +384,7 @@ impl Agreement {
             };
             self.admitted[place].store(admitted, Ordering::Release);
             if state.excluded[place] != excluded {
-                if let Some(why) = &excluded {
+                if let (Some(why), true) = (&excluded, self.built.load(Ordering::Relaxed)) {
                     tracing::error!(
                         node = %self.names[place],
                         "node excluded: {why}; its yes counts toward no grant (docs/agreement.md)"
@@ -375,7 +396,7 @@ impl Agreement {
     }
 
     fn refuse(&self, state: &mut State, mismatch: Mismatch) {
-        if state.refused.as_ref() != Some(&mismatch) {
+        if state.refused.as_ref() != Some(&mismatch) && self.built.load(Ordering::Relaxed) {
             tracing::error!(
                 "this client does not match the deployment recorded on its nodes: {mismatch}; no \
                  node counts toward a grant (docs/agreement.md)"

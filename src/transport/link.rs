@@ -399,6 +399,14 @@ impl Link {
         self.lock().server.clone()
     }
 
+    /// The client's agreement with the deployment record, and this node's
+    /// place in it (clients of Redis masters).
+    pub(crate) fn agreement(
+        &self,
+    ) -> Option<&(Arc<crate::transport::agreement::Agreement>, usize)> {
+        self.checks.as_ref()?.agreement.as_ref()
+    }
+
     /// What the node's connections told of it.
     pub(crate) fn standing(&self) -> Standing {
         self.lock().standing.clone()

@@ -233,7 +233,12 @@ lua!(
 lua!(INSPECT, "scripts/inspect.lua", "inspect", READ_ONLY);
 lua!(PROBE, "scripts/probe.lua", "probe", READ_ONLY);
 lua!(STAMP, "scripts/stamp.lua", "stamp", WRITES);
-lua!(DEPLOYMENT, "scripts/deployment.lua", "deployment", ALLOW_OOM);
+lua!(
+    DEPLOYMENT,
+    "scripts/deployment.lua",
+    "deployment",
+    ALLOW_OOM
+);
 
 /// Every script.
 const ALL: [&Lua; 24] = [

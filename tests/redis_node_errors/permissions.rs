@@ -46,6 +46,7 @@ async fn least_privilege_acl_user_can_lock() {
             "~{*}:rw:*",
             "~{*}:permit*",
             "~redquorum:dataset*",
+            "~redquorum:deployment",
             "resetchannels",
             "&{*}:lock",
             "&{*}:writer",

@@ -81,12 +81,16 @@ async fn until_health(
 /// Waits (at most 10 s) until `redlock` has reconnected to `nodes` (1-based)
 /// and sees each quarantined.
 /// A client of the five nodes with `max_ttl` that trusts no restart (the
-/// default rule), its node timeout patient as the suite's.
+/// default rule), its node timeout patient as the suite's. Its `max_ttl`
+/// is not the suite's deployment's (60 s), so it keeps no deployment
+/// record: these tests are about quarantines (tests/redis_agreement.rs
+/// has the record's).
 fn untrusting(max_ttl: Duration) -> redquorum::Builder {
     Redlock::builder()
         .nodes(node_urls())
         .node_timeout(Duration::from_secs(1))
         .max_ttl(max_ttl)
+        .deployment_record(false)
 }
 
 async fn until_quarantined(redlock: &Redlock, nodes: &[usize]) {
@@ -121,6 +125,7 @@ async fn a_quarantine_lasts_max_ttl_from_the_restart_wherever_the_second_falls()
         .nodes(proxies.iter().map(proxy::Proxy::url))
         .node_timeout(Duration::from_secs(1))
         .max_ttl(max_ttl)
+        .deployment_record(false)
         .build()
         .await
         .unwrap();

@@ -93,7 +93,13 @@ async fn waiters_sleep_through_a_quarantine_of_every_node() {
         bare.restart(node);
     }
     let max_ttl = Duration::from_secs(first.elapsed().as_secs() + 5);
-    let client = |notify| patient().max_ttl(max_ttl).notify_waiters(notify).build();
+    let client = |notify| {
+        patient()
+            .max_ttl(max_ttl)
+            .deployment_record(false)
+            .notify_waiters(notify)
+            .build()
+    };
     let (off, on) = (client(false).await.unwrap(), client(true).await.unwrap());
     until_quarantined(&off, &[1, 2, 3, 4, 5]).await;
     until_quarantined(&on, &[1, 2, 3, 4, 5]).await;

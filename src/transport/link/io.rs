@@ -36,9 +36,9 @@ use super::{
 };
 use crate::proto::error::NodeError;
 use crate::proto::restart::{self, SECOND_CUT};
+use crate::transport::agreement::Agreement;
 use crate::transport::resp::{self, Frame};
 use crate::transport::scripts::{self, STAMP_EVERY};
-use crate::transport::agreement::Agreement;
 
 /// Redirections one call follows at most (a cluster's `MOVED` and `ASK`).
 pub(crate) const MAX_REDIRECTS: u8 = 3;

@@ -427,7 +427,9 @@ pub(crate) async fn handshake(
         more = rest;
         match read {
             Frame::Error(text) if text.starts_with("NOPERM") => {
-                hello.denied.push(format!("the deployment record's key ({text})"));
+                hello
+                    .denied
+                    .push(format!("the deployment record's key ({text})"));
             }
             read => hello.deployment = scripts::read_deployment(read),
         }
