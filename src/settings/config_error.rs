@@ -177,8 +177,7 @@ impl fmt::Display for ConfigError {
             ConfigError::Deployment(mismatch) => write!(
                 f,
                 "{mismatch}: every client of these nodes must list the same members (in any \
-                 spelling) and the same max_ttl; change them with `redquorum members` \
-                 (docs/agreement.md)"
+                 spelling) and the same max_ttl; to change them, see docs/agreement.md"
             ),
             ConfigError::Input(e) => write!(f, "{e}"),
         }
