@@ -209,9 +209,10 @@ impl Builder {
     ///
     /// ```
     /// # async fn demo() -> Result<(), redquorum::ConfigError> {
+    /// // In-memory nodes here; `.nodes(urls)` for Redis masters.
+    /// let nodes = (0..3).map(|i| redquorum::testing::MemoryNode::new(i) as _);
     /// let redlock = redquorum::Redlock::builder()
-    ///     .nodes(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])
-    ///     .key_prefix("peers:") // the deployment record's key: docs/agreement.md
+    ///     .custom_nodes(nodes)
     ///     .interop_keys(true)
     ///     .build()
     ///     .await?;
