@@ -260,3 +260,71 @@ async fn a_member_that_lost_its_record_is_adopted_back_under_its_id() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// The membership moved under a running client: the nodes now record
+/// another deployment (node 5 replaced, as an operator would after a
+/// drain). The running client on the old list notices at its next read of
+/// the record — every second on each connection — and counts the moved
+/// nodes toward no grant, naming why; the new list's client locks.
+#[tokio::test]
+async fn a_running_client_stops_counting_nodes_whose_record_moved() {
+    let prefix = prefix("agree-moved");
+    let key = format!("{prefix}redquorum:deployment");
+    let old = client(&node_urls(), &prefix).build().await.unwrap();
+    let before = records(&prefix).await;
+    // The new deployment: nodes 1-4 as they are, node 5 replaced by the
+    // new server, written whole on each node of the new list at once.
+    let mut ids: Vec<String> = before[..4].iter().map(|h| h["id"].clone()).collect();
+    ids.push("0000000000000005".to_owned());
+    let mut members = ids.clone();
+    members.sort_unstable();
+    let replace = redis::Script::new(
+        "redis.call('DEL', KEYS[1]) \
+         return redis.call('HSET', KEYS[1], 'id', ARGV[1], 'members', ARGV[2], 'max_ttl', ARGV[3])",
+    );
+    for (i, url) in replaced_list().iter().enumerate() {
+        let mut conn = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let _: i64 = replace
+            .key(&key)
+            .arg(&ids[i])
+            .arg(members.join(","))
+            .arg(60_000)
+            .invoke_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let new = client(&replaced_list(), &prefix).build().await.unwrap();
+    assert_eq!(
+        new.deployment().map(|d| d.members().to_vec()),
+        Some(members.clone())
+    );
+    // Within the bound (1 s and a round trip; 10 s here for a loaded
+    // machine), the old client names nodes 1-4 as moved.
+    let start = std::time::Instant::now();
+    let health = loop {
+        let health = old.probe(Duration::from_secs(1)).await;
+        let moved = |h: &redquorum::NodeHealth| {
+            h.excluded
+                .as_deref()
+                .is_some_and(|why| why.contains("membership moved"))
+        };
+        if health[..4].iter().all(moved) {
+            break health;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "{health:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        health[4].excluded, None,
+        "node 5 still holds the old record"
+    );
+    let resource = unique("agree-moved");
+    let refused = old.try_lock(&resource, TTL).await;
+    assert!(refused.is_err(), "the old list must not lock: {refused:?}");
+    let lock = new.try_lock(&resource, TTL).await.unwrap();
+    lock.release().await.unwrap();
+}

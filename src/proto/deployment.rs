@@ -197,6 +197,12 @@ pub enum Mismatch {
         /// It holds no record.
         blank: bool,
     },
+    /// A node holds another record than the one this client agreed: the
+    /// deployment changed under a running client.
+    Moved {
+        /// The record the node holds now.
+        now: Record,
+    },
     /// Two of the client's nodes are one member.
     SameMember {
         /// Their positions in the client's list.
@@ -239,6 +245,11 @@ impl fmt::Display for Mismatch {
             Mismatch::NotAMember { node, id, .. } => {
                 write!(f, "node #{} (id {id}) is not a member", node + 1)
             }
+            Mismatch::Moved { now } => write!(
+                f,
+                "the node now records another deployment ({now}): the membership moved; start \
+                 this client again with the new list"
+            ),
             Mismatch::SameMember { nodes } => write!(
                 f,
                 "nodes #{} and #{} are the same member",
@@ -438,7 +449,7 @@ pub fn admit(
             Some(id) if !taken.contains(&id) => Admission::Adopt(id.to_owned()),
             _ => Admission::Excluded(not_a_member(place, reading)),
         },
-        Some(held) if held != record => Admission::Excluded(Mismatch::Conflicting { records: 2 }),
+        Some(held) if held != record => Admission::Excluded(Mismatch::Moved { now: held.clone() }),
         Some(_) => {
             let id = reading.id.as_str();
             let fits = expected.is_none_or(|e| e == id);

@@ -19,6 +19,12 @@ use crate::proto::deployment::{self, Admission, Agreed, Decision, Mismatch, Read
 use crate::transport::link::Link;
 use crate::transport::scripts::{self, DeploymentCall};
 
+/// How often a connection reads its node's record again: a running
+/// client learns that the record changed under it (the membership moved,
+/// a member lost its data) within this and a round trip, on every node it
+/// reaches (docs/agreement.md, "Bounds").
+pub(crate) const RECORD_EVERY: Duration = Duration::from_secs(1);
+
 /// Write-and-read passes one batch makes at most (creating, then the
 /// addresses, then what a concurrent client changed).
 const MAX_PASSES: usize = 4;

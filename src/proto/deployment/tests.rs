@@ -186,11 +186,12 @@ fn admits_members_and_adopts_only_the_expected() {
         admit(&r, 2, &reading, None, &["c"]),
         Admission::Excluded(_)
     ));
-    let other = Reading::holding("c", record(&["c", "d", "e"]), vec![None; 3]);
-    assert!(matches!(
+    let moved = record(&["c", "d", "e"]);
+    let other = Reading::holding("c", moved.clone(), vec![None; 3]);
+    assert_eq!(
         admit(&r, 2, &other, Some("c"), &[]),
-        Admission::Excluded(_)
-    ));
+        Admission::Excluded(Mismatch::Moved { now: moved })
+    );
     let blank = Reading::blank("n", 3);
     assert!(matches!(
         admit(&r, 2, &blank, Some("a"), &["a"]),

@@ -62,6 +62,9 @@ pub(crate) enum Work {
     /// The link's own stamp of its node's dataset mark (clients that trust
     /// durable restarts), every `scripts::STAMP_EVERY`.
     Stamp,
+    /// The link's own read of the deployment record, every
+    /// `agreement::RECORD_EVERY` (clients that keep one).
+    Record,
 }
 
 /// Where a call's outcome goes.
@@ -176,7 +179,7 @@ impl Pending {
             Work::Errand { errand, .. } => errand
                 .resend_within()
                 .is_some_and(|within| self.resends < MAX_RESENDS && now < self.born + within),
-            Work::Raw(_) | Work::Ping | Work::Stamp => false,
+            Work::Raw(_) | Work::Ping | Work::Stamp | Work::Record => false,
         }
     }
 

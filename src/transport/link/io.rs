@@ -36,7 +36,7 @@ use super::{
 };
 use crate::proto::error::NodeError;
 use crate::proto::restart::{self, SECOND_CUT};
-use crate::transport::agreement::Agreement;
+use crate::transport::agreement::{Agreement, RECORD_EVERY};
 use crate::transport::resp::{self, Frame};
 use crate::transport::scripts::{self, STAMP_EVERY};
 
@@ -190,6 +190,8 @@ struct Io {
     /// (clients that trust durable restarts), and when it is next due.
     stamp: Option<Vec<u8>>,
     stamp_due: Instant,
+    /// When the deployment record is next read (clients that keep one).
+    record_due: Instant,
     late: Duration,
     grace: Duration,
 }
@@ -218,6 +220,7 @@ impl Io {
             idle_since: now,
             stamp: None,
             stamp_due: now + STAMP_EVERY,
+            record_due: now + RECORD_EVERY,
             late: link.limits.late,
             grace: link.limits.grace,
         }
@@ -329,6 +332,11 @@ impl Io {
             Work::Stamp => self
                 .out
                 .extend_from_slice(self.stamp.as_deref().unwrap_or_default()),
+            Work::Record => {
+                if let Some((agreement, _)) = &self.agreement {
+                    agreement.encode_read(self.loaded, &mut self.out);
+                }
+            }
         }
         let end = self.out.len();
         self.encoded.push_back((call, start, end));
@@ -441,6 +449,11 @@ impl Io {
     fn complete(&mut self, mut call: Pending, frame: Frame, link: &Link) {
         if matches!(call.work, Work::Stamp) {
             self.stamped(&frame, link);
+        }
+        if let (Work::Record, Some((agreement, place))) = (&call.work, &self.agreement)
+            && let Some(reading) = scripts::read_deployment(&frame)
+        {
+            agreement.met(*place, self.loaded, Some(reading));
         }
         let Frame::Error(text) = frame else {
             call.finish(Ok(frame), self.late);
@@ -561,13 +574,17 @@ impl Io {
             self.encode(Pending::new(Work::Stamp, super::Sink::Nobody, None));
             self.stamp_due = now + STAMP_EVERY;
         }
+        if self.agreement.is_some() && self.record_due <= now {
+            self.encode(Pending::new(Work::Record, super::Sink::Nobody, None));
+            self.record_due = now + RECORD_EVERY;
+        }
         self.rearm(now);
         Ok(())
     }
 
     /// Sets the timer for what is due next: the first call not yet late
     /// (its node timeout), the oldest call's grace, an idle link's `PING`,
-    /// or the dataset mark's stamp.
+    /// the dataset mark's stamp, or the deployment record's read.
     fn rearm(&mut self, now: Instant) {
         let mut calls = self
             .sent
@@ -585,6 +602,10 @@ impl Io {
         };
         let next = match self.stamp {
             Some(_) => next.min(self.stamp_due),
+            None => next,
+        };
+        let next = match self.agreement {
+            Some(_) => next.min(self.record_due),
             None => next,
         };
         let next = next.max(now);
@@ -617,7 +638,7 @@ impl Io {
         for (call, left) in calls {
             // The link's own calls are not sent again: a stamp is for the
             // process it was made for.
-            if matches!(call.work, Work::Ping | Work::Stamp) {
+            if matches!(call.work, Work::Ping | Work::Stamp | Work::Record) {
                 continue;
             }
             if !left {
