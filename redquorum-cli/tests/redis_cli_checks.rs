@@ -341,3 +341,31 @@ async fn status_names_a_holder_longer_than_max_ttl() {
     let stdout = String::from_utf8_lossy(&long.stdout);
     assert!(!stdout.contains("above --max-ttl"), "{stdout}");
 }
+
+/// The deployment record (docs/agreement.md): `nodes` shows it and each
+/// node's member id; a list of other nodes is refused before anything runs,
+/// exit 64 with the same words as the library's `ConfigError::Deployment`.
+#[tokio::test(flavor = "multi_thread")]
+async fn nodes_shows_the_deployment_and_another_list_exits_64() {
+    let prefix = format!("{}:", unique("cli-deployment"));
+    let urls = node_urls();
+    let shown = run(&urls, &["--key-prefix", &prefix, "nodes"]).await;
+    let stdout = String::from_utf8_lossy(&shown.stdout);
+    assert_eq!(code(&shown), 0, "{stdout}");
+    assert!(stdout.contains("deployment: 5 members (set "), "{stdout}");
+    assert!(stdout.contains("max_ttl 60s"), "{stdout}");
+    let json = run(&urls, &["--key-prefix", &prefix, "nodes", "--json"]).await;
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(
+        json["deployment"]["members"].as_array().map(Vec::len),
+        Some(5)
+    );
+    assert!(json["nodes"][0]["member"].is_string(), "{json}");
+    let three = run(&urls[..3], &["--key-prefix", &prefix, "nodes"]).await;
+    let stderr = String::from_utf8_lossy(&three.stderr);
+    assert_eq!(code(&three), 64, "{stderr}");
+    assert!(
+        stderr.contains("this client lists 3 nodes, the deployment has 5 members"),
+        "{stderr}"
+    );
+}

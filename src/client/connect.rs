@@ -1,6 +1,12 @@
 //! Building a client: the settings checked, the nodes connected.
 
 use super::*;
+use crate::proto::deployment::Mismatch;
+
+/// How long `build` waits before it reads again a node that holds no
+/// deployment record beside nodes that do (at most the connect timeout in
+/// all).
+const BLANK_AGAIN: Duration = Duration::from_millis(50);
 
 impl Builder {
     /// Checks the settings, then connects to every node concurrently, waiting
@@ -224,6 +230,19 @@ impl Builder {
             }
             agreement.bind(links);
             agreement.settle_now().await;
+            // A node without the record beside nodes with it may be one
+            // another client is writing it to (two clients at first use):
+            // read it again a few times before calling it no member.
+            let start = tokio::time::Instant::now();
+            while let Some(Mismatch::NotAMember {
+                node, blank: true, ..
+            }) = agreement.refused()
+                && start.elapsed() < connect_timeout
+            {
+                tokio::time::sleep(BLANK_AGAIN).await;
+                agreement.reread(node).await;
+                agreement.settle_now().await;
+            }
             if let Some(mismatch) = agreement.refused() {
                 return Err(ConfigError::Deployment(mismatch));
             }

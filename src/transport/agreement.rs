@@ -232,6 +232,23 @@ impl Agreement {
         self.write().await;
     }
 
+    /// Reads node `place`'s record again now (at most the connect
+    /// timeout).
+    pub(crate) async fn reread(self: &Arc<Self>, place: usize) {
+        let Some(link) = self.links.get().and_then(|l| l.get(place)?.upgrade()) else {
+            return;
+        };
+        let loaded = self.lock().loaded[place];
+        let mut command = Vec::new();
+        self.encode_read(loaded, &mut command);
+        let reply = tokio::time::timeout(self.timeout, link.query(command, None)).await;
+        if let Ok(Ok(frame)) = reply
+            && let Some(reading) = scripts::read_deployment(&frame)
+        {
+            self.met(place, loaded, Some(reading));
+        }
+    }
+
     /// Writes what is due, reads what the nodes then hold, and again, at
     /// most [`MAX_PASSES`] times; ends the batch.
     async fn write(self: &Arc<Self>) {
