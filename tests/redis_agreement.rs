@@ -322,10 +322,10 @@ async fn a_running_client_stops_counting_nodes_whose_record_moved() {
         health[4].excluded, None,
         "node 5 still holds the old record"
     );
-    let resource = unique("agree-moved");
-    let refused = old.try_lock(&resource, TTL).await;
+    let refused = old.try_lock(&unique("agree-moved"), TTL).await;
     assert!(refused.is_err(), "the old list must not lock: {refused:?}");
-    let lock = new.try_lock(&resource, TTL).await.unwrap();
+    // (Another resource: the refused round's keys are cleaned up after it.)
+    let lock = new.try_lock(&unique("agree-moved"), TTL).await.unwrap();
     lock.release().await.unwrap();
 }
 
@@ -347,4 +347,27 @@ async fn two_clients_at_first_use_agree_whatever_their_spellings() {
         let proxied = proxied.unwrap_or_else(|e| panic!("round {round}, proxied: {e}"));
         assert_eq!(direct.deployment(), proxied.deployment(), "round {round}");
     }
+}
+
+/// A client that cannot read the record says so and never guesses: two of
+/// five nodes answering (three listed where nothing listens) is too few to
+/// read a record or to create one; it builds (down nodes are no error), and
+/// each node that answered names why it counts toward no grant.
+#[tokio::test]
+async fn a_client_that_cannot_read_the_record_says_so() {
+    let prefix = prefix("agree-unread");
+    let mut urls = node_urls()[..2].to_vec();
+    urls.extend((1..=3).map(|port| format!("redis://127.0.0.1:{port}")));
+    let redlock = client(&urls, &prefix).build().await.unwrap();
+    assert_eq!(redlock.deployment(), None);
+    let health = redlock.probe(Duration::from_secs(1)).await;
+    for h in &health[..2] {
+        let why = h.excluded.as_deref().unwrap_or_default();
+        assert!(
+            why.contains("no deployment record agreed yet: 2 of 5"),
+            "{h:?}"
+        );
+    }
+    let refused = redlock.try_lock(&unique("agree-unread"), TTL).await;
+    assert!(refused.is_err(), "{refused:?}");
 }

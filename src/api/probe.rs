@@ -45,7 +45,8 @@ pub struct NodeHealth {
     /// clusters and nodes of your own.
     pub member: Option<String>,
     /// Why the node's yes counts toward no grant under the deployment
-    /// record: it is no member (a new server, another deployment's).
+    /// record: it is no member (a new server, another deployment's), or
+    /// no record is agreed yet (too few nodes answered).
     pub excluded: Option<String>,
 }
 
@@ -110,9 +111,7 @@ impl Redlock {
                         evicting: standing.evicting.map(|p| p.to_string()),
                         replica: standing.replica,
                         member: agreed.as_ref().and_then(|a| a.ids.get(place)?.clone()),
-                        excluded: agreed
-                            .as_ref()
-                            .and_then(|a| Some(a.excluded.get(place)?.as_ref()?.to_string())),
+                        excluded: agreed.as_ref().and_then(|a| a.excluded.get(place)?.clone()),
                     }
                 });
         futures::future::join_all(probes).await

@@ -247,6 +247,7 @@ impl Builder {
                 return Err(ConfigError::Deployment(mismatch));
             }
             max_ttl = agreement.fix_max_ttl();
+            agreement.warn_undecided();
         }
         Ok(Driver::new(
             nodes,

@@ -90,8 +90,9 @@ pub(crate) struct Standing {
     pub(crate) refused: Option<Mismatch>,
     /// Each node's member id, where known.
     pub(crate) ids: Vec<Option<String>>,
-    /// Why each node counts toward no grant, where it is no member.
-    pub(crate) excluded: Vec<Option<Mismatch>>,
+    /// Why each node counts toward no grant under the record: no member,
+    /// the client refused, or no record agreed yet.
+    pub(crate) excluded: Vec<Option<String>>,
 }
 
 impl Agreement {
@@ -142,7 +143,49 @@ impl Agreement {
                 .agreed
                 .as_ref()
                 .map_or_else(|| vec![None; self.names.len()], |a| a.ids.clone()),
-            excluded: state.excluded.clone(),
+            excluded: (0..self.names.len())
+                .map(|place| self.why_not_counted(&state, place))
+                .collect(),
+        }
+    }
+
+    /// Why node `place` counts toward no grant, where the record says so:
+    /// it is no member, the client is refused, or no record is agreed yet.
+    fn why_not_counted(&self, state: &State, place: usize) -> Option<String> {
+        if self.admits(place) {
+            return None;
+        }
+        if let Some(why) = &state.excluded[place] {
+            return Some(why.to_string());
+        }
+        if state.agreed.is_some() {
+            return None; // not read yet, or being adopted back
+        }
+        Some(match &state.refused {
+            Some(why) => why.to_string(),
+            None => self.undecided(state),
+        })
+    }
+
+    /// What an undecided client says of itself.
+    fn undecided(&self, state: &State) -> String {
+        let answered = state.readings.iter().flatten().count();
+        format!(
+            "no deployment record agreed yet: {answered} of {} nodes answered (a quorum of \
+             them to read it, every one to create it)",
+            self.names.len()
+        )
+    }
+
+    /// Says, once built, that the record is not agreed yet (too few nodes
+    /// answered): no node counts toward a grant until it is.
+    pub(crate) fn warn_undecided(&self) {
+        let state = self.lock();
+        if state.agreed.is_none() && state.refused.is_none() {
+            tracing::warn!(
+                "{}; no node counts toward a grant until it is (docs/agreement.md)",
+                self.undecided(&state)
+            );
         }
     }
 
