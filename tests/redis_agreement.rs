@@ -371,3 +371,47 @@ async fn a_client_that_cannot_read_the_record_says_so() {
     let refused = redlock.try_lock(&unique("agree-unread"), TTL).await;
     assert!(refused.is_err(), "{refused:?}");
 }
+
+/// A node that is no member counts toward nothing — not even an extension.
+/// (A quarantined member's extension sets its key again and counts: the
+/// exclusion was first written as a quarantine, and a review found that
+/// this let two non-members carry an extension.) Here the lock's holder
+/// meets nodes 4 and 5 recording another deployment, and nodes 1 and 2
+/// lose its key: one node holds it, and the extension must fail.
+#[tokio::test]
+async fn a_node_that_is_no_member_counts_toward_no_extension() {
+    let prefix = prefix("agree-extend");
+    let key = format!("{prefix}redquorum:deployment");
+    let redlock = client(&node_urls(), &prefix).build().await.unwrap();
+    let resource = unique("agree-extend");
+    let mut lock = redlock.try_lock(&resource, TTL).await.unwrap();
+    for i in 3..5 {
+        let _: () = redis::cmd("HSET")
+            .arg(&key)
+            .arg("members")
+            .arg("another,deployment,of,five,ids")
+            .query_async(&mut raw(i).await)
+            .await
+            .unwrap();
+    }
+    let start = std::time::Instant::now();
+    loop {
+        let health = redlock.probe(Duration::from_secs(1)).await;
+        if health[3..].iter().all(|h| h.excluded.is_some()) {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "{health:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let lock_key = redquorum::KeyLayout::new(&prefix, false)
+        .unwrap()
+        .lock_key(&resource);
+    for i in 0..2 {
+        let _: () = raw(i).await.del(&lock_key).await.unwrap();
+    }
+    let extended = lock.extend(TTL).await;
+    assert!(
+        extended.is_err(),
+        "one member holds the key; the extension must fail: {extended:?}"
+    );
+}

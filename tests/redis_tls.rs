@@ -252,10 +252,12 @@ async fn tls_to_a_plain_port_is_named_per_node_never_a_hang() {
     .expect("build hung")
     .expect("a node whose handshake is unanswered is no build error");
     // A plain-text server never answers a ClientHello: each node says so
-    // once its connect attempt gives up (1 s). Wait for that, bounded.
+    // once its connect attempt gives up (1 s). A probe's PING made during
+    // an attempt waits for the next one (the link's rule for a kicked
+    // link), so each probe waits out two attempts; bounded.
     let start = Instant::now();
     loop {
-        let health = redlock.probe(Duration::from_millis(100)).await;
+        let health = redlock.probe(Duration::from_millis(2_500)).await;
         let named = |h: &redquorum::NodeHealth| matches!(&h.reachable, Err(e) if e.to_string().contains("TLS handshake"));
         if health.iter().all(named) {
             break;

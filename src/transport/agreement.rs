@@ -5,8 +5,7 @@
 //! Every lock connection reads the record in its handshake and hands what
 //! it read to [`Agreement::met`]; `crate::proto::deployment` decides. Until
 //! the record is agreed, and for a node that is no member, a connection's
-//! calls are written as for a quarantined node: their yes counts toward no
-//! new grant (releases still go). Writes — the record where it is first
+//! calls end unsent, a no vote (releases and undos still go). Writes — the record where it is first
 //! created, a member that lost its data adopted back, the addresses the
 //! members know — go in one batch at a time, each bounded by the connect
 //! timeout, at most [`MAX_PASSES`] passes per batch.
@@ -77,6 +76,10 @@ struct State {
     creating: Option<Record>,
     /// A batch of writes is under way.
     writing: bool,
+    /// The members' addresses were written to each node since it last
+    /// answered without the record (once: a node whose `seen:` fields are
+    /// full keeps no more, and is not asked again).
+    told: Vec<bool>,
     /// Why each node is excluded, if it is (each change logged once).
     excluded: Vec<Option<Mismatch>>,
 }
@@ -111,6 +114,7 @@ impl Agreement {
             state: Mutex::new(State {
                 readings: vec![None; n],
                 loaded: vec![false; n],
+                told: vec![false; n],
                 excluded: vec![None; n],
                 ..State::default()
             }),
@@ -249,10 +253,18 @@ impl Agreement {
     pub(crate) fn met(self: &Arc<Self>, place: usize, loaded: bool, reading: Option<Reading>) {
         let start = {
             let mut state = self.lock();
+            if reading.is_none() {
+                // A connection that could not read the record counts for
+                // nothing it has not shown.
+                self.admitted[place].store(false, Ordering::Release);
+            }
+            if reading.as_ref().is_some_and(|r| r.record.is_none()) {
+                state.told[place] = false;
+            }
             state.readings[place] = reading;
             state.loaded[place] = loaded;
             self.settle(&mut state);
-            let due = !self.plan(&state).is_empty();
+            let due = !self.plan(&mut state, false).is_empty();
             let start = due && !state.writing && self.links.get().is_some();
             state.writing |= start;
             start
@@ -264,13 +276,22 @@ impl Agreement {
     }
 
     /// Runs one batch of writes now (at connect), unless one is under way.
+    /// A batch under way (begun by a node that connected meanwhile) is
+    /// waited for, at most as long as a batch may take.
     pub(crate) async fn settle_now(self: &Arc<Self>) {
-        {
-            let mut state = self.lock();
-            if state.writing {
+        let until = tokio::time::Instant::now() + self.timeout * (MAX_PASSES as u32 + 1);
+        loop {
+            {
+                let mut state = self.lock();
+                if !state.writing {
+                    state.writing = true;
+                    break;
+                }
+            }
+            if tokio::time::Instant::now() >= until {
                 return;
             }
-            state.writing = true;
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
         self.write().await;
     }
@@ -295,8 +316,16 @@ impl Agreement {
     /// Writes what is due, reads what the nodes then hold, and again, at
     /// most [`MAX_PASSES`] times; ends the batch.
     async fn write(self: &Arc<Self>) {
+        /// Ends the batch however `write` ends (a panic, a runtime gone).
+        struct Ends<'a>(&'a Agreement);
+        impl Drop for Ends<'_> {
+            fn drop(&mut self) {
+                self.0.lock().writing = false;
+            }
+        }
+        let _ends = Ends(self);
         for _ in 0..MAX_PASSES {
-            let plan = self.plan(&self.lock());
+            let plan = self.plan(&mut self.lock(), true);
             if plan.is_empty() {
                 break;
             }
@@ -318,15 +347,20 @@ impl Agreement {
                 }
             }
         }
-        self.lock().writing = false;
     }
 
     /// The writes due: the record being created, on nodes without it; the
     /// record written back, under its member's id, on a known member that
     /// lost it; the addresses of the members, on holders that do not know
-    /// them yet.
-    fn plan(&self, state: &State) -> Vec<(usize, Vec<u8>)> {
+    /// them yet (once per node; `take`: they are being written now).
+    ///
+    /// A member is adopted back only where every other node of the client
+    /// is accounted for — it answered as another member, or the holders
+    /// know its address as another — so that no server this client can
+    /// reach already is that member.
+    fn plan(&self, state: &mut State, take: bool) -> Vec<(usize, Vec<u8>)> {
         let mut plan = Vec::new();
+        let mut told = Vec::new();
         let known: Vec<(&str, &str)> = match &state.agreed {
             Some(agreed) => self
                 .names
@@ -343,16 +377,22 @@ impl Agreement {
             let write = match (&state.creating, &state.agreed, &reading.record) {
                 (Some(record), None, None) => Some((record, None)),
                 (_, Some(agreed), None) => match agreed.ids[place].as_deref() {
-                    Some(id) if agreed.adopt.contains(&place) => Some((&agreed.record, Some(id))),
+                    Some(id)
+                        if agreed.adopt.contains(&place)
+                            && accounted(&state.readings, &agreed.ids, place, id) =>
+                    {
+                        Some((&agreed.record, Some(id)))
+                    }
                     _ => continue,
                 },
                 (_, Some(_), Some(_)) => {
                     let missing = known
                         .iter()
                         .any(|(name, _)| self.seen(reading, name).is_none());
-                    if !missing || !self.admits(place) {
+                    if !missing || !self.admits(place) || state.told[place] {
                         continue;
                     }
+                    told.push(place);
                     None
                 }
                 _ => continue,
@@ -366,6 +406,11 @@ impl Agreement {
             let mut command = Vec::new();
             scripts::encode_deployment(state.loaded[place], &self.key, &call, &mut command);
             plan.push((place, command));
+        }
+        if take {
+            for place in told {
+                state.told[place] = true;
+            }
         }
         plan
     }
@@ -419,11 +464,12 @@ impl Agreement {
             let Some(reading) = &state.readings[place] else {
                 continue;
             };
+            // Ids other nodes are, or are being adopted back as.
             let taken: Vec<&str> = agreed
                 .ids
                 .iter()
                 .enumerate()
-                .filter(|(i, _)| *i != place && self.admits(*i))
+                .filter(|(i, _)| *i != place && (self.admits(*i) || agreed.adopt.contains(i)))
                 .filter_map(|(_, id)| id.as_deref())
                 .collect();
             let admission = deployment::admit(
@@ -435,6 +481,11 @@ impl Agreement {
             );
             let (admitted, excluded) = match admission {
                 Admission::Member => {
+                    if !self.admits(place) {
+                        // A member counted anew: its address is news to the
+                        // holders.
+                        state.told.iter_mut().for_each(|t| *t = false);
+                    }
                     agreed.ids[place] = Some(reading.id.clone());
                     agreed.adopt.retain(|p| *p != place);
                     (true, None)
@@ -446,7 +497,10 @@ impl Agreement {
                     agreed.ids[place] = Some(id);
                     (false, None)
                 }
-                Admission::Excluded(why) => (false, Some(why)),
+                Admission::Excluded(why) => {
+                    agreed.adopt.retain(|p| *p != place);
+                    (false, Some(why))
+                }
             };
             self.admitted[place].store(admitted, Ordering::Release);
             if state.excluded[place] != excluded {
@@ -471,6 +525,19 @@ impl Agreement {
         state.creating = None;
         state.refused = Some(mismatch);
     }
+}
+
+/// Whether every node of the client but `place` is accounted for as
+/// another member than `id`: it answered with another id, or the holders
+/// know its address as another.
+fn accounted(readings: &[Option<Reading>], ids: &[Option<String>], place: usize, id: &str) -> bool {
+    (0..readings.len())
+        .filter(|q| *q != place)
+        .all(|q| match (&readings[q], &ids[q]) {
+            (Some(reading), _) => reading.id != id,
+            (None, Some(known)) => known != id,
+            (None, None) => false,
+        })
 }
 
 /// A fresh node id: 16 hex digits, random.

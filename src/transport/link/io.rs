@@ -316,9 +316,17 @@ impl Io {
         }
         if let Some((agreement, place)) = &self.agreement
             && !agreement.admits(*place)
+            && let Work::Errand { errand, .. } = &call.work
+            && errand.resend_within().is_none()
         {
-            // No member of the agreed deployment (or none agreed yet).
-            call.quarantined = true;
+            // No member of the agreed deployment (or none agreed yet): its
+            // yes must count toward nothing — no grant, and no extension
+            // either (a quarantined node's would restore and count) — so
+            // the call ends here, unsent. Releases and undos still go.
+            let why = "no member of this client's deployment record, or none agreed yet \
+                       (docs/agreement.md)";
+            call.finish(Err(NodeError::Server(why.into())), self.late);
+            return;
         }
         let start = self.out.len();
         if call.asking {
