@@ -225,6 +225,7 @@ impl Election {
             last: None,
             poll,
             burst_until: None,
+            settling_since: None,
         };
         futures::stream::unfold(start, |mut observer| async move {
             let state = observer.next_change().await;
@@ -254,7 +255,14 @@ struct Observer {
     /// or this instant passes (kept across reported changes: a vacancy
     /// is usually followed by a leader within milliseconds).
     burst_until: Option<tokio::time::Instant>,
+    /// Since when a new leader's key has been seen without its term
+    /// stored (its write-back in flight): not reported for up to
+    /// [`SETTLE`], as each node's counter is its own draw until then.
+    settling_since: Option<tokio::time::Instant>,
 }
+
+/// How long a leadership whose term is not stored yet goes unreported.
+const SETTLE: Duration = Duration::from_secs(1);
 
 impl Observer {
     /// The next state that differs from the last reported.
@@ -264,9 +272,20 @@ impl Observer {
                 interest.mark_seen();
             }
             let now = match self.redlock.inspect(&self.name).await {
+                Ok(seen) if settling(&seen) => {
+                    let since = *self
+                        .settling_since
+                        .get_or_insert_with(tokio::time::Instant::now);
+                    if since.elapsed() < SETTLE {
+                        tokio::time::sleep(AFTER_RELEASE_POLL).await;
+                        continue;
+                    }
+                    state(&seen)
+                }
                 Ok(seen) => state(&seen),
                 Err(_) => LeaderState::Unknown,
             };
+            self.settling_since = None;
             if self.last.as_ref().is_none_or(|last| !same(last, &now)) {
                 if matches!(now, LeaderState::Leading(_)) {
                     // The next leader is seen: back to the slow pace.
@@ -310,6 +329,20 @@ fn same(a: &LeaderState, b: &LeaderState) -> bool {
         | (LeaderState::Unknown, LeaderState::Unknown) => true,
         _ => false,
     }
+}
+
+/// A leader's key is held but its term is not stored yet: the grant's
+/// write-back is in flight, and the counters the nodes show are each
+/// node's own draw, maybe above the term (docs/fencing.md).
+fn settling(seen: &Inspection) -> bool {
+    matches!(
+        seen.verdict(),
+        Verdict::Held {
+            holder: Holder::Token(_),
+            ..
+        }
+    ) && seen.stored_fence().is_none()
+        && seen.fence().is_some()
 }
 
 /// The leader an inspection shows.

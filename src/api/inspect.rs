@@ -228,15 +228,30 @@ impl Inspection {
                 .filter_map(|n| n.read.as_ref().ok())
                 .filter(|h| h.holder.as_ref() == Some(holder))
         };
-        // Every key that stores one stores the same (the write-back's);
-        // should two differ, the one most nodes store.
-        let mut stored: Vec<u64> = holding().filter_map(|h| h.granted_fence).collect();
+        self.stored_fence()
+            .or_else(|| holding().filter_map(|h| h.fence).max())
+    }
+
+    /// For a held verdict, the fence the grant's write-back stored with the
+    /// holder's keys: every key that stores one stores the same; should two
+    /// differ, the one most nodes store. `None` before the write-back lands
+    /// (each node's counter is then its own draw: docs/fencing.md).
+    pub(crate) fn stored_fence(&self) -> Option<u64> {
+        let Verdict::Held { holder, .. } = &self.verdict else {
+            return None;
+        };
+        let mut stored: Vec<u64> = self
+            .nodes
+            .iter()
+            .filter_map(|n| n.read.as_ref().ok())
+            .filter(|h| h.holder.as_ref() == Some(holder))
+            .filter_map(|h| h.granted_fence)
+            .collect();
         stored.sort_unstable();
-        let most = stored
+        stored
             .chunk_by(|a, b| a == b)
             .max_by_key(|run| run.len())
-            .map(|run| run[0]);
-        most.or_else(|| holding().filter_map(|h| h.fence).max())
+            .map(|run| run[0])
     }
 
     /// For a held verdict, how long the holder keeps a quorum of keys by

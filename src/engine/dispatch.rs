@@ -393,6 +393,10 @@ impl Errand for RoundCalls {
             .then(|| std::time::Duration::from_millis(self.ttl_ms))
     }
 
+    fn holds(&self) -> bool {
+        self.step.holds()
+    }
+
     fn read(&self, quarantined: bool, frame: crate::transport::resp::Frame) -> Outcome {
         let op = self.claim.op_on(self.step, self.ttl_ms, quarantined);
         crate::transport::scripts::parse_reply(&op, frame)

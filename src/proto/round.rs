@@ -50,6 +50,15 @@ impl Step {
         matches!(self, Step::Acquire { .. } | Step::WriteBack(_))
     }
 
+    /// Whether a yes to this step holds a lock: a grant, an extension or
+    /// a write-back (releases, undos and inspections hold nothing).
+    pub(crate) fn holds(self) -> bool {
+        matches!(
+            self,
+            Step::Acquire { .. } | Step::Extend { .. } | Step::WriteBack(_)
+        )
+    }
+
     pub(crate) fn name(self) -> &'static str {
         match self {
             Step::Acquire { .. } => "acquire",

@@ -37,6 +37,11 @@ pub(crate) trait Errand: Send + Sync {
     /// undos, which are idempotent: their key's TTL); `None`: never.
     fn resend_within(&self) -> Option<Duration>;
 
+    /// Whether a yes to it holds a lock: an acquire, an extension, a
+    /// fenced write-back — what a node that is no member of the client's
+    /// deployment must not be asked (releases, undos and reads may).
+    fn holds(&self) -> bool;
+
     /// Reads a node's reply to the command encoded `quarantined` or not.
     fn read(&self, quarantined: bool, frame: Frame) -> Result<Reply, NodeError>;
 

@@ -101,6 +101,9 @@ pub(super) async fn run(link: Arc<Link>) {
         let connected = Instant::now();
         let mut io = Io::new(stream, hello.loaded, quarantine, &link);
         io.stamp = hello.stamp;
+        if !hello.deployment_asked {
+            io.agreement = None;
+        }
         let ended = poll_fn(|cx| io.poll(&link, cx)).await;
         match ended {
             Ended::Closing => return,
@@ -317,12 +320,12 @@ impl Io {
         if let Some((agreement, place)) = &self.agreement
             && !agreement.admits(*place)
             && let Work::Errand { errand, .. } = &call.work
-            && errand.resend_within().is_none()
+            && errand.holds()
         {
             // No member of the agreed deployment (or none agreed yet): its
             // yes must count toward nothing — no grant, and no extension
             // either (a quarantined node's would restore and count) — so
-            // the call ends here, unsent. Releases and undos still go.
+            // the call ends here, unsent. Releases, undos and reads go.
             let why = "no member of this client's deployment record, or none agreed yet \
                        (docs/agreement.md)";
             call.finish(Err(NodeError::Server(why.into())), self.late);

@@ -121,6 +121,10 @@ pub(crate) struct Hello {
     /// The deployment record as the node holds it (clients that keep one;
     /// `None` also where the node could not say).
     pub(crate) deployment: Option<crate::proto::deployment::Reading>,
+    /// The record was asked for: not of a cluster shard named as a plain
+    /// master (whose slots the record's key may miss; its calls are
+    /// redirected, never granted).
+    pub(crate) deployment_asked: bool,
 }
 
 /// What a connection attempt that took too long means.
@@ -181,7 +185,9 @@ pub(super) async fn connect(link: &Link) -> Result<(Stream, Hello), NodeError> {
             link.lock().misconfigured = Some(config);
             return Err(error);
         }
-        if let Some((agreement, place)) = &checks.agreement {
+        if let Some((agreement, place)) = &checks.agreement
+            && hello.deployment_asked
+        {
             agreement.met(*place, hello.loaded, hello.deployment.clone());
         }
     }
@@ -409,6 +415,7 @@ pub(crate) async fn handshake(
     let agreement = lock.agreement.as_ref().filter(|_| !cluster);
     if let Some((agreement, _)) = agreement {
         agreement.encode_read(hello.loaded, &mut out);
+        hello.deployment_asked = true;
         second += 1;
     }
     let more = if second > 0 {
