@@ -415,3 +415,29 @@ async fn a_node_that_is_no_member_counts_toward_no_extension() {
         "one member holds the key; the extension must fail: {extended:?}"
     );
 }
+
+/// First use with a node down: no record can be made (every node must
+/// answer), so the client locks nothing; when the node comes back, the
+/// client creates the record in the background and locks.
+#[tokio::test]
+async fn first_use_with_a_node_down_records_when_it_comes_back() {
+    let prefix = prefix("agree-late");
+    let proxies = node_proxies().await;
+    proxies[4].set_down(true);
+    let via: Vec<String> = proxies.iter().map(support::proxy::Proxy::url).collect();
+    let redlock = client(&via, &prefix).build().await.unwrap();
+    assert_eq!(redlock.deployment(), None);
+    let refused = redlock.try_lock(&unique("agree-late"), TTL).await;
+    assert!(refused.is_err(), "{refused:?}");
+    proxies[4].set_down(false);
+    let start = std::time::Instant::now();
+    while redlock.deployment().is_none() {
+        assert!(start.elapsed() < Duration::from_secs(10), "no record made");
+        // A probe tries the node again at once (not after its backoff).
+        let _ = redlock.probe(Duration::from_secs(1)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(records(&prefix).await[4]["members"].split(',').count(), 5);
+    let lock = redlock.try_lock(&unique("agree-late"), TTL).await.unwrap();
+    lock.release().await.unwrap();
+}
