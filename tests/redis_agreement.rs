@@ -235,15 +235,7 @@ async fn a_member_that_lost_its_record_is_adopted_back_under_its_id() {
     // it back when it reconnects.
     let mut conn = raw(3).await;
     let _: () = conn.del(&key).await.unwrap();
-    let _: () = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("normal")
-        .arg("SKIPME")
-        .arg("yes")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    kill_clients(&mut conn).await;
     let start = std::time::Instant::now();
     loop {
         let hash: HashMap<String, String> = conn.hgetall(&key).await.unwrap();

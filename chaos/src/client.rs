@@ -475,3 +475,27 @@ impl Task {
         }
     }
 }
+
+/// The chaos clients' deployment record (docs/agreement.md).
+pub const DEPLOYMENT: &str = "chaos:redquorum:deployment";
+
+/// Deletes the chaos clients' deployment record on every node (at most
+/// 5 s a node).
+pub async fn forget_deployment(urls: &[String]) -> Result<(), String> {
+    for url in urls {
+        let delete = async {
+            let client = redis::Client::open(url.as_str())?;
+            let mut conn = client.get_multiplexed_async_connection().await?;
+            redis::cmd("DEL")
+                .arg(DEPLOYMENT)
+                .query_async::<()>(&mut conn)
+                .await
+        };
+        match tokio::time::timeout(std::time::Duration::from_secs(5), delete).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(format!("{url}: deleting the deployment record: {e}")),
+            Err(_) => return Err(format!("{url}: deleting the deployment record: no answer")),
+        }
+    }
+    Ok(())
+}

@@ -43,7 +43,7 @@ use std::time::Duration;
 use redquorum_chaos::check::{Report, Violation, check};
 use redquorum_chaos::client::{self, ClientConfig};
 use redquorum_chaos::history::{Line, Recorder};
-use redquorum_chaos::nemesis::{AOF_OFF_MAJORITY, CLOCK_MAJORITY, DEPLOYMENT, Nemesis};
+use redquorum_chaos::nemesis::{AOF_OFF_MAJORITY, CLOCK_MAJORITY, Nemesis};
 use redquorum_test_support::proxy::Proxy;
 
 use args::{Args, parse, usage};
@@ -270,27 +270,6 @@ async fn clock_rates(script: &Path, rate: f64) -> Result<(), String> {
 
 /// The run proper, once the nodes are set up: proxies, client processes,
 /// the nemesis, the final scan and the check.
-/// Deletes the chaos clients' deployment record on every node (at most
-/// 5 s a node).
-async fn forget_deployment(urls: &[String]) -> Result<(), String> {
-    for url in urls {
-        let delete = async {
-            let client = redis::Client::open(url.as_str())?;
-            let mut conn = client.get_multiplexed_async_connection().await?;
-            redis::cmd("DEL")
-                .arg(DEPLOYMENT)
-                .query_async::<()>(&mut conn)
-                .await
-        };
-        match tokio::time::timeout(Duration::from_secs(5), delete).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(format!("{url}: deleting the deployment record: {e}")),
-            Err(_) => return Err(format!("{url}: deleting the deployment record: no answer")),
-        }
-    }
-    Ok(())
-}
-
 async fn run_clients(
     args: &Args,
     urls: &[String],
@@ -313,7 +292,7 @@ async fn run_clients(
     let via: Vec<String> = proxies.iter().map(|p| p.url()).collect();
     // Each run is a deployment of its own: its TTL and its proxies' ports
     // (the addresses the record's members are known by) are its own.
-    forget_deployment(urls).await?;
+    redquorum_chaos::client::forget_deployment(urls).await?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut children = Vec::new();
     for i in 1..=args.clients {

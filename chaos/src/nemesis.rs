@@ -101,9 +101,6 @@ pub const AOF_OFF_MAJORITY: &str = "aof-off3";
 /// the library's `stamp.lua` keeps (`run`, `at`, `since`).
 pub const MARK: &str = "chaos:redquorum:dataset:2";
 
-/// The chaos clients' deployment record (docs/agreement.md).
-pub const DEPLOYMENT: &str = "chaos:redquorum:deployment";
-
 /// How long `aof-off` runs a node with `appendonly no` before it kills it,
 /// at least: longer than the 5 s within which the dataset mark takes a
 /// stamp just before a start as a dataset kept (the library's

@@ -201,14 +201,7 @@ impl Inspection {
     /// ([`LockOptions::label`](crate::LockOptions::label)); `None` otherwise,
     /// or when the holder gave none.
     pub fn label(&self) -> Option<&str> {
-        let Verdict::Held { holder, .. } = &self.verdict else {
-            return None;
-        };
-        self.nodes
-            .iter()
-            .filter_map(|n| n.read.as_ref().ok())
-            .filter(|h| h.holder.as_ref() == Some(holder))
-            .find_map(|h| h.label.as_deref())
+        self.holding().find_map(|h| h.label.as_deref())
     }
 
     /// For a held verdict, the holder's fencing token (its term, for a
@@ -219,17 +212,8 @@ impl Inspection {
     /// among the nodes that hold it. `None` when free, unknown or not
     /// fenced.
     pub fn fence(&self) -> Option<u64> {
-        let Verdict::Held { holder, .. } = &self.verdict else {
-            return None;
-        };
-        let holding = || {
-            self.nodes
-                .iter()
-                .filter_map(|n| n.read.as_ref().ok())
-                .filter(|h| h.holder.as_ref() == Some(holder))
-        };
         self.stored_fence()
-            .or_else(|| holding().filter_map(|h| h.fence).max())
+            .or_else(|| self.holding().filter_map(|h| h.fence).max())
     }
 
     /// For a held verdict, the fence the grant's write-back stored with the
@@ -237,16 +221,7 @@ impl Inspection {
     /// differ, the one most nodes store. `None` before the write-back lands
     /// (each node's counter is then its own draw: docs/fencing.md).
     pub(crate) fn stored_fence(&self) -> Option<u64> {
-        let Verdict::Held { holder, .. } = &self.verdict else {
-            return None;
-        };
-        let mut stored: Vec<u64> = self
-            .nodes
-            .iter()
-            .filter_map(|n| n.read.as_ref().ok())
-            .filter(|h| h.holder.as_ref() == Some(holder))
-            .filter_map(|h| h.granted_fence)
-            .collect();
+        let mut stored: Vec<u64> = self.holding().filter_map(|h| h.granted_fence).collect();
         stored.sort_unstable();
         stored
             .chunk_by(|a, b| a == b)
@@ -259,18 +234,22 @@ impl Inspection {
     /// holding it); `None` otherwise. Keys without expiry count as
     /// [`TimeLeft::Forever`].
     pub fn time_left(&self) -> Option<TimeLeft> {
-        let Verdict::Held { holder, .. } = &self.verdict else {
-            return None;
-        };
-        let mut left: Vec<TimeLeft> = self
-            .nodes
-            .iter()
-            .filter_map(|n| n.read.as_ref().ok())
-            .filter(|h| h.holder.as_ref() == Some(holder))
-            .filter_map(|h| h.time_left)
-            .collect();
+        let mut left: Vec<TimeLeft> = self.holding().filter_map(|h| h.time_left).collect();
         left.sort_unstable_by(|a, b| b.cmp(a));
         left.get(self.quorum - 1).copied()
+    }
+
+    /// For a held verdict, what each node holding the holder's key read;
+    /// nothing otherwise.
+    fn holding(&self) -> impl Iterator<Item = &Holding> {
+        let holder = match &self.verdict {
+            Verdict::Held { holder, .. } => Some(holder),
+            _ => None,
+        };
+        self.nodes
+            .iter()
+            .filter_map(|n| n.read.as_ref().ok())
+            .filter(move |h| holder.is_some() && h.holder.as_ref() == holder)
     }
 }
 

@@ -462,5 +462,23 @@ pub fn admit(
     }
 }
 
+/// Whether every node of the client but `place` is accounted for as
+/// another member than `id`: it answered with another id, or the holders
+/// know its address as another.
+pub(crate) fn accounted(
+    readings: &[Option<Reading>],
+    ids: &[Option<String>],
+    place: usize,
+    id: &str,
+) -> bool {
+    (0..readings.len())
+        .filter(|q| *q != place)
+        .all(|q| match (&readings[q], &ids[q]) {
+            (Some(reading), _) => reading.id != id,
+            (None, Some(known)) => known != id,
+            (None, None) => false,
+        })
+}
+
 #[cfg(test)]
 mod tests;

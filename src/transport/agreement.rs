@@ -24,6 +24,9 @@ use crate::transport::scripts::{self, DeploymentCall};
 /// reaches (docs/agreement.md, "Bounds").
 pub(crate) const RECORD_EVERY: Duration = Duration::from_secs(1);
 
+/// A record to write, and the member id the node takes with it.
+type Write<'s> = (&'s Record, Option<&'s str>);
+
 /// Write-and-read passes one batch makes at most (creating, then the
 /// addresses, then what a concurrent client changed).
 const MAX_PASSES: usize = 4;
@@ -50,6 +53,8 @@ pub(crate) struct Agreement {
     links: OnceLock<Vec<Weak<Link>>>,
     /// How long one write may take.
     timeout: Duration,
+    /// Notified when a batch of writes ends.
+    ended: tokio::sync::Notify,
 }
 
 impl std::fmt::Debug for Agreement {
@@ -89,8 +94,6 @@ struct State {
 pub(crate) struct Standing {
     /// The agreed record.
     pub(crate) record: Option<Record>,
-    /// Why the client is refused.
-    pub(crate) refused: Option<Mismatch>,
     /// Each node's member id, where known.
     pub(crate) ids: Vec<Option<String>>,
     /// Why each node counts toward no grant under the record: no member,
@@ -125,6 +128,7 @@ impl Agreement {
             built: AtomicBool::new(false),
             links: OnceLock::new(),
             timeout,
+            ended: tokio::sync::Notify::new(),
         })
     }
 
@@ -142,7 +146,6 @@ impl Agreement {
         let state = self.lock();
         Standing {
             record: state.agreed.as_ref().map(|a| a.record.clone()),
-            refused: state.refused.clone(),
             ids: state
                 .agreed
                 .as_ref()
@@ -264,7 +267,7 @@ impl Agreement {
             state.readings[place] = reading;
             state.loaded[place] = loaded;
             self.settle(&mut state);
-            let due = !self.plan(&mut state, false).is_empty();
+            let due = !self.due(&state).is_empty();
             let start = due && !state.writing && self.links.get().is_some();
             state.writing |= start;
             start
@@ -281,6 +284,9 @@ impl Agreement {
     pub(crate) async fn settle_now(self: &Arc<Self>) {
         let until = tokio::time::Instant::now() + self.timeout * (MAX_PASSES as u32 + 1);
         loop {
+            let ended = self.ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
             {
                 let mut state = self.lock();
                 if !state.writing {
@@ -288,10 +294,9 @@ impl Agreement {
                     break;
                 }
             }
-            if tokio::time::Instant::now() >= until {
+            if tokio::time::timeout_at(until, ended).await.is_err() {
                 return;
             }
-            tokio::time::sleep(Duration::from_millis(5)).await;
         }
         self.write().await;
     }
@@ -321,11 +326,12 @@ impl Agreement {
         impl Drop for Ends<'_> {
             fn drop(&mut self) {
                 self.0.lock().writing = false;
+                self.0.ended.notify_waiters();
             }
         }
         let _ends = Ends(self);
         for _ in 0..MAX_PASSES {
-            let plan = self.plan(&mut self.lock(), true);
+            let plan = self.plan(&mut self.lock());
             if plan.is_empty() {
                 break;
             }
@@ -349,29 +355,18 @@ impl Agreement {
         }
     }
 
-    /// The writes due: the record being created, on nodes without it; the
-    /// record written back, under its member's id, on a known member that
-    /// lost it; the addresses of the members, on holders that do not know
-    /// them yet (once per node; `take`: they are being written now).
+    /// The writes due, by node: the record being created, on nodes without
+    /// it; the record written back, under its member's id, on a known
+    /// member that lost it (`Some`, with the id); the members' addresses
+    /// (`None`), on holders that do not know them yet, once per node.
     ///
     /// A member is adopted back only where every other node of the client
     /// is accounted for — it answered as another member, or the holders
     /// know its address as another — so that no server this client can
     /// reach already is that member.
-    fn plan(&self, state: &mut State, take: bool) -> Vec<(usize, Vec<u8>)> {
-        let mut plan = Vec::new();
-        let mut told = Vec::new();
-        let known: Vec<(&str, &str)> = match &state.agreed {
-            Some(agreed) => self
-                .names
-                .iter()
-                .zip(&agreed.ids)
-                .enumerate()
-                .filter(|(i, _)| self.admits(*i))
-                .filter_map(|(_, (name, id))| Some((&**name, id.as_deref()?)))
-                .collect(),
-            None => Vec::new(),
-        };
+    fn due<'s>(&self, state: &'s State) -> Vec<(usize, Option<Write<'s>>)> {
+        let known = self.known(state);
+        let mut due = Vec::new();
         for (place, reading) in state.readings.iter().enumerate() {
             let Some(reading) = reading else { continue };
             let write = match (&state.creating, &state.agreed, &reading.record) {
@@ -379,7 +374,7 @@ impl Agreement {
                 (_, Some(agreed), None) => match agreed.ids[place].as_deref() {
                     Some(id)
                         if agreed.adopt.contains(&place)
-                            && accounted(&state.readings, &agreed.ids, place, id) =>
+                            && deployment::accounted(&state.readings, &agreed.ids, place, id) =>
                     {
                         Some((&agreed.record, Some(id)))
                     }
@@ -392,27 +387,64 @@ impl Agreement {
                     if !missing || !self.admits(place) || state.told[place] {
                         continue;
                     }
-                    told.push(place);
                     None
                 }
                 _ => continue,
             };
-            let call = DeploymentCall {
-                id: &reading.id,
-                write,
-                addresses: &self.names,
-                known: &known,
-            };
-            let mut command = Vec::new();
-            scripts::encode_deployment(state.loaded[place], &self.key, &call, &mut command);
-            plan.push((place, command));
+            due.push((place, write));
         }
-        if take {
-            for place in told {
-                state.told[place] = true;
-            }
+        due
+    }
+
+    /// The commands of the writes due; the nodes told the members'
+    /// addresses are marked so.
+    fn plan(&self, state: &mut State) -> Vec<(usize, Vec<u8>)> {
+        let (plan, told) = {
+            let (due, known) = (self.due(state), self.known(state));
+            let plan = due
+                .iter()
+                .filter_map(|(place, write)| {
+                    let call = DeploymentCall {
+                        id: &state.readings[*place].as_ref()?.id,
+                        write: *write,
+                        addresses: &self.names,
+                        known: &known,
+                    };
+                    let mut command = Vec::new();
+                    scripts::encode_deployment(
+                        state.loaded[*place],
+                        &self.key,
+                        &call,
+                        &mut command,
+                    );
+                    Some((*place, command))
+                })
+                .collect();
+            let told: Vec<usize> = due
+                .iter()
+                .filter(|(_, w)| w.is_none())
+                .map(|(p, _)| *p)
+                .collect();
+            (plan, told)
+        };
+        for place in told {
+            state.told[place] = true;
         }
         plan
+    }
+
+    /// Each counted node's address and member id.
+    fn known<'s>(&'s self, state: &'s State) -> Vec<(&'s str, &'s str)> {
+        let Some(agreed) = &state.agreed else {
+            return Vec::new();
+        };
+        self.names
+            .iter()
+            .zip(&agreed.ids)
+            .enumerate()
+            .filter(|(i, _)| self.admits(*i))
+            .filter_map(|(_, (name, id))| Some((&**name, id.as_deref()?)))
+            .collect()
     }
 
     /// The member `reading`'s node knows the address `name` to be.
@@ -525,19 +557,6 @@ impl Agreement {
         state.creating = None;
         state.refused = Some(mismatch);
     }
-}
-
-/// Whether every node of the client but `place` is accounted for as
-/// another member than `id`: it answered with another id, or the holders
-/// know its address as another.
-fn accounted(readings: &[Option<Reading>], ids: &[Option<String>], place: usize, id: &str) -> bool {
-    (0..readings.len())
-        .filter(|q| *q != place)
-        .all(|q| match (&readings[q], &ids[q]) {
-            (Some(reading), _) => reading.id != id,
-            (None, Some(known)) => known != id,
-            (None, None) => false,
-        })
 }
 
 /// A fresh node id: 16 hex digits, random.

@@ -146,6 +146,21 @@ pub fn adopt(node: usize) {
         .expect("HSET");
 }
 
+/// Closes every client connection of node `conn` but `conn` itself
+/// (`CLIENT KILL TYPE normal SKIPME yes`), as a node that dropped them
+/// would; how many it closed.
+pub async fn kill_clients(conn: &mut MultiplexedConnection) -> i64 {
+    redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .arg("SKIPME")
+        .arg("yes")
+        .query_async(conn)
+        .await
+        .expect("CLIENT KILL")
+}
+
 /// Sets `key` to `value` with a time to live of `px_ms` on every node, as
 /// another client would (a peer holding with a long TTL, say).
 pub async fn set_px_everywhere(key: &str, value: &str, px_ms: u64) {

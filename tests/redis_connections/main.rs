@@ -144,15 +144,7 @@ async fn connections_closed_while_idle_cost_no_round() {
     }
     // Every client connection killed at once, then a round at once.
     for mut conn in raw_all().await {
-        let _: i64 = redis::cmd("CLIENT")
-            .arg("KILL")
-            .arg("TYPE")
-            .arg("normal")
-            .arg("SKIPME")
-            .arg("yes")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        kill_clients(&mut conn).await;
     }
     let resource = unique("killed");
     let lock = redlock

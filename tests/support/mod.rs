@@ -10,8 +10,8 @@ pub mod cluster;
 pub mod memory;
 
 pub use redquorum_test_support::{
-    adopt, load, node_proxies, node_urls, patient, proxy, raw, raw_all, redlock, set_px_everywhere,
-    unique, until_in_line,
+    adopt, kill_clients, load, node_proxies, node_urls, patient, proxy, raw, raw_all, redlock,
+    set_px_everywhere, unique, until_in_line,
 };
 
 use std::collections::BTreeMap;
