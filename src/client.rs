@@ -2,8 +2,11 @@
 //! [`crate::settings`]'s, the retry policy is [`crate::proto::retry`]'s;
 //! building the client from the settings is [`connect`]'s).
 
+mod change;
 mod checks;
 mod connect;
+
+pub use change::{ChangeError, MemberChange};
 
 use std::fmt;
 use std::sync::Arc;

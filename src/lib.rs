@@ -146,7 +146,7 @@ pub use api::probe::NodeHealth;
 pub use api::redlock::Redlock;
 pub use api::semaphore::{Permit, Semaphore};
 pub use api::{election, inspect, rwlock, semaphore};
-pub use client::Builder;
+pub use client::{Builder, ChangeError, MemberChange};
 pub use proto::error::{Answer, LockError, NodeError, Votes};
 pub use proto::input::InputError;
 pub use proto::keys::KeyLayout;

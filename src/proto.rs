@@ -12,6 +12,8 @@
 //! - [`round`]: one round's tally — replies and timeouts in, the decision,
 //!   each node's answer, the fencing maximum, which nodes to clean up and the
 //!   error a failed round reports out;
+//! - `joint`: the member sets a round counts in (two while membership
+//!   changes) and the decision over all of them;
 //! - [`per_node`]: a value per node, in place for small clusters;
 //! - [`acquire`]: one acquisition's rounds — write-back, grant, or the
 //!   clean-up sets and error of a refusal;
@@ -35,6 +37,7 @@ pub mod deployment;
 pub mod error;
 pub mod health;
 pub mod input;
+pub(crate) mod joint;
 pub mod keeper;
 pub mod keys;
 pub mod op;

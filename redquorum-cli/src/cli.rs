@@ -155,6 +155,7 @@ pub enum Command {
     Status(StatusArgs),
     Release(ReleaseArgs),
     Nodes(NodesArgs),
+    Members(MembersArgs),
 }
 
 /// Stand for leader of NAME, waiting as long as it takes, and run CMD as
@@ -247,6 +248,37 @@ pub struct NodesArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Change the deployment's members (docs/agreement.md, "Changing members").
+#[derive(Debug, Args)]
+#[command(after_help = EXIT_CODES)]
+pub struct MembersArgs {
+    #[command(subcommand)]
+    pub action: MembersAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MembersAction {
+    Change(ChangeArgs),
+}
+
+/// Move the deployment from --nodes to --to without a drain: declare the
+/// change on both lists (every grant then needs a majority of each), wait
+/// until no lock granted by the old members alone can be valid (max_ttl and
+/// a few seconds), and record the new members. Clients of either list keep
+/// working throughout; clients started later with the old list are refused.
+///
+/// Replace, add or remove a few members at a time: the lists must share a
+/// majority of each. Run it again with the same --to to take up a change
+/// that stopped. Exit 0 when done; 64 when the lists or the record do not
+/// allow it; 69 when too few nodes answered.
+#[derive(Debug, Args)]
+#[command(after_help = EXIT_CODES)]
+pub struct ChangeArgs {
+    /// The new members, comma-separated redis:// URLs (as --nodes).
+    #[arg(long, value_delimiter = ',', required = true, value_name = "URLS")]
+    pub to: Vec<String>,
 }
 
 /// Acquire RESOURCE, run CMD while keeping the lease alive, release.

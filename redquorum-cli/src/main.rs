@@ -5,6 +5,7 @@ mod cli;
 mod exec;
 mod exit;
 mod leader;
+mod members;
 mod nodes;
 mod process;
 mod release;
@@ -85,6 +86,7 @@ async fn run(cli: Cli, ui: &Ui) -> Code {
         Command::Status(args) => status::status(&cli.global, &nodes, &args, ui).await,
         Command::Release(args) => release::release(&cli.global, &nodes, &args, ui).await,
         Command::Nodes(args) => nodes::nodes(&cli.global, &nodes, &args, ui).await,
+        Command::Members(args) => members::members(&cli.global, &nodes, &args, ui).await,
     }
 }
 
@@ -123,6 +125,16 @@ pub(crate) async fn connect_with(
     retry: Retry,
     node_timeout: Option<std::time::Duration>,
 ) -> Result<Redlock, ConfigError> {
+    builder(global, nodes, retry, node_timeout)?.build().await
+}
+
+/// The builder [`connect_with`] builds.
+pub(crate) fn builder(
+    global: &Global,
+    nodes: &[String],
+    retry: Retry,
+    node_timeout: Option<std::time::Duration>,
+) -> Result<redquorum::Builder, ConfigError> {
     let mut builder = Redlock::builder()
         .nodes(nodes)
         .retry(retry)
@@ -144,7 +156,7 @@ pub(crate) async fn connect_with(
     if let Some((cert, key)) = tls.client {
         builder = builder.tls_client_cert(cert, key);
     }
-    builder.build().await
+    Ok(builder)
 }
 
 /// The contents of --tls-ca / --tls-cert / --tls-key (PEM).

@@ -373,3 +373,67 @@ async fn nodes_shows_the_deployment_and_another_list_exits_64() {
         "{stderr}"
     );
 }
+
+/// `members change` moves a deployment of nodes 1-3 to nodes 1-4 (after
+/// max_ttl 1 s and the freshness bound), printing each step; then the old
+/// list exits 64 as moved, the new one is the deployment; too many members
+/// at once exits 64 and writes nothing.
+#[tokio::test]
+async fn members_change_moves_the_deployment_and_the_old_list_exits_64() {
+    let prefix = format!("{}:", unique("cli-members"));
+    let urls = node_urls();
+    let (three, four) = (&urls[..3], &urls[..4]);
+    let first = run(
+        three,
+        &["--key-prefix", &prefix, "--max-ttl", "1s", "nodes"],
+    )
+    .await;
+    assert_eq!(
+        code(&first),
+        0,
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let other = [urls[0].clone(), urls[3].clone(), urls[4].clone()].join(",");
+    let refused = run(
+        three,
+        &["--key-prefix", &prefix, "members", "change", "--to", &other],
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(code(&refused), 64, "{stderr}");
+    assert!(stderr.contains("change fewer members at once"), "{stderr}");
+    let changed = run(
+        three,
+        &[
+            "--key-prefix",
+            &prefix,
+            "members",
+            "change",
+            "--to",
+            &four.join(","),
+        ],
+    )
+    .await;
+    let stdout = String::from_utf8_lossy(&changed.stdout);
+    assert_eq!(
+        code(&changed),
+        0,
+        "{stdout}{}",
+        String::from_utf8_lossy(&changed.stderr)
+    );
+    assert!(stdout.contains("declared: 3 members (set "), "{stdout}");
+    assert!(stdout.contains("changing to 4 members"), "{stdout}");
+    assert!(
+        stdout.contains("done: the deployment is now 4 members"),
+        "{stdout}"
+    );
+    let old = run(three, &["--key-prefix", &prefix, "nodes"]).await;
+    let stderr = String::from_utf8_lossy(&old.stderr);
+    assert_eq!(code(&old), 64, "{stderr}");
+    assert!(stderr.contains("the membership moved"), "{stderr}");
+    let new = run(four, &["--key-prefix", &prefix, "nodes"]).await;
+    let stdout = String::from_utf8_lossy(&new.stdout);
+    assert_eq!(code(&new), 0, "{stdout}");
+    assert!(stdout.contains("deployment: 4 members"), "{stdout}");
+}

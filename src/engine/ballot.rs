@@ -14,6 +14,7 @@ use std::task::{Poll, Waker};
 use tokio::time::Instant;
 
 use crate::proto::error::NodeError;
+use crate::proto::joint::Sets;
 use crate::proto::op::Reply;
 use crate::proto::round::{Round, Step, Tally, Wait};
 
@@ -54,11 +55,13 @@ struct Inner {
 }
 
 impl Ballot {
-    /// A box for a round of `step` on the nodes marked in `asked`,
-    /// listening `until`; `late` hears the answers that come after.
+    /// A box for a round of `step` on the nodes marked in `asked`, granted
+    /// by a majority of each of `sets`, listening `until`; `late` hears the
+    /// answers that come after.
     pub(crate) fn new(
         step: Step,
         asked: &[bool],
+        sets: &Sets,
         until: Wait,
         span: tracing::Span,
         names: &Arc<[Arc<str>]>,
@@ -70,7 +73,7 @@ impl Ballot {
             made: Instant::now(),
             late,
             inner: Mutex::new(Inner {
-                tally: Some(Round::new(step, asked)),
+                tally: Some(Round::new(step, asked, sets)),
                 until,
                 waker: None,
                 decided: None,

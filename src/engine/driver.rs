@@ -110,6 +110,9 @@ pub(crate) struct Driver {
     closing: tokio::sync::watch::Sender<bool>,
     /// One acquire round per resource at a time.
     turns: crate::engine::turns::Turns,
+    /// The client's agreement with its nodes' deployment record: which
+    /// member sets a round counts in (docs/agreement.md).
+    agreement: Option<Arc<crate::transport::agreement::Agreement>>,
 }
 
 impl fmt::Debug for Driver {
@@ -134,7 +137,12 @@ impl Driver {
             .iter()
             .any(|node| matches!(node.member(), Member::Cluster(_)));
         let names = nodes.iter().map(|node| Arc::clone(node.name())).collect();
+        let agreement = nodes.iter().find_map(|node| match node.member() {
+            Member::Redis(node) => node.link().agreement().map(|(a, _)| Arc::clone(a)),
+            _ => None,
+        });
         Driver {
+            agreement,
             nodes: nodes.into(),
             settings,
             hub,
@@ -591,7 +599,11 @@ impl Driver {
             key = claim.keys().first(),
             nodes = self.nodes.len()
         );
-        let ballot = Ballot::new(step, &asked, until, span, &self.names, late);
+        let sets = self.agreement.as_ref().map_or_else(
+            || crate::proto::joint::Sets::all(self.nodes.len()),
+            |agreement| agreement.sets(),
+        );
+        let ballot = Ballot::new(step, &asked, &sets, until, span, &self.names, late);
         let round = RoundCalls::new(claim, step, ttl_ms, ballot);
         let made = self
             .nodes

@@ -89,7 +89,11 @@ mod tests {
     use crate::proto::round::{Round, Step};
 
     fn tally(step: Step, replies: Vec<Option<Result<Reply, NodeError>>>) -> Tally {
-        let mut c = Round::new(step, &vec![true; replies.len()]);
+        let mut c = Round::new(
+            step,
+            &vec![true; replies.len()],
+            &crate::proto::joint::Sets::all(replies.len()),
+        );
         for (i, reply) in replies.into_iter().enumerate() {
             if let Some(reply) = reply {
                 c.on_reply(i, reply, false);
@@ -121,7 +125,11 @@ mod tests {
         let Next::WriteBack { to, .. } = a.next(t, true) else {
             panic!("a write-back follows")
         };
-        let mut c = Round::new(Step::WriteBack(3), &to);
+        let mut c = Round::new(
+            Step::WriteBack(3),
+            &to,
+            &crate::proto::joint::Sets::all(to.len()),
+        );
         c.on_reply(0, Ok(Reply::Done), false);
         c.on_reply(1, Err(NodeError::TimedOut), false);
         c.on_reply(2, Ok(Reply::NotHeld), false);

@@ -38,28 +38,110 @@ use std::time::Duration;
 use super::quorum::quorum;
 
 /// What the nodes record of the deployment: its members (by the ids the
-/// nodes hold, sorted) and its longest TTL.
+/// nodes hold, sorted), the next members while the membership changes, its
+/// longest TTL, and its epoch (0 when first used, one more at each step of
+/// each change: a node holding a lower epoch is behind).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
     members: Vec<String>,
+    next: Vec<String>,
     max_ttl_ms: u64,
+    epoch: u64,
+}
+
+/// Ids sorted, each once.
+fn sorted(ids: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut ids: Vec<String> = ids.into_iter().collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
 }
 
 impl Record {
-    /// The record of `members` (any order; sorted here) and `max_ttl_ms`.
+    /// The record of `members` (any order; sorted here) and `max_ttl_ms`,
+    /// at epoch 0, no change under way.
     pub fn new(members: impl IntoIterator<Item = String>, max_ttl_ms: u64) -> Self {
-        let mut members: Vec<String> = members.into_iter().collect();
-        members.sort_unstable();
-        members.dedup();
+        Record {
+            members: sorted(members),
+            next: Vec::new(),
+            max_ttl_ms,
+            epoch: 0,
+        }
+    }
+
+    /// This record at `epoch`, changing to `next` (empty: no change).
+    pub fn at(mut self, epoch: u64, next: impl IntoIterator<Item = String>) -> Self {
+        self.epoch = epoch;
+        self.next = sorted(next);
+        self
+    }
+
+    /// The first step of a change to `next`: the joint record, one epoch
+    /// on, in which every grant needs a majority of the members and one of
+    /// `next` (docs/agreement.md, "Changing members").
+    ///
+    /// ```
+    /// use redquorum::deployment::Record;
+    /// let ids = |s: &str| s.split(' ').map(str::to_owned).collect::<Vec<_>>();
+    /// let before = Record::new(ids("a b c"), 1_000);
+    /// let joint = before.joint(ids("a b d"));
+    /// assert!(joint.changing());
+    /// assert_eq!(joint.epoch(), 1);
+    /// let after = joint.finished();
+    /// assert_eq!((after.members(), after.epoch()), (&ids("a b d")[..], 2));
+    /// assert!(!after.changing());
+    /// ```
+    pub fn joint(&self, next: impl IntoIterator<Item = String>) -> Self {
+        self.clone().at(self.epoch + 1, next)
+    }
+
+    /// The last step of a change: the next members alone, one epoch on
+    /// (a record not changing is only moved to the next epoch).
+    pub fn finished(&self) -> Self {
+        let members = if self.changing() {
+            self.next.clone()
+        } else {
+            self.members.clone()
+        };
         Record {
             members,
-            max_ttl_ms,
+            next: Vec::new(),
+            max_ttl_ms: self.max_ttl_ms,
+            epoch: self.epoch + 1,
         }
     }
 
     /// The members' ids, sorted.
     pub fn members(&self) -> &[String] {
         &self.members
+    }
+
+    /// The next members' ids, sorted, while the membership changes (else
+    /// empty).
+    pub fn next(&self) -> &[String] {
+        &self.next
+    }
+
+    /// Whether the membership is changing: grants need a majority of the
+    /// members and one of the next members.
+    pub fn changing(&self) -> bool {
+        !self.next.is_empty()
+    }
+
+    /// The record's epoch.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Whether `id` is a member or a next member.
+    pub fn lists(&self, id: &str) -> bool {
+        self.members.iter().chain(&self.next).any(|m| m == id)
+    }
+
+    /// The member lists a client may be configured with: the members, and
+    /// the next members while changing.
+    fn lists_of(&self) -> impl Iterator<Item = &[String]> {
+        std::iter::once(&self.members[..]).chain(self.changing().then_some(&self.next[..]))
     }
 
     /// The longest TTL.
@@ -83,15 +165,19 @@ impl Record {
     /// assert_eq!(a.fingerprint().len(), 12);
     /// ```
     pub fn fingerprint(&self) -> String {
-        let hash = self
-            .members
-            .join(",")
-            .bytes()
-            .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-            });
-        format!("{hash:016x}")[..12].to_owned()
+        fingerprint(&self.members)
     }
+}
+
+/// 12 hex digits naming the sorted ids `set`.
+fn fingerprint(set: &[String]) -> String {
+    let hash = set
+        .join(",")
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+    format!("{hash:016x}")[..12].to_owned()
 }
 
 impl fmt::Display for Record {
@@ -102,7 +188,19 @@ impl fmt::Display for Record {
             self.members.len(),
             self.fingerprint(),
             self.max_ttl()
-        )
+        )?;
+        if self.changing() {
+            write!(
+                f,
+                ", changing to {} members (set {})",
+                self.next.len(),
+                fingerprint(&self.next)
+            )?;
+        }
+        if self.epoch > 0 {
+            write!(f, ", epoch {}", self.epoch)?;
+        }
+        Ok(())
     }
 }
 
@@ -197,8 +295,9 @@ pub enum Mismatch {
         /// It holds no record.
         blank: bool,
     },
-    /// A node holds another record than the one this client agreed: the
-    /// deployment changed under a running client.
+    /// The deployment's members are no longer this client's list: its
+    /// membership changed (under a running client, or before this one
+    /// started with an old list).
     Moved {
         /// The record the node holds now.
         now: Record,
@@ -247,8 +346,8 @@ impl fmt::Display for Mismatch {
             }
             Mismatch::Moved { now } => write!(
                 f,
-                "the node now records another deployment ({now}): the membership moved; start \
-                 this client again with the new list"
+                "the membership moved: the deployment is now {now}; this client's list is not \
+                 its members; start it again with the new list (docs/agreement.md)"
             ),
             Mismatch::SameMember { nodes } => write!(
                 f,
@@ -288,9 +387,15 @@ pub fn decide(readings: &[Option<Reading>], max_ttl_ms: u64) -> Decision {
             .enumerate()
             .filter_map(|(i, r)| Some((i, r.as_ref()?)))
     };
+    // The newest record decides; a node holding an older one is behind
+    // (it missed a step of a change) and is written forward.
+    let newest = answered()
+        .filter_map(|(_, r)| Some(r.record.as_ref()?.epoch))
+        .max();
     let mut records: Vec<&Record> = Vec::new();
     for (_, reading) in answered() {
         if let Some(record) = &reading.record
+            && Some(record.epoch) == newest
             && !records.contains(&record)
         {
             records.push(record);
@@ -314,18 +419,22 @@ pub fn decide(readings: &[Option<Reading>], max_ttl_ms: u64) -> Decision {
             });
         }
     };
-    if record.members.len() != n {
-        return Decision::Refused(Mismatch::MemberCount {
-            configured: n,
-            recorded: record.members.len(),
+    if !record.lists_of().any(|list| list.len() == n) {
+        return Decision::Refused(if record.epoch > 0 {
+            Mismatch::Moved { now: record }
+        } else {
+            Mismatch::MemberCount {
+                configured: n,
+                recorded: record.members.len(),
+            }
         });
     }
     let mut ids: Vec<Option<String>> = vec![None; n];
     let mut adopt = Vec::new();
     for (i, reading) in answered() {
         if reading.record.is_some() {
-            if !record.members.contains(&reading.id) {
-                return Decision::Refused(not_a_member(i, reading));
+            if !record.lists(&reading.id) {
+                return Decision::Refused(outside(i, reading, &record));
             }
             ids[i] = Some(reading.id.clone());
         }
@@ -336,8 +445,7 @@ pub fn decide(readings: &[Option<Reading>], max_ttl_ms: u64) -> Decision {
             continue;
         }
         let known = known_as(readings, i).filter(|id| {
-            record.members.contains(id)
-                && !answered().any(|(_, r)| r.record.is_some() && &r.id == id)
+            record.lists(id) && !answered().any(|(_, r)| r.record.is_some() && &r.id == id)
         });
         match (&readings[i], known) {
             (Some(reading), None) => return Decision::Refused(not_a_member(i, reading)),
@@ -351,12 +459,34 @@ pub fn decide(readings: &[Option<Reading>], max_ttl_ms: u64) -> Decision {
     if let Some(nodes) = same_ids(&ids) {
         return Decision::Refused(Mismatch::SameMember { nodes });
     }
+    // The client's list is the members or, while they change, the next
+    // members: one of them holds every node it knows.
+    let known = || ids.iter().flatten();
+    if !record
+        .lists_of()
+        .any(|list| list.len() == n && known().all(|id| list.contains(id)))
+    {
+        return Decision::Refused(Mismatch::Moved { now: record });
+    }
     // Every answering node holds the record or is a known member: with
     // fewer than a quorum answering, the others may yet say otherwise.
     if answered().count() < quorum(n) {
         return Decision::Unknown;
     }
     Decision::Agreed(Agreed { record, ids, adopt })
+}
+
+/// Why node `place`, answering `reading`, is not counted under `record`:
+/// no member, or (the record has moved on from its first epoch) no longer
+/// one.
+fn outside(place: usize, reading: &Reading, record: &Record) -> Mismatch {
+    if record.epoch > 0 && reading.record.is_some() {
+        Mismatch::Moved {
+            now: record.clone(),
+        }
+    } else {
+        not_a_member(place, reading)
+    }
 }
 
 /// The member the record's holders know node `place`'s address to be,
@@ -446,20 +576,68 @@ pub fn admit(
 ) -> Admission {
     match &reading.record {
         None => match expected {
-            Some(id) if !taken.contains(&id) => Admission::Adopt(id.to_owned()),
+            Some(id) if !taken.contains(&id) && record.lists(id) => Admission::Adopt(id.to_owned()),
             _ => Admission::Excluded(not_a_member(place, reading)),
         },
-        Some(held) if held != record => Admission::Excluded(Mismatch::Moved { now: held.clone() }),
+        // A newer record, or another at this epoch: the deployment moved
+        // under the client (a newer one it could follow is followed before
+        // nodes are admitted: see `follow`).
+        Some(held)
+            if held.epoch > record.epoch || (held.epoch == record.epoch && held != record) =>
+        {
+            Admission::Excluded(Mismatch::Moved { now: held.clone() })
+        }
+        // This record, or an older one (a node behind, written forward).
         Some(_) => {
             let id = reading.id.as_str();
             let fits = expected.is_none_or(|e| e == id);
-            if fits && record.members.iter().any(|m| m == id) && !taken.contains(&id) {
+            if fits && record.lists(id) && !taken.contains(&id) {
                 Admission::Member
             } else {
-                Admission::Excluded(not_a_member(place, reading))
+                Admission::Excluded(outside(place, reading, record))
             }
         }
     }
+}
+
+/// The newer record a running client that agreed `record` follows, if its
+/// nodes hold one: the one record at the newest epoch they answered with,
+/// above `record`'s (a change declared or finished while it runs; its
+/// nodes keep the member ids it knows them by).
+///
+/// ```
+/// use redquorum::deployment::{follow, Reading, Record};
+/// let ids = |s: &str| s.split(' ').map(str::to_owned).collect::<Vec<_>>();
+/// let agreed = Record::new(ids("a b c"), 1_000);
+/// let joint = agreed.joint(ids("a b d"));
+/// let readings = [
+///     Some(Reading::holding("a", joint.clone(), vec![None; 3])),
+///     Some(Reading::holding("b", agreed.clone(), vec![None; 3])),
+///     None,
+/// ];
+/// assert_eq!(follow(&agreed, &readings), Some(joint));
+/// ```
+pub fn follow(record: &Record, readings: &[Option<Reading>]) -> Option<Record> {
+    let held = || readings.iter().flatten().filter_map(|r| r.record.as_ref());
+    let newest = held()
+        .map(|r| r.epoch)
+        .max()
+        .filter(|e| *e > record.epoch)?;
+    let mut at_newest = held().filter(|r| r.epoch == newest);
+    let first = at_newest.next()?;
+    at_newest.all(|r| r == first).then(|| first.clone())
+}
+
+/// The member sets a client whose nodes are the members `ids` counts its
+/// rounds in under `record`: the members and, while they change, the next
+/// members (docs/agreement.md, "Changing members").
+pub(crate) fn sets(record: &Record, ids: &[Option<String>]) -> crate::proto::joint::Sets {
+    let places = |list: &[String]| {
+        ids.iter()
+            .map(|id| id.as_ref().is_some_and(|id| list.contains(id)))
+            .collect::<Vec<_>>()
+    };
+    crate::proto::joint::Sets::new(record.lists_of().map(|list| (places(list), list.len())))
 }
 
 /// Whether every node of the client but `place` is accounted for as

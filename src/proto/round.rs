@@ -6,7 +6,7 @@
 //! decides from what it heard is here:
 //!
 //! ```text
-//! Round::new(step, asked)         nodes not asked count as no
+//! Round::new(step, asked, sets)   nodes not asked count as no; votes count in each member set
 //!   on_reply(i, reply, quarantined)   a reply is a vote (see `vote`)
 //!   on_timeout()                      every silent node counts as timed out
 //!   is_done(wait)                     stop listening? (a decision, or named nodes heard)
@@ -18,9 +18,10 @@
 use std::time::Duration;
 
 use crate::proto::error::{Answer, LockError, NodeError, Votes};
+use crate::proto::joint::{Joint, Sets};
 use crate::proto::op::{Reply, Snapshot};
 use crate::proto::per_node::PerNode;
-use crate::proto::quorum::{Count, Decision, Vote};
+use crate::proto::quorum::{Decision, Vote};
 
 /// What one node operation does to a claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,7 +109,7 @@ pub(crate) fn answer(reply: Result<Reply, NodeError>) -> Answer {
 #[derive(Debug)]
 pub(crate) struct Round {
     step: Step,
-    round: Count,
+    round: Joint,
     asked: PerNode<bool>,
     answers: PerNode<Answer>,
     fence: Option<u64>,
@@ -120,11 +121,11 @@ pub(crate) struct Round {
 
 impl Round {
     /// A round of `step` on the nodes marked in `asked` (the others count
-    /// as no at once).
-    pub(crate) fn new(step: Step, asked: &[bool]) -> Self {
-        let mut round = Count::new(asked.len());
-        for _ in asked.iter().filter(|asked| !**asked) {
-            round.record(Vote::No);
+    /// as no at once), granted by a majority of each of `sets`.
+    pub(crate) fn new(step: Step, asked: &[bool], sets: &Sets) -> Self {
+        let mut round = Joint::new(sets);
+        for (i, _) in asked.iter().enumerate().filter(|(_, asked)| !**asked) {
+            round.record(i, Vote::No);
         }
         Round {
             step,
@@ -161,14 +162,14 @@ impl Round {
         }
         let vote = vote(self.step, &reply);
         if quarantined && self.step.grants() && vote == Vote::Yes {
-            self.round.record(Vote::No);
+            self.round.record(i, Vote::No);
             if let Ok(Reply::Fence(counter)) = reply {
                 self.fence = self.fence.max(Some(counter));
             }
             self.answers[i] = Answer::Quarantined;
             return;
         }
-        self.round.record(vote);
+        self.round.record(i, vote);
         let reply = match reply {
             Ok(Reply::Fence(counter)) => {
                 self.fence = self.fence.max(Some(counter));
@@ -192,7 +193,7 @@ impl Round {
         for i in 0..self.answers.len() {
             if self.waiting(i) {
                 self.answers[i] = Answer::Failed(NodeError::TimedOut);
-                self.round.record(Vote::No);
+                self.round.record(i, Vote::No);
             }
         }
     }
@@ -314,6 +315,10 @@ fn saturated(votes: &Votes) -> bool {
 mod tests {
     use super::*;
 
+    fn round(step: Step, asked: &[bool]) -> Round {
+        Round::new(step, asked, &Sets::all(asked.len()))
+    }
+
     fn held() -> Result<Reply, NodeError> {
         Ok(Reply::Held { pttl_ms: Some(5) })
     }
@@ -321,7 +326,7 @@ mod tests {
     #[test]
     fn decides_at_the_quorum_and_keeps_every_answer() {
         let step = Step::Acquire { holder_ttl: false };
-        let mut c = Round::new(step, &[true; 5]);
+        let mut c = round(step, &[true; 5]);
         c.on_reply(0, Ok(Reply::Done), false);
         c.on_reply(1, Ok(Reply::Done), false);
         assert!(!c.is_done(&Wait::Decision));
@@ -342,7 +347,7 @@ mod tests {
 
     #[test]
     fn nodes_not_asked_vote_no_and_are_never_waited_for() {
-        let mut c = Round::new(Step::Release, &[true, false, true]);
+        let mut c = round(Step::Release, &[true, false, true]);
         assert!(!c.waiting(1));
         c.on_reply(0, Ok(Reply::NotHeld), false); // gone already: a yes for a release
         c.on_reply(2, Ok(Reply::Done), false);
@@ -353,7 +358,7 @@ mod tests {
     #[test]
     fn a_quarantined_yes_counts_toward_no_grant_but_toward_extensions() {
         let acquire = Step::Acquire { holder_ttl: false };
-        let mut c = Round::new(acquire, &[true; 5]);
+        let mut c = round(acquire, &[true; 5]);
         for i in 0..3 {
             c.on_reply(i, Ok(Reply::Done), true);
         }
@@ -366,20 +371,20 @@ mod tests {
         assert_eq!(*tally.touched(), [true, true, true, true, false]);
         assert_eq!(*tally.granted(), [false, false, false, true, false]);
         // A fenced write-back is part of a grant too.
-        let mut c = Round::new(Step::WriteBack(7), &[true; 3]);
+        let mut c = round(Step::WriteBack(7), &[true; 3]);
         c.on_reply(0, Ok(Reply::Done), true);
         c.on_reply(1, Ok(Reply::Done), true);
         c.on_reply(2, Ok(Reply::Done), false);
         assert_eq!(c.finish().decision, Decision::Refused);
         // An extension (or a restore) on a quarantined node counts: the key
         // there is the holder's, and no one else can count that node.
-        let mut c = Round::new(Step::Extend { restore: true }, &[true; 3]);
+        let mut c = round(Step::Extend { restore: true }, &[true; 3]);
         c.on_reply(0, Ok(Reply::Restored), true);
         c.on_reply(1, Ok(Reply::Done), true);
         assert!(c.is_done(&Wait::Decision));
         assert_eq!(c.finish().decision, Decision::Granted);
         // Refusals from quarantined nodes are refusals.
-        let mut c = Round::new(acquire, &[true; 3]);
+        let mut c = round(acquire, &[true; 3]);
         c.on_reply(0, held(), true);
         c.on_reply(1, held(), false);
         let tally = c.finish();
@@ -390,7 +395,7 @@ mod tests {
     #[test]
     fn fences_keep_the_maximum_and_refusals_are_classified() {
         let step = Step::Acquire { holder_ttl: true };
-        let mut c = Round::new(step, &[true; 3]);
+        let mut c = round(step, &[true; 3]);
         c.on_reply(0, Ok(Reply::Fence(7)), false);
         c.on_reply(1, Ok(Reply::Fence(9)), false);
         c.on_reply(2, Err(NodeError::NotConnected("down".into())), false);

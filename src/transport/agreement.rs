@@ -11,10 +11,13 @@
 //! timeout, at most [`MAX_PASSES`] passes per batch.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use crate::proto::deployment::{self, Admission, Agreed, Decision, Mismatch, Reading, Record};
+use crate::proto::joint::Sets;
 use crate::transport::link::Link;
 use crate::transport::scripts::{self, DeploymentCall};
 
@@ -23,6 +26,12 @@ use crate::transport::scripts::{self, DeploymentCall};
 /// a member lost its data) within this and a round trip, on every node it
 /// reaches (docs/agreement.md, "Bounds").
 pub(crate) const RECORD_EVERY: Duration = Duration::from_secs(1);
+
+/// How long a node counts after its record was last read (from when the
+/// read was sent): a node whose reads stopped answering counts toward no
+/// grant, so that every client follows a change of members within this
+/// bound on every node it counts (docs/agreement.md, "Bounds").
+pub(crate) const RECORD_FRESH: Duration = Duration::from_secs(5);
 
 /// A record to write, and the member id the node takes with it.
 type Write<'s> = (&'s Record, Option<&'s str>);
@@ -48,6 +57,12 @@ pub(crate) struct Agreement {
     built: AtomicBool,
     /// Each node counts toward grants.
     admitted: Vec<AtomicBool>,
+    /// When each node's last record read was sent, in ms after `origin`,
+    /// plus one (0: never).
+    read_at: Vec<AtomicU64>,
+    origin: Instant,
+    /// The member sets rounds count in (docs/agreement.md).
+    sets: RwLock<Sets>,
     state: Mutex<State>,
     /// The links, once started: where a batch writes.
     links: OnceLock<Vec<Weak<Link>>>,
@@ -114,6 +129,9 @@ impl Agreement {
         let n = names.len();
         Arc::new(Agreement {
             admitted: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            read_at: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            origin: Instant::now(),
+            sets: RwLock::new(Sets::all(n)),
             state: Mutex::new(State {
                 readings: vec![None; n],
                 loaded: vec![false; n],
@@ -136,9 +154,37 @@ impl Agreement {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Whether node `place` counts toward grants.
+    /// Whether node `place` counts toward grants: it is a member, and its
+    /// record was read within [`RECORD_FRESH`].
     pub(crate) fn admits(&self, place: usize) -> bool {
-        self.admitted[place].load(Ordering::Acquire)
+        self.admitted[place].load(Ordering::Acquire) && self.fresh(place)
+    }
+
+    /// Whether node `place`'s record was read within [`RECORD_FRESH`].
+    fn fresh(&self, place: usize) -> bool {
+        match self.read_at[place].load(Ordering::Acquire) {
+            0 => false,
+            at => {
+                let sent = self.origin + Duration::from_millis(at - 1);
+                Instant::now().saturating_duration_since(sent) <= RECORD_FRESH
+            }
+        }
+    }
+
+    /// Stamps node `place`'s record as read by a call sent at `sent`.
+    fn stamp(&self, place: usize, sent: Instant) {
+        let ms = u64::try_from(sent.saturating_duration_since(self.origin).as_millis())
+            .unwrap_or(u64::MAX - 1);
+        self.read_at[place].fetch_max(ms + 1, Ordering::AcqRel);
+    }
+
+    /// The member sets a round counts in now: the deployment's members
+    /// and, while they change, the next members (docs/agreement.md).
+    pub(crate) fn sets(&self) -> Sets {
+        self.sets
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// The record and who each node is.
@@ -250,12 +296,21 @@ impl Agreement {
     }
 
     /// Node `place` connected (with the function library `loaded`) and
-    /// answered `reading` (`None`: it could not say). Decides what can be
-    /// decided, and starts the writes that follow (unless a batch is under
-    /// way or the links are not bound).
-    pub(crate) fn met(self: &Arc<Self>, place: usize, loaded: bool, reading: Option<Reading>) {
+    /// answered `reading` (`None`: it could not say) to a read sent at
+    /// `sent`. Decides what can be decided, and starts the writes that
+    /// follow (unless a batch is under way or the links are not bound).
+    pub(crate) fn met(
+        self: &Arc<Self>,
+        place: usize,
+        loaded: bool,
+        reading: Option<Reading>,
+        sent: Instant,
+    ) {
         let start = {
             let mut state = self.lock();
+            if reading.is_some() {
+                self.stamp(place, sent);
+            }
             if reading.is_none() {
                 // A connection that could not read the record counts for
                 // nothing it has not shown.
@@ -310,11 +365,12 @@ impl Agreement {
         let loaded = self.lock().loaded[place];
         let mut command = Vec::new();
         self.encode_read(loaded, &mut command);
+        let sent = Instant::now();
         let reply = tokio::time::timeout(self.timeout, link.query(command, None)).await;
         if let Ok(Ok(frame)) = reply
             && let Some(reading) = scripts::read_deployment(&frame)
         {
-            self.met(place, loaded, Some(reading));
+            self.met(place, loaded, Some(reading), sent);
         }
     }
 
@@ -336,6 +392,7 @@ impl Agreement {
                 break;
             }
             let Some(links) = self.links.get() else { break };
+            let sent = Instant::now();
             let calls = plan.into_iter().filter_map(|(place, command)| {
                 let link = links.get(place)?.upgrade()?;
                 Some(async move {
@@ -348,6 +405,7 @@ impl Agreement {
                     && let Some(reading) = scripts::read_deployment(&frame)
                 {
                     let mut state = self.lock();
+                    self.stamp(place, sent);
                     state.readings[place] = Some(reading);
                     self.settle(&mut state);
                 }
@@ -371,6 +429,10 @@ impl Agreement {
             let Some(reading) = reading else { continue };
             let write = match (&state.creating, &state.agreed, &reading.record) {
                 (Some(record), None, None) => Some((record, None)),
+                // A node behind (it missed a step of a change): forward.
+                (_, Some(agreed), Some(held)) if held.epoch() < agreed.record.epoch() => {
+                    Some((&agreed.record, None))
+                }
                 (_, Some(agreed), None) => match agreed.ids[place].as_deref() {
                     Some(id)
                         if agreed.adopt.contains(&place)
@@ -492,6 +554,16 @@ impl Agreement {
         let Some(agreed) = &mut state.agreed else {
             return;
         };
+        if let Some(newer) = deployment::follow(&agreed.record, &state.readings) {
+            // A change of members declared, or finished, while this
+            // client runs: it counts by the newer record from now on.
+            tracing::warn!(
+                was = %agreed.record,
+                "the deployment's membership is changing or changed: now {newer} \
+                 (docs/agreement.md)"
+            );
+            agreed.record = newer;
+        }
         for place in 0..self.names.len() {
             let Some(reading) = &state.readings[place] else {
                 continue;
@@ -545,6 +617,8 @@ impl Agreement {
                 state.excluded[place] = excluded;
             }
         }
+        *self.sets.write().unwrap_or_else(PoisonError::into_inner) =
+            deployment::sets(&agreed.record, &agreed.ids);
     }
 
     fn refuse(&self, state: &mut State, mismatch: Mismatch) {
@@ -560,6 +634,74 @@ impl Agreement {
 }
 
 /// A fresh node id: 16 hex digits, random.
-fn fresh_id() -> String {
+pub(crate) fn fresh_id() -> String {
     format!("{:016x}", rand::random::<u64>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A node counts only while its record was read within RECORD_FRESH
+    /// (from when the read was sent): one whose reads stopped answering
+    /// stops counting, and counts again at its next read.
+    #[tokio::test(start_paused = true)]
+    async fn a_node_counts_only_while_its_record_is_fresh() {
+        let names: Vec<Arc<str>> = ["a:1", "b:1", "c:1"].map(Arc::from).to_vec();
+        let agreement = Agreement::new(
+            names,
+            "redquorum:deployment".into(),
+            Duration::from_secs(1),
+            true,
+            Duration::from_secs(1),
+        );
+        let record = Record::new(["a".into(), "b".into(), "c".into()], 1_000);
+        let reading = |id: &str| Some(Reading::holding(id, record.clone(), vec![None; 3]));
+        let sent = Instant::now();
+        for (place, id) in ["a", "b", "c"].iter().enumerate() {
+            agreement.met(place, false, reading(id), sent);
+        }
+        assert!((0..3).all(|p| agreement.admits(p)));
+        tokio::time::advance(RECORD_FRESH).await;
+        assert!(agreement.admits(0), "fresh up to the bound");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!((0..3).all(|p| !agreement.admits(p)), "stale past it");
+        // A read sent before the last one does not make a node fresher.
+        agreement.met(1, false, reading("b"), sent);
+        assert!(!agreement.admits(1));
+        agreement.met(1, false, reading("b"), Instant::now());
+        assert!(agreement.admits(1) && !agreement.admits(0));
+    }
+
+    /// A running client follows a newer record its nodes hold: its rounds
+    /// count in both member sets while the membership changes.
+    #[tokio::test(start_paused = true)]
+    async fn a_running_client_follows_a_declared_change() {
+        let names: Vec<Arc<str>> = ["a:1", "b:1", "c:1"].map(Arc::from).to_vec();
+        let agreement = Agreement::new(
+            names,
+            "redquorum:deployment".into(),
+            Duration::from_secs(1),
+            true,
+            Duration::from_secs(1),
+        );
+        let record = Record::new(["a".into(), "b".into(), "c".into()], 1_000);
+        let joint = record.joint(["a".into(), "b".into(), "d".into()]);
+        for (place, id) in ["a", "b", "c"].iter().enumerate() {
+            let reading = Reading::holding(id, record.clone(), vec![None; 3]);
+            agreement.met(place, false, Some(reading), Instant::now());
+        }
+        assert_eq!(agreement.sets(), Sets::new([(vec![true; 3], 3)]));
+        let reading = Reading::holding("a", joint.clone(), vec![None; 3]);
+        agreement.met(0, false, Some(reading), Instant::now());
+        assert_eq!(agreement.standing().record, Some(joint));
+        assert_eq!(
+            agreement.sets(),
+            Sets::new([(vec![true; 3], 3), (vec![true, true, false], 3)])
+        );
+        assert!(
+            (0..3).all(|p| agreement.admits(p)),
+            "node b is behind, c still an old member"
+        );
+    }
 }

@@ -488,8 +488,8 @@ pub(crate) const SEEN_ADDRESSES: usize = 64;
 pub(crate) struct DeploymentCall<'a> {
     /// The id the node takes if it has none.
     pub(crate) id: &'a str,
-    /// The record to write where none is: members, `max_ttl` (ms) and the
-    /// member this node is (a member that lost its data).
+    /// The record to write where none is or the one held has a lower
+    /// epoch, and the member this node is (a member that lost its data).
     pub(crate) write: Option<(&'a crate::proto::deployment::Record, Option<&'a str>)>,
     /// The client's addresses, to look up.
     pub(crate) addresses: &'a [std::sync::Arc<str>],
@@ -504,13 +504,21 @@ pub(crate) fn encode_deployment(
     call: &DeploymentCall<'_>,
     out: &mut Vec<u8>,
 ) {
-    let (members, max_ttl, adopt) = match call.write {
+    let (members, max_ttl, adopt, epoch, next) = match call.write {
         Some((record, adopt)) => (
             record.members().join(","),
             record.max_ttl_ms().to_string(),
             adopt.unwrap_or(""),
+            record.epoch().to_string(),
+            record.next().join(","),
         ),
-        None => (String::new(), String::new(), ""),
+        None => (
+            String::new(),
+            String::new(),
+            "",
+            String::new(),
+            String::new(),
+        ),
     };
     let cap = SEEN_ADDRESSES.to_string();
     let k = call.addresses.len().to_string();
@@ -529,6 +537,8 @@ pub(crate) fn encode_deployment(
         max_ttl.as_bytes(),
         adopt.as_bytes(),
         cap.as_bytes(),
+        epoch.as_bytes(),
+        next.as_bytes(),
         k.as_bytes(),
     ];
     args.extend(call.addresses.iter().map(|a| a.as_bytes()));
@@ -553,16 +563,26 @@ pub(crate) fn read_deployment(
         Frame::Bulk(b) => Some(String::from_utf8_lossy(b).into_owned()),
         _ => None,
     };
-    let [id, members, max_ttl, seen @ ..] = items.as_slice() else {
+    let [id, members, max_ttl, epoch, next, seen @ ..] = items.as_slice() else {
         return None;
     };
     let id = text(id).filter(|id| !id.is_empty())?;
     let members = text(members)?;
+    let ids = |list: &str| {
+        list.split(',')
+            .filter(|id| !id.is_empty())
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
     let record = if members.is_empty() {
         None
     } else {
         let max_ttl = text(max_ttl)?.parse().ok()?;
-        Some(Record::new(members.split(',').map(str::to_owned), max_ttl))
+        // A record written before epochs were recorded is the first.
+        let epoch = text(epoch).filter(|e| !e.is_empty());
+        let epoch = epoch.map_or(Some(0), |e| e.parse().ok())?;
+        let next = ids(&text(next)?);
+        Some(Record::new(ids(&members), max_ttl).at(epoch, next))
     };
     let seen = seen
         .iter()

@@ -198,3 +198,146 @@ fn admits_members_and_adopts_only_the_expected() {
         Admission::Excluded(_)
     ));
 }
+
+fn ids(list: &str) -> Vec<String> {
+    list.split(' ').map(str::to_owned).collect()
+}
+
+fn no_seen(n: usize) -> Vec<Option<&'static str>> {
+    vec![None; n]
+}
+
+/// Node c replaced by d: during the change both lists agree (each counts
+/// a majority of both sets); a list mixing them is refused; after it, the
+/// old list is refused as moved.
+#[test]
+fn a_change_admits_either_list_and_then_only_the_new() {
+    let before = record(&["a", "b", "c"]);
+    let joint = before.joint(ids("a b d"));
+    let answer = |id: &str, r: &Record| held(id, r, &no_seen(3));
+    let old = [
+        answer("a", &joint),
+        answer("b", &joint),
+        answer("c", &joint),
+    ];
+    let new = [
+        answer("a", &joint),
+        answer("b", &joint),
+        answer("d", &joint),
+    ];
+    for list in [&old, &new] {
+        assert!(
+            matches!(decide(list, 1_000), Decision::Agreed(_)),
+            "{list:?}"
+        );
+    }
+    let Decision::Agreed(agreed) = decide(&old, 1_000) else {
+        unreachable!()
+    };
+    // The old list's sets: {a, b, c} of 3 and {a, b} of 3 (d unreached).
+    let mut round = crate::proto::joint::Joint::new(&sets(&agreed.record, &agreed.ids));
+    round.record(0, crate::proto::quorum::Vote::Yes);
+    assert_eq!(
+        round.record(2, crate::proto::quorum::Vote::Yes),
+        crate::proto::quorum::Decision::Pending,
+        "a and c are a majority of the old set only"
+    );
+    let after = joint.finished();
+    let stale = [
+        answer("a", &after),
+        answer("b", &after),
+        answer("c", &after),
+    ];
+    assert_eq!(
+        decide(&stale, 1_000),
+        Decision::Refused(Mismatch::Moved { now: after.clone() })
+    );
+    let grown = before.joint(ids("a b c d e")).finished();
+    let small = [
+        answer("a", &grown),
+        answer("b", &grown),
+        answer("c", &grown),
+    ];
+    assert_eq!(
+        decide(&small, 1_000),
+        Decision::Refused(Mismatch::Moved { now: grown })
+    );
+}
+
+/// A node that missed a step (down while the change was declared) holds
+/// an older epoch: the newest record decides, and the node is a member.
+#[test]
+fn the_newest_epoch_decides_and_older_ones_are_behind() {
+    let before = record(&["a", "b", "c"]);
+    let joint = before.joint(ids("a b c d e"));
+    let readings = [
+        held("a", &joint, &no_seen(3)),
+        held("b", &before, &no_seen(3)),
+        held("c", &joint, &no_seen(3)),
+    ];
+    let Decision::Agreed(agreed) = decide(&readings, 1_000) else {
+        panic!()
+    };
+    assert_eq!(agreed.record, joint);
+    assert_eq!(
+        admit(&joint, 1, readings[1].as_ref().unwrap(), Some("b"), &[]),
+        Admission::Member
+    );
+    // Two records at one epoch are a conflict, whatever else is behind.
+    let other = before.joint(ids("a b c d f"));
+    let readings = [
+        held("a", &joint, &no_seen(3)),
+        held("b", &other, &no_seen(3)),
+        held("c", &before, &no_seen(3)),
+    ];
+    assert_eq!(
+        decide(&readings, 1_000),
+        Decision::Refused(Mismatch::Conflicting { records: 2 })
+    );
+    assert_eq!(follow(&before, &readings), None, "no single newer record");
+}
+
+/// A running client follows the newer record; a node it knows that is no
+/// longer a member is excluded as moved, and its sets shrink to the
+/// members it has.
+#[test]
+fn a_running_client_follows_and_counts_only_members() {
+    let before = record(&["a", "b", "c"]);
+    let after = before.joint(ids("a b d")).finished();
+    let readings = [held("a", &after, &no_seen(3)), None, None];
+    assert_eq!(follow(&before, &readings), Some(after.clone()));
+    assert_eq!(follow(&after, &readings), None, "not newer");
+    assert_eq!(
+        admit(
+            &after,
+            2,
+            &Reading::holding("c", after.clone(), vec![]),
+            Some("c"),
+            &[]
+        ),
+        Admission::Excluded(Mismatch::Moved { now: after.clone() })
+    );
+    let known = [
+        Some("a".to_owned()),
+        Some("b".to_owned()),
+        Some("c".to_owned()),
+    ];
+    let mut round = crate::proto::joint::Joint::new(&sets(&after, &known));
+    use crate::proto::quorum::{Decision as D, Vote::Yes};
+    assert_eq!(round.record(2, Yes), D::Pending, "c counts nowhere");
+    assert_eq!(round.record(0, Yes), D::Pending);
+    assert_eq!(
+        round.record(1, Yes),
+        D::Granted,
+        "a and b: 2 of {{a, b, d}}"
+    );
+}
+
+#[test]
+fn a_record_names_its_change() {
+    let joint = record(&["a", "b", "c"]).joint(ids("a b d"));
+    let text = joint.to_string();
+    assert!(text.contains("changing to 3 members (set"), "{text}");
+    assert!(text.contains("epoch 1"), "{text}");
+    assert!(record(&["a"]).to_string().ends_with("max_ttl 1s"));
+}

@@ -465,7 +465,7 @@ impl Io {
         if let (Work::Record, Some((agreement, place))) = (&call.work, &self.agreement)
             && let Some(reading) = scripts::read_deployment(&frame)
         {
-            agreement.met(*place, self.loaded, Some(reading));
+            agreement.met(*place, self.loaded, Some(reading), call.made);
         }
         let Frame::Error(text) = frame else {
             call.finish(Ok(frame), self.late);

@@ -150,6 +150,7 @@ pub(super) async fn connect(link: &Link) -> Result<(Stream, Hello), NodeError> {
         let shared = link.lock();
         (shared.standing.run_id.clone(), shared.standing.stamped_at)
     };
+    let asked = tokio::time::Instant::now();
     let hello = handshake(
         &mut stream,
         endpoint,
@@ -188,7 +189,7 @@ pub(super) async fn connect(link: &Link) -> Result<(Stream, Hello), NodeError> {
         if let Some((agreement, place)) = &checks.agreement
             && hello.deployment_asked
         {
-            agreement.met(*place, hello.loaded, hello.deployment.clone());
+            agreement.met(*place, hello.loaded, hello.deployment.clone(), asked);
         }
     }
     Ok((stream, hello))

@@ -1,0 +1,204 @@
+//! Changing members on the five real nodes (docs/agreement.md, "Changing
+//! members"): node 5 replaced by a new server, and a deployment of three
+//! grown to five, each by a declared change while a lock and a leadership
+//! are held. While the change lasts, every grant needs a majority of the old
+//! members and one of the new — the case the issue met, a lock lost on two
+//! nodes, is refused to the new list, and granted twice without the joint
+//! rule (the negative control); at its end the leader is kept, no lock that
+//! was valid is lost, and a client started on the old list is refused as
+//! moved.
+//!
+//! Needs real nodes: built only with the `redis-tests` feature, which
+//! `scripts/test` turns on (it starts the nodes).
+#![cfg(feature = "redis-tests")]
+
+mod support;
+
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use redquorum::deployment::Mismatch;
+use redquorum::election::Election;
+use redquorum::{ChangeError, ConfigError, LockOptions, MemberChange, Redlock};
+use support::*;
+
+/// Short, so that a change ends within seconds (its wait is `max_ttl`, 2%
+/// of it and 6 s).
+const MAX_TTL: Duration = Duration::from_secs(4);
+
+/// A client of `urls` under `prefix`, with the short `max_ttl`.
+fn client(urls: &[String], prefix: &str) -> redquorum::Builder {
+    Redlock::builder()
+        .nodes(urls)
+        .key_prefix(prefix)
+        .max_ttl(MAX_TTL)
+        .node_timeout(Duration::from_secs(1))
+        .trust_durable_restarts(true)
+}
+
+/// Node 5's server under another database: a new, empty server at an
+/// address no member knows, as a replacement node on another port is.
+fn replaced_list() -> Vec<String> {
+    let mut urls = node_urls();
+    urls[4] = format!("{}/1", urls[4]);
+    urls
+}
+
+/// Deletes `key` on the nodes `which` (0-based): the lock lost there, as on
+/// nodes frozen past its TTL or restarted empty.
+async fn lose(key: &str, which: &[usize]) {
+    for i in which {
+        let _: () = raw(*i).await.del(key).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn replacing_a_node_keeps_one_holder_the_leader_and_refuses_the_old_list() {
+    let prefix = format!("{}:", unique("members-replace"));
+    let old = client(&node_urls(), &prefix).build().await.unwrap();
+    let leader = Election::new(&old, &unique("members-leader"))
+        .unwrap()
+        .campaign(MAX_TTL, &LockOptions::new())
+        .await
+        .unwrap();
+    let kept = unique("members-kept");
+    let held = old
+        .try_lock(&kept, MAX_TTL)
+        .await
+        .unwrap()
+        .keep_alive()
+        .unwrap();
+
+    let change = MemberChange::declare(
+        client(&node_urls(), &prefix),
+        client(&replaced_list(), &prefix),
+    )
+    .await
+    .unwrap();
+    assert!(change.record().changing(), "{}", change.record());
+    // The new list's client is admitted while the change lasts.
+    let new = client(&replaced_list(), &prefix).build().await.unwrap();
+    // A lock lost on nodes 1 and 2: the old holder keeps 3, 4 and 5, a
+    // majority of the old members, two of the new. Nodes 1, 2 and the new
+    // node 5 are a majority of the new members only: refused.
+    let resource = unique("members-lock");
+    let _lock = old.try_lock(&resource, MAX_TTL).await.unwrap();
+    let key = redquorum::KeyLayout::new(&prefix, false)
+        .unwrap()
+        .lock_key(&resource);
+    lose(&key, &[0, 1]).await;
+    let second = new.try_lock(&resource, MAX_TTL).await;
+    assert!(
+        second.is_err(),
+        "joint quorums must refuse a second holder: {second:?}"
+    );
+    // The negative control: the same list counting its own majority only.
+    let unguarded = client(&replaced_list(), &prefix)
+        .deployment_record(false)
+        .build()
+        .await
+        .unwrap();
+    lose(&key, &[0, 1]).await;
+    let control = unguarded.try_lock(&resource, MAX_TTL).await;
+    assert!(
+        control.is_ok(),
+        "without the joint rule the new list grants a second holder: {control:?}"
+    );
+    control.unwrap().release().await.unwrap();
+
+    let done = change.finish().await.unwrap();
+    assert!(!done.changing());
+    // The running clients follow within a read of the record (every
+    // second; 10 s here for a loaded machine).
+    let start = std::time::Instant::now();
+    while new.deployment().as_ref() != Some(&done) || old.deployment().as_ref() != Some(&done) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            new.deployment()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The old list is refused from now on, naming the new deployment.
+    match client(&node_urls(), &prefix).build().await {
+        Err(ConfigError::Deployment(Mismatch::Moved { now })) => assert_eq!(now, done),
+        other => panic!("the old list must be refused as moved: {other:?}"),
+    }
+    // The running old client keeps its leader and its lock: nodes 1-4
+    // stay members, a majority of the new set.
+    tokio::time::sleep(MAX_TTL * 2).await;
+    assert!(leader.is_valid(), "the leader must be kept");
+    assert!(held.lease().is_valid(), "the valid lock must not be lost");
+    let taken = new.try_lock(&kept, MAX_TTL).await;
+    assert!(taken.is_err(), "still held: {taken:?}");
+    held.release().await.unwrap();
+    leader.resign().await.unwrap();
+    new.try_lock(&kept, MAX_TTL)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn growing_three_to_five_keeps_the_leader_and_needs_both_majorities() {
+    let prefix = format!("{}:", unique("members-grow"));
+    let three = node_urls()[..3].to_vec();
+    let old = client(&three, &prefix).build().await.unwrap();
+    let leader = Election::new(&old, &unique("members-leader"))
+        .unwrap()
+        .campaign(MAX_TTL, &LockOptions::new())
+        .await
+        .unwrap();
+    let change = MemberChange::declare(client(&three, &prefix), client(&node_urls(), &prefix))
+        .await
+        .unwrap();
+    let five = client(&node_urls(), &prefix).build().await.unwrap();
+    // A lock the old list holds on nodes 1 and 2 (lost on 3): a majority
+    // of three. Nodes 3, 4 and 5 are a majority of five, not of the old
+    // three: refused.
+    let resource = unique("members-grow");
+    let lock = old.try_lock(&resource, MAX_TTL).await.unwrap();
+    let key = redquorum::KeyLayout::new(&prefix, false)
+        .unwrap()
+        .lock_key(&resource);
+    lose(&key, &[2]).await;
+    let second = five.try_lock(&resource, MAX_TTL).await;
+    assert!(second.is_err(), "{second:?}");
+    lock.release().await.unwrap();
+    let done = change.finish().await.unwrap();
+    assert_eq!(done.members().len(), 5);
+    assert!(leader.is_valid(), "the leader must be kept");
+    match client(&three, &prefix).build().await {
+        Err(ConfigError::Deployment(Mismatch::Moved { .. })) => {}
+        other => panic!("the old list must be refused as moved: {other:?}"),
+    }
+    leader.resign().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_change_of_too_many_members_at_once_is_refused() {
+    let prefix = format!("{}:", unique("members-many"));
+    let three = node_urls()[..3].to_vec();
+    let _first = client(&three, &prefix).build().await.unwrap();
+    // Three to 1, 4, 5: one shared node, a majority of each needs two.
+    let other = vec![
+        node_urls()[0].clone(),
+        node_urls()[3].clone(),
+        node_urls()[4].clone(),
+    ];
+    let refused = MemberChange::declare(client(&three, &prefix), client(&other, &prefix)).await;
+    assert!(
+        matches!(
+            refused,
+            Err(ChangeError::TooMany {
+                shared: 1,
+                needed: 2
+            })
+        ),
+        "{refused:?}"
+    );
+    // Nothing was written: the three agree as before.
+    let _agreed = client(&three, &prefix).build().await.unwrap();
+}
