@@ -119,6 +119,18 @@ async fn replacing_a_node_keeps_one_holder_the_leader_and_refuses_the_old_list()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // The running old client asks for no new lock, and says why.
+    let refused = old.try_lock(&unique("members-after"), MAX_TTL).await;
+    let moved = |e: &redquorum::LockError| {
+        e.votes().is_some_and(|v| {
+            v.iter()
+                .all(|(_, a)| format!("{a:?}").contains("the membership moved"))
+        })
+    };
+    assert!(
+        refused.as_ref().is_err_and(moved),
+        "a stale list must be refused, naming the move: {refused:?}"
+    );
     // The old list is refused from now on, naming the new deployment.
     match client(&node_urls(), &prefix).build().await {
         Err(ConfigError::Deployment(Mismatch::Moved { now })) => assert_eq!(now, done),

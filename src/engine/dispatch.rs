@@ -397,6 +397,10 @@ impl Errand for RoundCalls {
         self.step.holds()
     }
 
+    fn grants(&self) -> bool {
+        self.step.grants()
+    }
+
     fn read(&self, quarantined: bool, frame: crate::transport::resp::Frame) -> Outcome {
         let op = self.claim.op_on(self.step, self.ttl_ms, quarantined);
         crate::transport::scripts::parse_reply(&op, frame)

@@ -459,13 +459,7 @@ pub fn decide(readings: &[Option<Reading>], max_ttl_ms: u64) -> Decision {
     if let Some(nodes) = same_ids(&ids) {
         return Decision::Refused(Mismatch::SameMember { nodes });
     }
-    // The client's list is the members or, while they change, the next
-    // members: one of them holds every node it knows.
-    let known = || ids.iter().flatten();
-    if !record
-        .lists_of()
-        .any(|list| list.len() == n && known().all(|id| list.contains(id)))
-    {
+    if !fits(&record, &ids) {
         return Decision::Refused(Mismatch::Moved { now: record });
     }
     // Every answering node holds the record or is a known member: with
@@ -474,6 +468,15 @@ pub fn decide(readings: &[Option<Reading>], max_ttl_ms: u64) -> Decision {
         return Decision::Unknown;
     }
     Decision::Agreed(Agreed { record, ids, adopt })
+}
+
+/// Whether a client whose nodes are the members `ids` (in its order;
+/// `None`: not known yet) is configured with one of `record`'s lists: the
+/// members or, while they change, the next members.
+pub(crate) fn fits(record: &Record, ids: &[Option<String>]) -> bool {
+    record
+        .lists_of()
+        .any(|list| list.len() == ids.len() && ids.iter().flatten().all(|id| list.contains(id)))
 }
 
 /// Why node `place`, answering `reading`, is not counted under `record`:

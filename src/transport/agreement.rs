@@ -63,6 +63,10 @@ pub(crate) struct Agreement {
     origin: Instant,
     /// The member sets rounds count in (docs/agreement.md).
     sets: RwLock<Sets>,
+    /// Why the client asks for no new grant, if the deployment moved away
+    /// from its list (`moving` says so without the lock).
+    moved: RwLock<Option<Arc<str>>>,
+    moving: AtomicBool,
     state: Mutex<State>,
     /// The links, once started: where a batch writes.
     links: OnceLock<Vec<Weak<Link>>>,
@@ -132,6 +136,8 @@ impl Agreement {
             read_at: (0..n).map(|_| AtomicU64::new(0)).collect(),
             origin: Instant::now(),
             sets: RwLock::new(Sets::all(n)),
+            moved: RwLock::new(None),
+            moving: AtomicBool::new(false),
             state: Mutex::new(State {
                 readings: vec![None; n],
                 loaded: vec![false; n],
@@ -176,6 +182,20 @@ impl Agreement {
         let ms = u64::try_from(sent.saturating_duration_since(self.origin).as_millis())
             .unwrap_or(u64::MAX - 1);
         self.read_at[place].fetch_max(ms + 1, Ordering::AcqRel);
+    }
+
+    /// Why this client asks for no new grant, if the deployment's members
+    /// moved away from its list: it keeps what it holds (extensions count
+    /// on the nodes that stay members) and is told to restart with the new
+    /// list.
+    pub(crate) fn moved(&self) -> Option<Arc<str>> {
+        if !self.moving.load(Ordering::Acquire) {
+            return None;
+        }
+        self.moved
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// The member sets a round counts in now: the deployment's members
@@ -619,6 +639,20 @@ impl Agreement {
         }
         *self.sets.write().unwrap_or_else(PoisonError::into_inner) =
             deployment::sets(&agreed.record, &agreed.ids);
+        let moved = (!deployment::fits(&agreed.record, &agreed.ids)).then(|| {
+            Mismatch::Moved {
+                now: agreed.record.clone(),
+            }
+            .to_string()
+        });
+        let mut was = self.moved.write().unwrap_or_else(PoisonError::into_inner);
+        if was.as_deref() != moved.as_deref() {
+            if let Some(why) = &moved {
+                tracing::error!("{why}; no new lock is asked for, what is held is kept");
+            }
+            self.moving.store(moved.is_some(), Ordering::Release);
+            *was = moved.map(Arc::from);
+        }
     }
 
     fn refuse(&self, state: &mut State, mismatch: Mismatch) {

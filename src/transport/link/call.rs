@@ -42,6 +42,11 @@ pub(crate) trait Errand: Send + Sync {
     /// deployment must not be asked (releases, undos and reads may).
     fn holds(&self) -> bool;
 
+    /// Whether a yes to it makes a new grant: an acquire or a fenced
+    /// write-back — what a client whose list the deployment moved away
+    /// from must not ask (its extensions and releases go on).
+    fn grants(&self) -> bool;
+
     /// Reads a node's reply to the command encoded `quarantined` or not.
     fn read(&self, quarantined: bool, frame: Frame) -> Result<Reply, NodeError>;
 

@@ -318,18 +318,27 @@ impl Io {
             }
         }
         if let Some((agreement, place)) = &self.agreement
-            && !agreement.admits(*place)
             && let Work::Errand { errand, .. } = &call.work
-            && errand.holds()
         {
             // No member of the agreed deployment (or none agreed yet): its
             // yes must count toward nothing — no grant, and no extension
             // either (a quarantined node's would restore and count) — so
             // the call ends here, unsent. Releases, undos and reads go.
-            let why = "no member of this client's deployment record, or none agreed yet \
-                       (docs/agreement.md)";
-            call.finish(Err(NodeError::Server(why.into())), self.late);
-            return;
+            // A client whose list the deployment moved away from asks for
+            // no new grant anywhere; what it holds it may still keep.
+            let moved = errand.grants().then(|| agreement.moved()).flatten();
+            let why = moved.or_else(|| {
+                (errand.holds() && !agreement.admits(*place)).then(|| {
+                    Arc::from(
+                        "no member of this client's deployment record, or none agreed yet \
+                         (docs/agreement.md)",
+                    )
+                })
+            });
+            if let Some(why) = why {
+                call.finish(Err(NodeError::Server(why)), self.late);
+                return;
+            }
         }
         let start = self.out.len();
         if call.asking {
