@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use redquorum_chaos::nemesis::{AOF_OFF_MAJORITY, CLOCK, FAULTS};
+use redquorum_chaos::nemesis::{AOF_OFF_MAJORITY, CLOCK, FAULTS, MEMBERS};
 
 pub(crate) const CONTROLS: &[&str] = &[
     "quarantine-off",
@@ -14,6 +14,7 @@ pub(crate) const CONTROLS: &[&str] = &[
     "clock-steps",
     "no-drift",
     "trust-aof-off",
+    "members-unguarded",
 ];
 
 /// How fast the clocks of the `no-drift` control run. The longest ordinary
@@ -48,6 +49,9 @@ pub(crate) struct Args {
     pub(crate) deployment_record: bool,
     /// The clients trust durable restarts (run and client; default on).
     pub(crate) trust_durable: bool,
+    /// The client switches to the list the `members` fault's switch file
+    /// names when it appears.
+    pub(crate) switch: bool,
     pub(crate) fenced_store: bool,
     pub(crate) pause_chance: f64,
 }
@@ -58,7 +62,7 @@ pub(crate) fn usage(why: &str) -> ExitCode {
         "usage: redquorum-chaos run [--seconds S] [--grants N] [--clients K] [--tasks T] \
          [--ttl-ms MS] [--faults a,b|none] [--clock] [--clock-rate R] [--drift-factor F] \
          [--no-trust-durable-restarts] [--control {}] [--dir DIR] [--seed N]\n       \
-         redquorum-chaos check HISTORY\nfaults: {},{CLOCK} (with --clock),{AOF_OFF_MAJORITY} (three nodes at once)",
+         redquorum-chaos check HISTORY\nfaults: {},{CLOCK} (with --clock),{AOF_OFF_MAJORITY} (three nodes at once),{MEMBERS} (node 5 replaced, once)",
         CONTROLS.join("|"),
         FAULTS.join(",")
     );
@@ -83,6 +87,7 @@ pub(crate) fn parse(mut words: impl Iterator<Item = String>) -> Result<Args, Str
         nodes: Vec::new(),
         quarantine: true,
         deployment_record: true,
+        switch: false,
         trust_durable: true,
         fenced_store: true,
         pause_chance: 0.0,
@@ -120,7 +125,7 @@ pub(crate) fn parse(mut words: impl Iterator<Item = String>) -> Result<Args, Str
                     .collect();
                 if let Some(bad) = a.faults.iter().find(|f| {
                     !FAULTS.contains(&f.as_str())
-                        && ![CLOCK, AOF_OFF_MAJORITY].contains(&f.as_str())
+                        && ![CLOCK, AOF_OFF_MAJORITY, MEMBERS].contains(&f.as_str())
                 }) {
                     return Err(format!("unknown fault {bad}"));
                 }
@@ -151,6 +156,7 @@ pub(crate) fn parse(mut words: impl Iterator<Item = String>) -> Result<Args, Str
             "--nodes" => a.nodes = value()?.split(',').map(str::to_owned).collect(),
             "--no-quarantine" => a.quarantine = false,
             "--no-deployment-record" => a.deployment_record = false,
+            "--switch" => a.switch = true,
             "--no-trust-durable-restarts" => a.trust_durable = false,
             "--open-store" => a.fenced_store = false,
             "--pause-chance" => {

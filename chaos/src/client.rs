@@ -34,6 +34,9 @@ pub struct ClientConfig {
     pub quarantine: bool,
     /// The deployment record on (off: the two-of-five control).
     pub deployment_record: bool,
+    /// Switch to the list the `members` fault's switch file names, at a
+    /// time of its own after it appears.
+    pub switch: bool,
     /// Trust durable restarts (`Builder::trust_durable_restarts`): a
     /// restart counts at once where the node's dataset mark shows its
     /// dataset kept. On for runs: the nodes of `scripts/nodes` and
@@ -83,13 +86,17 @@ pub async fn run(config: ClientConfig) -> Result<(), Box<dyn std::error::Error>>
         &config.proc,
     )?);
     LinkLog::new(rec.clone(), &config.nodes).install();
-    let redlock = connect(&config).await?;
+    let redlock = connect(&config, &config.nodes).await?;
     rec.record("note", &[("text", "client-start".into())]);
+    let current = Arc::new(std::sync::RwLock::new(redlock.clone()));
+    let switcher = config
+        .switch
+        .then(|| tokio::spawn(switch(config.clone(), current.clone(), rec.clone())));
     let ids = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for task in 0..config.tasks {
         let ctx = Task {
-            redlock: redlock.clone(),
+            redlock: current.clone(),
             rec: rec.clone(),
             ids: ids.clone(),
             store: Store::new(&config.dir, config.fenced_store),
@@ -103,17 +110,65 @@ pub async fn run(config: ClientConfig) -> Result<(), Box<dyn std::error::Error>>
     for t in tasks {
         t.await?;
     }
+    let switched = match switcher {
+        Some(switcher) => switcher.await?,
+        None => None,
+    };
     redlock.shutdown().await;
+    if let Some(switched) = switched {
+        switched.shutdown().await;
+    }
     rec.record("note", &[("text", "client-end".into())]);
     Ok(())
 }
 
-/// The client, built again while a node is down at start (bounded).
-async fn connect(config: &ClientConfig) -> Result<Redlock, redquorum::ConfigError> {
+/// Waits for the switch file, then a time of this client's own (up to 12
+/// s: during a declared change or after it), builds a client of the list it
+/// names and hands it to the tasks; the client built, if any.
+async fn switch(
+    config: ClientConfig,
+    current: Arc<std::sync::RwLock<Redlock>>,
+    rec: Arc<Recorder>,
+) -> Option<Redlock> {
+    let file = crate::nemesis::switch_file(&config.dir);
+    let stop = stop_file(&config.dir);
+    let nodes = loop {
+        if stop.exists() {
+            return None;
+        }
+        if let Ok(list) = std::fs::read_to_string(&file) {
+            break list.split(',').map(str::to_owned).collect::<Vec<_>>();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // The control's clients switch at once; the honest run's spread out.
+    if config.deployment_record {
+        let mut rng = StdRng::seed_from_u64(config.seed);
+        tokio::time::sleep(Duration::from_millis(rng.random_range(0..12_000))).await;
+    }
+    match connect(&config, &nodes).await {
+        Ok(redlock) => {
+            *current.write().unwrap_or_else(|e| e.into_inner()) = redlock.clone();
+            rec.record("note", &[("text", "client-switched".into())]);
+            Some(redlock)
+        }
+        Err(e) => {
+            eprintln!("{}: switching lists: {e}", config.proc);
+            None
+        }
+    }
+}
+
+/// The client of `nodes`, built again while a node is down at start
+/// (bounded).
+async fn connect(
+    config: &ClientConfig,
+    nodes: &[String],
+) -> Result<Redlock, redquorum::ConfigError> {
     let mut tries = 0;
     loop {
         let mut builder = Redlock::builder()
-            .nodes(&config.nodes)
+            .nodes(nodes)
             .key_prefix("chaos:")
             .max_ttl(config.max_ttl)
             .restart_quarantine(config.quarantine)
@@ -135,7 +190,8 @@ async fn connect(config: &ClientConfig) -> Result<Redlock, redquorum::ConfigErro
 }
 
 struct Task {
-    redlock: Redlock,
+    /// The client to lock with: another once it switched lists.
+    redlock: Arc<std::sync::RwLock<Redlock>>,
     rec: Arc<Recorder>,
     ids: Arc<AtomicU64>,
     store: Store,
@@ -275,7 +331,11 @@ impl Task {
 
     async fn once(&mut self, kind: &str) {
         let ttl = self.config.ttl;
-        let redlock = self.redlock.clone();
+        let redlock = self
+            .redlock
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         match kind {
             "plain" | "fenced" => {
                 let res = format!("{kind}-{}", self.rng.random_range(0..2));

@@ -32,7 +32,11 @@
 //! (with `--clock`: three nodes' clocks jump at once), `no-drift` (with
 //! `--clock`: every clock runs [`NO_DRIFT_RATE`](args::NO_DRIFT_RATE) times as fast, no fault,
 //! and the clients subtract no drift; its honest twin is the same run with
-//! `--clock-rate 1.25 --drift-factor 0.25 --faults none`).
+//! `--clock-rate 1.25 --drift-factor 0.25 --faults none`), `members-unguarded`
+//! (node 5 replaced by a new server and half the clients switched to the new
+//! list without a declared change, nodes frozen meanwhile; its honest twin is
+//! `--faults freeze,members`: the change declared, every client switching
+//! at a time of its own).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -43,7 +47,9 @@ use std::time::Duration;
 use redquorum_chaos::check::{Report, Violation, check};
 use redquorum_chaos::client::{self, ClientConfig};
 use redquorum_chaos::history::{Line, Recorder};
-use redquorum_chaos::nemesis::{AOF_OFF_MAJORITY, CLOCK_MAJORITY, Nemesis};
+use redquorum_chaos::nemesis::{
+    AOF_OFF_MAJORITY, CLOCK_MAJORITY, MEMBERS, Nemesis, replaced, switch_file,
+};
 use redquorum_test_support::proxy::Proxy;
 
 use args::{Args, parse, usage};
@@ -110,6 +116,7 @@ fn main() -> ExitCode {
                 tasks: args.tasks,
                 quarantine: args.quarantine,
                 deployment_record: args.deployment_record,
+                switch: args.switch,
                 trust_durable: args.trust_durable,
                 fenced_store: args.fenced_store,
                 pause_chance: args.pause_chance,
@@ -171,6 +178,12 @@ async fn run_inner(args: &Args) -> Result<ExitCode, String> {
     }
     if args.control.as_deref() == Some("trust-aof-off") {
         args.seconds = args.seconds.max(60);
+    }
+    // The members-unguarded control needs a long hold of an old-list
+    // client across the thaw of two nodes it was granted without; the run
+    // ends once caught.
+    if args.control.as_deref() == Some("members-unguarded") {
+        args.seconds = args.seconds.max(45);
     }
     let args = &args;
     let urls: Vec<String> = env("REDQUORUM_NODES")?
@@ -292,7 +305,11 @@ async fn run_clients(
     let via: Vec<String> = proxies.iter().map(|p| p.url()).collect();
     // Each run is a deployment of its own: its TTL and its proxies' ports
     // (the addresses the record's members are known by) are its own.
+    // (And on node 5's second database, the `members` fault's new node.)
     redquorum_chaos::client::forget_deployment(urls).await?;
+    redquorum_chaos::client::forget_deployment(&replaced(urls)[4..]).await?;
+    let unguarded = control == Some("members-unguarded");
+    let members = unguarded || args.faults.iter().any(|f| f == MEMBERS);
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut children = Vec::new();
     for i in 1..=args.clients {
@@ -322,10 +339,16 @@ async fn run_clients(
         if control == Some("quarantine-off") {
             cmd.arg("--no-quarantine");
         }
-        if control == Some("two-of-five") {
+        if control == Some("two-of-five") || unguarded {
             // Clients that list different nodes: what the deployment
             // record refuses (docs/agreement.md), broken on purpose.
             cmd.arg("--no-deployment-record");
+        }
+        // With the `members` fault every client switches to the new list
+        // (once declared, at a time of its own); in the control, half of
+        // them, at once, the others staying on the old list.
+        if members && (!unguarded || i % 2 == 1) {
+            cmd.arg("--switch");
         }
         if !args.trust_durable {
             cmd.arg("--no-trust-durable-restarts");
@@ -341,6 +364,7 @@ async fn run_clients(
     let faults: Vec<String> = match control {
         Some("quarantine-off") => vec!["rolling".into()],
         Some("two-of-five") => vec!["freeze".into()],
+        Some("members-unguarded") => vec!["freeze".into(), MEMBERS.into()],
         Some("clock-steps") => vec![CLOCK_MAJORITY.into()],
         Some("trust-aof-off") => vec![AOF_OFF_MAJORITY.into()],
         _ => args.faults.clone(),
@@ -363,6 +387,8 @@ async fn run_clients(
         clients: children.iter().filter_map(|c| c.id()).collect(),
         faulted: Default::default(),
         proxies,
+        switch: switch_file(&args.dir),
+        declare_members: !unguarded,
     };
     let watcher = tokio::spawn(Arc::new(nemesis.clone()).resume_self_stopped());
     let stop = Arc::new(AtomicBool::new(false));

@@ -63,6 +63,9 @@ use crate::history::Recorder;
 use cut::{RESENT_WITHIN, holds_token, plain_releases};
 
 mod cut;
+mod members;
+
+pub use members::{MEMBERS, replaced, switch_file};
 
 /// Every fault the nemesis knows.
 pub const FAULTS: &[&str] = &[
@@ -153,6 +156,11 @@ pub struct Nemesis {
     /// The proxy in front of each node, node `i` at index `i - 1`; the
     /// clients reach the nodes through them.
     pub proxies: Vec<Arc<Proxy>>,
+    /// The [`MEMBERS`] fault's switch file (the clients switch lists when
+    /// it appears), and whether the change is declared first (off: the
+    /// `members-unguarded` control).
+    pub switch: PathBuf,
+    pub declare_members: bool,
 }
 
 /// Nodes faulted now, so that faults stay on a minority.
@@ -186,6 +194,7 @@ impl Nemesis {
         }
         // The faults under way: at most one per node and one client.
         let mut healing = Vec::new();
+        let mut members_begun = false;
         while !stop.load(Ordering::Relaxed) {
             tokio::time::sleep(Duration::from_millis(rng.random_range(200..1500))).await;
             healing.retain(|h: &tokio::task::JoinHandle<()>| !h.is_finished());
@@ -195,6 +204,20 @@ impl Nemesis {
                 None if this.faults.is_empty() => continue,
                 None => this.faults[rng.random_range(0..this.faults.len())].clone(),
             };
+            if fault == MEMBERS {
+                // Once a run: the members change one way.
+                if first.last() == Some(&fault) {
+                    first.pop();
+                }
+                if !members_begun {
+                    members_begun = true;
+                    let this = this.clone();
+                    healing.push(tokio::spawn(async move {
+                        this.members(this.declare_members).await;
+                    }));
+                }
+                continue;
+            }
             let mut f = this.faulted.lock().await;
             if fault == CLOCK {
                 if f.step_pending {

@@ -79,6 +79,8 @@ pub enum ChangeError {
     /// The old list's nodes hold no record yet: use the deployment once
     /// (any client builds it) before changing it.
     NoRecord,
+    /// The new list is the deployment's members already.
+    Unchanged,
     /// Another change, to other members, is under way: finish it first.
     Busy {
         /// The record the nodes hold.
@@ -121,6 +123,7 @@ impl fmt::Display for ChangeError {
                 "the old list's nodes hold no deployment record yet: use the deployment once \
                  before changing its members"
             ),
+            ChangeError::Unchanged => write!(f, "the new list is the deployment's members already"),
             ChangeError::Busy { record } => write!(
                 f,
                 "another change of members is under way ({record}): declare it again with its \
@@ -215,6 +218,11 @@ impl MemberChange {
             }
             current
         } else {
+            let mut sorted = next.clone();
+            sorted.sort_unstable();
+            if current.members() == sorted {
+                return Err(ChangeError::Unchanged);
+            }
             let shared = next
                 .iter()
                 .filter(|id| current.members().contains(id))
