@@ -214,3 +214,43 @@ async fn a_change_of_too_many_members_at_once_is_refused() {
     // Nothing was written: the three agree as before.
     let _agreed = client(&three, &prefix).build().await.unwrap();
 }
+
+#[tokio::test]
+async fn shrinking_five_to_three_keeps_the_lease_and_retires_two_nodes() {
+    let prefix = format!("{}:", unique("members-shrink"));
+    let three = node_urls()[..3].to_vec();
+    let five = client(&node_urls(), &prefix).build().await.unwrap();
+    let kept = unique("members-shrink");
+    let held = five
+        .try_lock(&kept, MAX_TTL)
+        .await
+        .unwrap()
+        .keep_alive()
+        .unwrap();
+    let change = MemberChange::declare(client(&node_urls(), &prefix), client(&three, &prefix))
+        .await
+        .unwrap();
+    // While it lasts, the three-node list needs 2 of its 3 and 3 of the
+    // five: the lock the five-node client holds is refused to it.
+    let small = client(&three, &prefix).build().await.unwrap();
+    let refused = small.try_lock(&kept, MAX_TTL).await;
+    assert!(refused.is_err(), "{refused:?}");
+    let done = change.finish().await.unwrap();
+    assert_eq!(done.members().len(), 3);
+    tokio::time::sleep(MAX_TTL).await;
+    assert!(held.lease().is_valid(), "the valid lock must not be lost");
+    let refused = small.try_lock(&kept, MAX_TTL).await;
+    assert!(refused.is_err(), "still held: {refused:?}");
+    held.release().await.unwrap();
+    small
+        .try_lock(&kept, MAX_TTL)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    match client(&node_urls(), &prefix).build().await {
+        Err(ConfigError::Deployment(Mismatch::Moved { now })) => assert_eq!(now, done),
+        other => panic!("the old list must be refused as moved: {other:?}"),
+    }
+}
