@@ -254,3 +254,94 @@ async fn shrinking_five_to_three_keeps_the_lease_and_retires_two_nodes() {
         other => panic!("the old list must be refused as moved: {other:?}"),
     }
 }
+
+/// A `redis-server` of this test's own on a free loopback port, without
+/// persistence (killed when dropped): the sixth and seventh members.
+struct Spare {
+    _child: tokio::process::Child,
+    url: String,
+}
+
+async fn spare() -> Spare {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = tokio::process::Command::new("redis-server")
+        .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--save", "", "--appendonly", "no"])
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("redis-server (scripts/nodes installs it)");
+    let url = format!("redis://127.0.0.1:{port}");
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let start = std::time::Instant::now();
+    while client.get_multiplexed_async_connection().await.is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{url} never answered"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Spare { _child: child, url }
+}
+
+/// Growing five to seven (two servers of the test's own), as the runbook
+/// says, with a lock and a leadership held through it. The new servers are
+/// counted at once here (quarantine off: they were never anyone's members
+/// and hold nothing), so that the joint rule alone refuses the new list.
+#[tokio::test]
+async fn growing_five_to_seven_keeps_the_leader_and_needs_both_majorities() {
+    let prefix = format!("{}:", unique("members-seven"));
+    let (six, seven) = (spare().await, spare().await);
+    let mut grown = node_urls();
+    grown.extend([six.url.clone(), seven.url.clone()]);
+    let builder = |urls: &[String]| client(urls, &prefix).restart_quarantine(false);
+    let old = builder(&node_urls()).build().await.unwrap();
+    let leader = Election::new(&old, &unique("members-leader"))
+        .unwrap()
+        .campaign(MAX_TTL, &LockOptions::new())
+        .await
+        .unwrap();
+    let change = MemberChange::declare(builder(&node_urls()), builder(&grown))
+        .await
+        .unwrap();
+    let new = builder(&grown).build().await.unwrap();
+    // Lost on nodes 1 and 2: the old holder keeps 3, 4, 5 (a majority of
+    // five, three of seven). Nodes 1, 2, 6, 7 are a majority of seven, two
+    // of the old five: refused.
+    let resource = unique("members-seven");
+    let _lock = old.try_lock(&resource, MAX_TTL).await.unwrap();
+    let key = redquorum::KeyLayout::new(&prefix, false)
+        .unwrap()
+        .lock_key(&resource);
+    lose(&key, &[0, 1]).await;
+    let second = new.try_lock(&resource, MAX_TTL).await;
+    assert!(second.is_err(), "{second:?}");
+    // The negative control: the seven counting their own majority alone.
+    let unguarded = builder(&grown)
+        .deployment_record(false)
+        .build()
+        .await
+        .unwrap();
+    let control = unguarded.try_lock(&resource, MAX_TTL).await;
+    assert!(control.is_ok(), "{control:?}");
+    control.unwrap().release().await.unwrap();
+    let done = change.finish().await.unwrap();
+    assert_eq!(done.members().len(), 7);
+    tokio::time::sleep(MAX_TTL).await;
+    assert!(leader.is_valid(), "the leader must be kept");
+    match builder(&node_urls()).build().await {
+        Err(ConfigError::Deployment(Mismatch::Moved { now })) => assert_eq!(now, done),
+        other => panic!("the old list must be refused as moved: {other:?}"),
+    }
+    leader.resign().await.unwrap();
+    new.try_lock(&unique("members-seven"), MAX_TTL)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
