@@ -44,23 +44,32 @@ fn replaced_list() -> Vec<String> {
     urls
 }
 
-/// Deletes `key` on the nodes `which` (0-based): the lock lost there, as on
-/// nodes frozen past its TTL or restarted empty.
-async fn lose(key: &str, which: &[usize]) {
+/// Deletes `resource`'s lock key under `prefix` on the nodes `which`
+/// (0-based): the lock lost there, as on nodes frozen past its TTL or
+/// restarted empty.
+async fn lose(prefix: &str, resource: &str, which: &[usize]) {
+    let key = redquorum::KeyLayout::new(prefix, false)
+        .unwrap()
+        .lock_key(resource);
     for i in which {
-        let _: () = raw(*i).await.del(key).await.unwrap();
+        let _: () = raw(*i).await.del(&key).await.unwrap();
     }
+}
+
+/// `redlock`'s campaign for a leadership of its own, held until resigned.
+async fn lead(redlock: &Redlock) -> redquorum::election::Leadership {
+    Election::new(redlock, &unique("members-leader"))
+        .unwrap()
+        .campaign(MAX_TTL, &LockOptions::new())
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
 async fn replacing_a_node_keeps_one_holder_the_leader_and_refuses_the_old_list() {
     let prefix = format!("{}:", unique("members-replace"));
     let old = client(&node_urls(), &prefix).build().await.unwrap();
-    let leader = Election::new(&old, &unique("members-leader"))
-        .unwrap()
-        .campaign(MAX_TTL, &LockOptions::new())
-        .await
-        .unwrap();
+    let leader = lead(&old).await;
     let kept = unique("members-kept");
     let held = old
         .try_lock(&kept, MAX_TTL)
@@ -83,10 +92,7 @@ async fn replacing_a_node_keeps_one_holder_the_leader_and_refuses_the_old_list()
     // node 5 are a majority of the new members only: refused.
     let resource = unique("members-lock");
     let _lock = old.try_lock(&resource, MAX_TTL).await.unwrap();
-    let key = redquorum::KeyLayout::new(&prefix, false)
-        .unwrap()
-        .lock_key(&resource);
-    lose(&key, &[0, 1]).await;
+    lose(&prefix, &resource, &[0, 1]).await;
     let second = new.try_lock(&resource, MAX_TTL).await;
     assert!(
         second.is_err(),
@@ -98,7 +104,7 @@ async fn replacing_a_node_keeps_one_holder_the_leader_and_refuses_the_old_list()
         .build()
         .await
         .unwrap();
-    lose(&key, &[0, 1]).await;
+    lose(&prefix, &resource, &[0, 1]).await;
     let control = unguarded.try_lock(&resource, MAX_TTL).await;
     assert!(
         control.is_ok(),
@@ -158,11 +164,7 @@ async fn growing_three_to_five_keeps_the_leader_and_needs_both_majorities() {
     let prefix = format!("{}:", unique("members-grow"));
     let three = node_urls()[..3].to_vec();
     let old = client(&three, &prefix).build().await.unwrap();
-    let leader = Election::new(&old, &unique("members-leader"))
-        .unwrap()
-        .campaign(MAX_TTL, &LockOptions::new())
-        .await
-        .unwrap();
+    let leader = lead(&old).await;
     let change = MemberChange::declare(client(&three, &prefix), client(&node_urls(), &prefix))
         .await
         .unwrap();
@@ -172,10 +174,7 @@ async fn growing_three_to_five_keeps_the_leader_and_needs_both_majorities() {
     // three: refused.
     let resource = unique("members-grow");
     let lock = old.try_lock(&resource, MAX_TTL).await.unwrap();
-    let key = redquorum::KeyLayout::new(&prefix, false)
-        .unwrap()
-        .lock_key(&resource);
-    lose(&key, &[2]).await;
+    lose(&prefix, &resource, &[2]).await;
     let second = five.try_lock(&resource, MAX_TTL).await;
     assert!(second.is_err(), "{second:?}");
     lock.release().await.unwrap();
@@ -300,11 +299,7 @@ async fn growing_five_to_seven_keeps_the_leader_and_needs_both_majorities() {
     grown.extend([six.url.clone(), seven.url.clone()]);
     let builder = |urls: &[String]| client(urls, &prefix).restart_quarantine(false);
     let old = builder(&node_urls()).build().await.unwrap();
-    let leader = Election::new(&old, &unique("members-leader"))
-        .unwrap()
-        .campaign(MAX_TTL, &LockOptions::new())
-        .await
-        .unwrap();
+    let leader = lead(&old).await;
     let change = MemberChange::declare(builder(&node_urls()), builder(&grown))
         .await
         .unwrap();
@@ -314,10 +309,7 @@ async fn growing_five_to_seven_keeps_the_leader_and_needs_both_majorities() {
     // of the old five: refused.
     let resource = unique("members-seven");
     let _lock = old.try_lock(&resource, MAX_TTL).await.unwrap();
-    let key = redquorum::KeyLayout::new(&prefix, false)
-        .unwrap()
-        .lock_key(&resource);
-    lose(&key, &[0, 1]).await;
+    lose(&prefix, &resource, &[0, 1]).await;
     let second = new.try_lock(&resource, MAX_TTL).await;
     assert!(second.is_err(), "{second:?}");
     // The negative control: the seven counting their own majority alone.

@@ -676,19 +676,19 @@ pub(crate) fn fresh_id() -> String {
 mod tests {
     use super::*;
 
+    /// The agreement of a client of three nodes, `max_ttl` 1 s.
+    fn three() -> Arc<Agreement> {
+        let names: Vec<Arc<str>> = ["a:1", "b:1", "c:1"].map(Arc::from).to_vec();
+        let second = Duration::from_secs(1);
+        Agreement::new(names, "redquorum:deployment".into(), second, true, second)
+    }
+
     /// A node counts only while its record was read within RECORD_FRESH
     /// (from when the read was sent): one whose reads stopped answering
     /// stops counting, and counts again at its next read.
     #[tokio::test(start_paused = true)]
     async fn a_node_counts_only_while_its_record_is_fresh() {
-        let names: Vec<Arc<str>> = ["a:1", "b:1", "c:1"].map(Arc::from).to_vec();
-        let agreement = Agreement::new(
-            names,
-            "redquorum:deployment".into(),
-            Duration::from_secs(1),
-            true,
-            Duration::from_secs(1),
-        );
+        let agreement = three();
         let record = Record::new(["a".into(), "b".into(), "c".into()], 1_000);
         let reading = |id: &str| Some(Reading::holding(id, record.clone(), vec![None; 3]));
         let sent = Instant::now();
@@ -711,14 +711,7 @@ mod tests {
     /// count in both member sets while the membership changes.
     #[tokio::test(start_paused = true)]
     async fn a_running_client_follows_a_declared_change() {
-        let names: Vec<Arc<str>> = ["a:1", "b:1", "c:1"].map(Arc::from).to_vec();
-        let agreement = Agreement::new(
-            names,
-            "redquorum:deployment".into(),
-            Duration::from_secs(1),
-            true,
-            Duration::from_secs(1),
-        );
+        let agreement = three();
         let record = Record::new(["a".into(), "b".into(), "c".into()], 1_000);
         let joint = record.joint(["a".into(), "b".into(), "d".into()]);
         for (place, id) in ["a", "b", "c"].iter().enumerate() {
