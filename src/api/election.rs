@@ -217,7 +217,7 @@ impl Election {
     ) -> impl Stream<Item = LeaderState> + Send + 'static {
         let (redlock, name) = (self.redlock.clone(), self.name.clone());
         let key = redlock.key_layout().lock_key(&name);
-        let interest = redlock.driver().hub().map(|hub| hub.register(&key));
+        let interest = redlock.driver().hub().map(|hub| hub.register(&key, None));
         let start = Observer {
             redlock,
             name,
@@ -310,7 +310,7 @@ impl Observer {
             };
             tokio::select! {
                 biased;
-                () = released => {
+                _ = released => {
                     self.burst_until = Some(tokio::time::Instant::now() + AFTER_RELEASE_FOR);
                 }
                 () = tokio::time::sleep(pause) => {}

@@ -250,7 +250,7 @@ impl Semaphore {
         } else {
             Vec::new()
         };
-        let mut waiting = Waiting::new(driver, attempts, &channels);
+        let mut waiting = Waiting::new(driver, attempts, &channels, false);
         // Its place in line, taken back if it gives up or is dropped.
         let ttl_ms = driver.check_ttl(ttl)?.ms;
         let mut give_up = GiveUp::new(driver, ttl_ms);

@@ -45,15 +45,23 @@ pub(crate) struct Waiting<'a> {
     backoff: Backoff,
     /// The channels (lock keys) whose releases wake the waiter.
     channels: &'a [String],
+    /// It waits to read (its name in line is a reader's).
+    reader: bool,
     /// Registered at the first refusal of a wait with a deadline.
     interests: Vec<Interest>,
     in_line: Option<InLine>,
 }
 
 impl<'a> Waiting<'a> {
-    /// A wait of `attempts` on `driver`, woken by releases on `channels`.
-    /// A wait with a deadline (`Budget::Until`) waits in line.
-    pub(crate) fn new(driver: &'a Driver, attempts: Attempts, channels: &'a [String]) -> Self {
+    /// A wait of `attempts` on `driver`, woken by releases on `channels`,
+    /// to read or not (`reader`). A wait with a deadline (`Budget::Until`)
+    /// waits in line.
+    pub(crate) fn new(
+        driver: &'a Driver,
+        attempts: Attempts,
+        channels: &'a [String],
+        reader: bool,
+    ) -> Self {
         let waits = attempts.waits() && driver.settings.fair;
         let in_line = waits.then(|| {
             let draws = (driver.draw(), driver.draw());
@@ -65,6 +73,7 @@ impl<'a> Waiting<'a> {
             started: Instant::now(),
             backoff: Backoff::default(),
             channels,
+            reader,
             interests: Vec::new(),
             in_line,
         }
@@ -112,7 +121,12 @@ impl<'a> Waiting<'a> {
             driver.hub(),
             self.interests.is_empty(),
         ) {
-            self.interests = self.channels.iter().map(|key| hub.register(key)).collect();
+            let me = self.in_line.map(|line| line.name(self.reader));
+            self.interests = self
+                .channels
+                .iter()
+                .map(|key| hub.register(key, me.as_deref()))
+                .collect();
         }
         let now = Instant::now();
         let budget = self
@@ -122,6 +136,7 @@ impl<'a> Waiting<'a> {
         let last = Last {
             collided: error.votes().is_some_and(|v| v.yes() > 0),
             holder_left: error.votes().and_then(Votes::min_pttl),
+            ahead: error.votes().and_then(Votes::min_ahead),
             woken: self.interests.iter().any(Interest::listening),
             quorum,
         };
@@ -141,16 +156,16 @@ impl<'a> Waiting<'a> {
             return Ok(());
         }
         let until = now + pause;
-        let woken = loop {
+        let (woken, for_me) = loop {
             let released = futures::future::select_all(
                 self.interests.iter_mut().map(|i| Box::pin(i.released())),
             );
             // Biased, as every select here: tokio picks unbiased branches at
             // random, which a seeded simulation could not replay.
-            let woken = tokio::select! {
+            let (woken, for_me) = tokio::select! {
                 biased;
-                () = tokio::time::sleep_until(until) => false,
-                _ = released => true,
+                () = tokio::time::sleep_until(until) => (false, false),
+                (for_me, _, _) = released => (true, for_me),
             };
             // While no quorum can count (quarantines), a release helps no
             // round: sleep on, until then or the next release.
@@ -158,13 +173,14 @@ impl<'a> Waiting<'a> {
                 || quorum == Counts::Now
                 || driver.quorum_counts(Instant::now()) == Counts::Now
             {
-                break woken;
+                break (woken, for_me);
             }
             self.before_attempt();
         };
-        if woken {
+        if woken && !for_me {
             // Every waiter hears the same release: stagger them so that one
-            // wins the nodes instead of all splitting the vote.
+            // wins the nodes instead of all splitting the vote. (A release
+            // that kept the lock for this waiter woke it alone.)
             tokio::time::sleep(retry.jitter(WAKE_SPREAD, driver.draw())).await;
         }
         Ok(())
@@ -197,7 +213,7 @@ pub(crate) async fn acquire_repeatedly(
         at_least,
     } = hold;
     let channels = [keys.first().to_owned()];
-    let mut waiting = Waiting::new(driver, attempts, &channels);
+    let mut waiting = Waiting::new(driver, attempts, &channels, keys.kind() == "read");
     // Taken back if this future is dropped while it waits (a caller
     // that stops waiting gives up).
     let mut give_up = GiveUp::new(driver, ttl.ms);

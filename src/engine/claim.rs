@@ -60,6 +60,12 @@ impl InLine {
         }
     }
 
+    /// Its name in line (`r…` for a reader, `w…` else): what a release
+    /// that keeps the lock for it names.
+    pub(crate) fn name(&self, reader: bool) -> String {
+        self.waiter().name(reader)
+    }
+
     fn waiter(&self) -> Waiter<'_> {
         Waiter {
             id: self.id.as_str(),

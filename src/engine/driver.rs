@@ -441,7 +441,9 @@ impl Driver {
         };
         let max_ttl = self.settings.max_ttl;
         for (node, answer) in votes.iter() {
-            if let Answer::Held { pttl: Some(left) } = answer
+            if let Answer::Held {
+                pttl: Some(left), ..
+            } = answer
                 && *left > max_ttl
             {
                 tracing::warn!(

@@ -127,6 +127,9 @@ struct Channel {
     waiters: usize,
     /// The releases each node reported, shared with the waiters.
     released: Arc<Released>,
+    /// The waiters in line, by their names in it (`w…` or `r…`): the
+    /// releases that name one, per node, each its own.
+    named: HashMap<Box<str>, Arc<Released>>,
     /// Per node: the subscription's state on its connection.
     subs: SmallVec<[Sub; 5]>,
     /// Undos whose reports wake nobody, oldest first ([`Hub::mute`]).
@@ -177,8 +180,10 @@ impl Hub {
     }
 
     /// Registers a waiter on the channel of `key` (the lock key), for as long
-    /// as the returned interest lives. Needs a tokio runtime.
-    pub(crate) fn register(self: &Arc<Self>, key: &str) -> Interest {
+    /// as the returned interest lives; a waiter in line gives its name in it
+    /// (`me`), and a release that keeps the lock for a waiter wakes that one
+    /// only. Needs a tokio runtime.
+    pub(crate) fn register(self: &Arc<Self>, key: &str, me: Option<&str>) -> Interest {
         let subscribers = self.subscribers.get_or_init(|| self.start());
         let mut channels = self.lock();
         let n = self.sources.len();
@@ -189,31 +194,43 @@ impl Hub {
             None => channels.entry(key.into()).or_insert_with(|| Channel {
                 waiters: 0,
                 released: Arc::new(Released::new(n, self.quorum)),
+                named: HashMap::new(),
                 subs: SmallVec::from_elem(Sub::No, n),
                 muted: Vec::new(),
             }),
         };
         entry.waiters += 1;
         let released = Arc::clone(&entry.released);
+        let mine = me.map(|me| {
+            let mine = Arc::new(Released::new(n, self.quorum));
+            entry.named.insert(me.into(), Arc::clone(&mine));
+            (me.into(), mine)
+        });
         if entry.waiters == 1 {
             for s in subscribers {
                 s.wake.notify_one();
             }
         }
         let seen = released.snapshot();
+        let seen_mine = mine.as_ref().map(|(_, m)| m.snapshot()).unwrap_or_default();
         Interest {
             registered: Some((Arc::clone(self), key.into())),
             released,
             seen,
+            mine,
+            seen_mine,
         }
     }
 
-    fn unregister(&self, key: &str) {
+    fn unregister(&self, key: &str, me: Option<&str>) {
         let mut channels = self.lock();
         let Some(entry) = channels.get_mut(key) else {
             return;
         };
         entry.waiters -= 1;
+        if let Some(me) = me {
+            entry.named.remove(me);
+        }
         if entry.unused() {
             channels.remove(key);
         } else if entry.waiters == 0 {
@@ -257,10 +274,17 @@ impl Hub {
         }
     }
 
-    /// Node `node` reported a release on `channel`, named by `nonce`: it
+    /// Node `node` reported a release on `channel`, named by `message`: its
+    /// nonce, and after a newline whom the lock is kept for, if anyone. It
     /// counts unless it is a muted undo's first report from that node (a
-    /// waiter counts nodes, not releases).
-    fn released(&self, channel: &str, nonce: &[u8], node: usize) {
+    /// waiter counts nodes, not releases): for every waiter, or where it
+    /// names whom the lock is kept for, for that waiter only (`r`: every
+    /// reader in line).
+    fn released(&self, channel: &str, message: &[u8], node: usize) {
+        let (nonce, kept) = match message.iter().position(|b| *b == b'\n') {
+            Some(at) => (&message[..at], Some(&message[at + 1..])),
+            None => (message, None),
+        };
         let mut channels = self.lock();
         let Some(entry) = channels.get_mut(channel) else {
             return;
@@ -282,11 +306,22 @@ impl Hub {
             entry.muted.remove(i);
         }
         tracing::trace!(channel, node, nonce = %String::from_utf8_lossy(nonce), "release reported");
-        entry.released.reported[node].fetch_add(1, Ordering::AcqRel);
-        // Each waiter checks its own quorum. Woken in the order they
-        // started waiting (a `watch` would wake them in a random order,
-        // which a seeded simulation could not replay).
-        entry.released.notify.notify_waiters();
+        match kept {
+            None => entry.released.report(node),
+            Some(b"r") => {
+                for (name, mine) in &entry.named {
+                    if name.starts_with('r') {
+                        mine.report(node);
+                    }
+                }
+            }
+            Some(name) => {
+                let name = std::str::from_utf8(name).unwrap_or_default();
+                if let Some(mine) = entry.named.get(name) {
+                    mine.report(node);
+                }
+            }
+        }
     }
 
     /// What node `node`'s connection must change next, at most
@@ -468,6 +503,22 @@ impl Released {
             .map(|n| n.load(Ordering::Acquire))
             .collect()
     }
+
+    /// Node `node` reported a release: its waiters check their quorum.
+    /// Woken in the order they started waiting (a `watch` would wake them
+    /// in a random order, which a seeded simulation could not replay).
+    fn report(&self, node: usize) {
+        self.reported[node].fetch_add(1, Ordering::AcqRel);
+        self.notify.notify_waiters();
+    }
+
+    /// The nodes whose count passed `seen`'s.
+    fn advanced<'a>(&'a self, seen: &'a [u64]) -> impl Iterator<Item = bool> + 'a {
+        self.reported
+            .iter()
+            .zip(seen)
+            .map(|(now, seen)| now.load(Ordering::Acquire) > *seen)
+    }
 }
 
 /// A waiter's registration on one channel; unregisters when dropped.
@@ -478,6 +529,9 @@ pub(crate) struct Interest {
     released: Arc<Released>,
     /// Per node: the releases it had reported when last marked seen.
     seen: SmallVec<[u64; 5]>,
+    /// A waiter in line: its name, and the releases that named it.
+    mine: Option<(Box<str>, Arc<Released>)>,
+    seen_mine: SmallVec<[u64; 5]>,
 }
 
 impl Interest {
@@ -486,16 +540,23 @@ impl Interest {
             registered: None,
             released: Arc::new(Released::new(0, 1)),
             seen: SmallVec::new(),
+            mine: None,
+            seen_mine: SmallVec::new(),
         }
     }
 
     /// Forgets releases seen so far: call before each attempt.
     pub(crate) fn mark_seen(&mut self) {
         self.seen = self.released.snapshot();
+        if let Some((_, mine)) = &self.mine {
+            self.seen_mine = mine.snapshot();
+        }
     }
 
-    /// Resolves at the first release since [`mark_seen`](Self::mark_seen).
-    pub(crate) async fn released(&mut self) {
+    /// Resolves at the first release since [`mark_seen`](Self::mark_seen):
+    /// `true` when a quorum of nodes named this waiter (the lock is kept for
+    /// it), `false` for releases that named no one.
+    pub(crate) async fn released(&mut self) -> bool {
         if self.registered.is_none() {
             std::future::pending::<()>().await;
         }
@@ -503,24 +564,42 @@ impl Interest {
             let notified = self.released.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if self.has_changed() {
-                return;
+            let named = self.mine.as_ref().map(|(_, mine)| mine.notify.notified());
+            let mut named = std::pin::pin!(named);
+            if let Some(named) = named.as_mut().as_pin_mut() {
+                named.enable();
             }
-            notified.await;
+            if let Some(for_me) = self.has_changed() {
+                return for_me;
+            }
+            match named.as_pin_mut() {
+                Some(named) => {
+                    tokio::select! {
+                        biased;
+                        () = notified => {}
+                        () = named => {}
+                    }
+                }
+                None => notified.await,
+            }
         }
     }
 
-    /// Whether a quorum of nodes have each reported a release since
-    /// [`mark_seen`](Self::mark_seen).
-    fn has_changed(&self) -> bool {
-        let advanced = self
-            .released
-            .reported
-            .iter()
-            .zip(&self.seen)
-            .filter(|(now, seen)| now.load(Ordering::Acquire) > **seen)
-            .count();
-        advanced >= self.released.quorum
+    /// Whether a quorum of nodes have each reported, since
+    /// [`mark_seen`](Self::mark_seen), a release that named no one or named
+    /// this waiter: `Some(true)` when the nodes that named it alone make a
+    /// quorum.
+    fn has_changed(&self) -> Option<bool> {
+        let any = self.released.advanced(&self.seen);
+        let (count, mine) = match &self.mine {
+            Some((_, mine)) => {
+                let named: SmallVec<[bool; 5]> = mine.advanced(&self.seen_mine).collect();
+                let count = any.zip(&named).filter(|(a, n)| *a || **n).count();
+                (count, named.iter().filter(|n| **n).count())
+            }
+            None => (any.filter(|a| *a).count(), 0),
+        };
+        (count >= self.released.quorum).then_some(mine >= self.released.quorum)
     }
 
     /// Whether a wake-up can be counted on: the channel is subscribed on a
@@ -535,7 +614,7 @@ impl Interest {
 impl Drop for Interest {
     fn drop(&mut self) {
         if let Some((hub, key)) = &self.registered {
-            hub.unregister(key);
+            hub.unregister(key, self.mine.as_ref().map(|(me, _)| &**me));
         }
     }
 }
@@ -558,14 +637,14 @@ mod tests {
     async fn channels_are_bounded_and_a_waiter_past_the_bound_polls() {
         let hub = hub();
         let held: Vec<Interest> = (0..MAX_CHANNELS)
-            .map(|i| hub.register(&format!("{{r{i}}}:lock")))
+            .map(|i| hub.register(&format!("{{r{i}}}:lock"), None))
             .collect();
         assert!(held.iter().all(|i| i.registered.is_some()));
-        let past = hub.register("{one-more}:lock");
+        let past = hub.register("{one-more}:lock", None);
         assert!(past.registered.is_none(), "registered past the bound");
         assert!(!past.listening());
         // A waiter on a channel already tracked still registers.
-        let again = hub.register("{r0}:lock");
+        let again = hub.register("{r0}:lock", None);
         assert!(again.registered.is_some());
         assert_eq!(hub.lock().len(), MAX_CHANNELS);
         drop(held);
@@ -578,10 +657,10 @@ mod tests {
     async fn a_sync_names_at_most_a_batch_and_pairs_that_cancel_are_never_sent() {
         let hub = hub();
         // Registered and gone before any sync: nothing to send.
-        drop(hub.register("{gone}:lock"));
+        drop(hub.register("{gone}:lock", None));
         assert_eq!(hub.next_batch(0), (vec![], vec![]));
         let held: Vec<Interest> = (0..MAX_BATCH + 10)
-            .map(|i| hub.register(&format!("{{r{i}}}:lock")))
+            .map(|i| hub.register(&format!("{{r{i}}}:lock"), None))
             .collect();
         let (subscribe, unsubscribe) = hub.next_batch(0);
         assert_eq!(subscribe.len(), MAX_BATCH);
@@ -605,19 +684,22 @@ mod tests {
     #[tokio::test]
     async fn a_release_wakes_the_waiter_at_its_quorum() {
         let hub = Hub::new(vec![deaf(), deaf(), deaf()], 2, None);
-        let mut waiter = hub.register("{r}:lock");
+        let mut waiter = hub.register("{r}:lock", None);
         waiter.mark_seen();
         hub.released("{r}:lock", b"n1", 0);
-        assert!(!waiter.has_changed(), "woken before a quorum");
+        assert!(waiter.has_changed().is_none(), "woken before a quorum");
         hub.released("{r}:lock", b"n1", 1);
         hub.released("{r}:lock", b"n1", 2);
-        assert!(waiter.has_changed());
+        assert!(waiter.has_changed().is_some());
         waiter.mark_seen();
         // A release reported before the last attempt counts no more.
-        assert!(!waiter.has_changed());
+        assert!(waiter.has_changed().is_none());
         hub.released("{r}:lock", b"n2", 0);
         hub.released("{r}:lock", b"n2", 2);
-        assert!(waiter.has_changed(), "a second release woke nobody");
+        assert!(
+            waiter.has_changed().is_some(),
+            "a second release woke nobody"
+        );
     }
 
     /// An undo's reports wake nobody, each node's first one; a release
@@ -626,21 +708,24 @@ mod tests {
     #[tokio::test]
     async fn an_undo_wakes_nobody() {
         let hub = Hub::new(vec![deaf(), deaf(), deaf()], 2, None);
-        let mut waiter = hub.register("{r}:lock");
-        let mut other = hub.register("{r}:lock");
+        let mut waiter = hub.register("{r}:lock", None);
+        let mut other = hub.register("{r}:lock", None);
         waiter.mark_seen();
         other.mark_seen();
         hub.mute(&["{r}:lock".into(), "{r}:fence".into()], "undone");
         for node in 0..3 {
             hub.released("{r}:lock", b"undone", node);
         }
-        assert!(!waiter.has_changed(), "woken by an undo");
-        assert!(!other.has_changed(), "another waiter woken by an undo");
+        assert!(waiter.has_changed().is_none(), "woken by an undo");
+        assert!(
+            other.has_changed().is_none(),
+            "another waiter woken by an undo"
+        );
         // Heard from every node: forgotten.
         assert!(hub.lock()["{r}:lock"].muted.is_empty());
         hub.released("{r}:lock", b"held", 0);
         hub.released("{r}:lock", b"held", 1);
-        assert!(waiter.has_changed(), "a release woke nobody");
+        assert!(waiter.has_changed().is_some(), "a release woke nobody");
         // Bounded per channel, whatever the undos.
         for i in 0..100 {
             hub.mute(&["{r}:lock".into()], &format!("u{i}"));
@@ -655,13 +740,13 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_mute_is_bounded_in_time() {
         let hub = Hub::new(vec![deaf(), deaf(), deaf()], 2, None);
-        let mut waiter = hub.register("{r}:lock");
+        let mut waiter = hub.register("{r}:lock", None);
         waiter.mark_seen();
         hub.mute(&["{r}:lock".into()], "late");
         tokio::time::sleep(MUTE_FOR).await;
         hub.released("{r}:lock", b"late", 0);
         hub.released("{r}:lock", b"late", 1);
-        assert!(waiter.has_changed());
+        assert!(waiter.has_changed().is_some());
         assert!(hub.lock()["{r}:lock"].muted.is_empty());
     }
 
@@ -672,22 +757,28 @@ mod tests {
     #[tokio::test]
     async fn interleaved_releases_wake_once_a_quorum_of_nodes_reported() {
         let hub = Hub::new(vec![deaf(), deaf(), deaf(), deaf(), deaf()], 3, None);
-        let mut waiter = hub.register("{r}:writer");
+        let mut waiter = hub.register("{r}:writer", None);
         waiter.mark_seen();
         for node in 0..2 {
             hub.released("{r}:writer", b"a", node);
             hub.released("{r}:writer", b"b", node);
         }
-        assert!(!waiter.has_changed(), "woken before a quorum");
+        assert!(waiter.has_changed().is_none(), "woken before a quorum");
         hub.released("{r}:writer", b"a", 2);
-        assert!(waiter.has_changed(), "three nodes reported: no wake-up");
+        assert!(
+            waiter.has_changed().is_some(),
+            "three nodes reported: no wake-up"
+        );
         waiter.mark_seen();
         hub.released("{r}:writer", b"a", 3);
         hub.released("{r}:writer", b"b", 4);
-        assert!(!waiter.has_changed(), "two nodes since the attempt woke it");
+        assert!(
+            waiter.has_changed().is_none(),
+            "two nodes since the attempt woke it"
+        );
         hub.released("{r}:writer", b"b", 2);
         assert!(
-            waiter.has_changed(),
+            waiter.has_changed().is_some(),
             "three nodes since the attempt: no wake-up"
         );
     }
@@ -699,15 +790,57 @@ mod tests {
     async fn a_burst_of_any_size_wakes_the_waiter_at_the_quorum() {
         for burst in [1_u32, 8, 9, 64, 1000] {
             let hub = Hub::new(vec![deaf(), deaf(), deaf(), deaf(), deaf()], 3, None);
-            let mut waiter = hub.register("{r}:writer");
+            let mut waiter = hub.register("{r}:writer", None);
             waiter.mark_seen();
             for node in 0..3 {
-                assert!(!waiter.has_changed(), "{burst}: woken before node {node}");
+                assert!(
+                    waiter.has_changed().is_none(),
+                    "{burst}: woken before node {node}"
+                );
                 for i in 0..burst {
                     hub.released("{r}:writer", &i.to_be_bytes(), node);
                 }
             }
-            assert!(waiter.has_changed(), "a burst of {burst} woke nobody");
+            assert!(
+                waiter.has_changed().is_some(),
+                "a burst of {burst} woke nobody"
+            );
         }
+    }
+
+    /// A release that keeps the lock for one waiter wakes that waiter only,
+    /// at a quorum of nodes naming it; one for the readers wakes every
+    /// reader; one that names no one wakes everyone.
+    #[tokio::test]
+    async fn a_release_wakes_the_one_waiter_it_kept_the_lock_for() {
+        let hub = Hub::new(vec![deaf(), deaf(), deaf()], 2, None);
+        let mut head = hub.register("{r}:lock", Some("w300:head"));
+        let mut next = hub.register("{r}:lock", Some("w300:next"));
+        let mut reader = hub.register("{r}:lock", Some("r300:reader"));
+        for w in [&mut head, &mut next, &mut reader] {
+            w.mark_seen();
+        }
+        hub.released("{r}:lock", b"t1\nw300:head", 0);
+        assert_eq!(head.has_changed(), None, "woken before a quorum");
+        hub.released("{r}:lock", b"t1\nw300:head", 1);
+        assert_eq!(head.has_changed(), Some(true));
+        assert_eq!(next.has_changed(), None, "a waiter woken for another");
+        assert_eq!(reader.has_changed(), None);
+        hub.released("{r}:lock", b"t2\nr", 0);
+        hub.released("{r}:lock", b"t2\nr", 2);
+        assert_eq!(reader.has_changed(), Some(true));
+        assert_eq!(next.has_changed(), None, "a writer woken for the readers");
+        // A node that named the head and one that named no one: a quorum
+        // of releases for `head`, not all of them its own.
+        head.mark_seen();
+        hub.released("{r}:lock", b"t3\nw300:head", 0);
+        hub.released("{r}:lock", b"t3", 1);
+        assert_eq!(head.has_changed(), Some(false));
+        assert_eq!(next.has_changed(), None, "one node woke `next`");
+        hub.released("{r}:lock", b"t3", 2);
+        assert_eq!(next.has_changed(), Some(false));
+        // Gone with its waiter.
+        drop(head);
+        assert!(!hub.lock()["{r}:lock"].named.contains_key("w300:head"));
     }
 }

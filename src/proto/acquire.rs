@@ -111,7 +111,12 @@ mod tests {
     #[test]
     fn a_failed_write_back_reports_the_acquires_answers_for_the_others() {
         let mut a = Acquisition::default();
-        let held = || Some(Ok(Reply::Held { pttl_ms: Some(5) }));
+        let held = || {
+            Some(Ok(Reply::Held {
+                pttl_ms: Some(5),
+                ahead: None,
+            }))
+        };
         let t = tally(
             ACQUIRE,
             vec![
@@ -184,7 +189,10 @@ mod tests {
             vec![
                 Some(Ok(Reply::Fence(4))),
                 Some(Ok(Reply::Fence(9))),
-                Some(Ok(Reply::Held { pttl_ms: None })),
+                Some(Ok(Reply::Held {
+                    pttl_ms: None,
+                    ahead: None,
+                })),
             ],
         );
         match a.next(t, true) {

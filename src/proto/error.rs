@@ -131,6 +131,10 @@ pub enum Answer {
         /// reentrant, multi-resource and fenced scripts report it; a plain
         /// single try is one native `SET NX PX`, which does not.
         pttl: Option<Duration>,
+        /// For a waiter in the lock's line (fair waiting): how many waiters
+        /// not yet served are ahead of it on this node, counted up to 64.
+        /// `None`: the round did not wait in line.
+        ahead: Option<u32>,
     },
     /// The node does not hold our token (for extend: the lease is gone there).
     NotHeld,
@@ -239,7 +243,19 @@ impl Votes {
         self.nodes
             .iter()
             .filter_map(|(_, a)| match a {
-                Answer::Held { pttl } => *pttl,
+                Answer::Held { pttl, .. } => *pttl,
+                _ => None,
+            })
+            .min()
+    }
+
+    /// The fewest waiters any node reported ahead of this round's waiter
+    /// in line, if it waited in line.
+    pub fn min_ahead(&self) -> Option<u32> {
+        self.nodes
+            .iter()
+            .filter_map(|(_, a)| match a {
+                Answer::Held { ahead, .. } => *ahead,
                 _ => None,
             })
             .min()
@@ -287,10 +303,17 @@ impl fmt::Display for Answer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Answer::Yes => f.write_str("yes"),
-            Answer::Held { pttl: Some(t) } => {
-                write!(f, "held by another holder, {} ms left", t.as_millis())
+            Answer::Held { pttl, ahead } => {
+                f.write_str("held by another holder")?;
+                if let Some(t) = pttl {
+                    write!(f, ", {} ms left", t.as_millis())?;
+                }
+                match ahead {
+                    Some(0) => f.write_str(", next in line"),
+                    Some(n) => write!(f, ", {n} ahead in line"),
+                    None => Ok(()),
+                }
             }
-            Answer::Held { pttl: None } => f.write_str("held by another holder"),
             Answer::NotHeld => f.write_str("not held by us"),
             Answer::Failed(e) => write!(f, "{e}"),
             Answer::Undecided => f.write_str("not waited for (the round had decided)"),

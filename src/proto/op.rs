@@ -419,6 +419,9 @@ pub enum Reply {
         /// The remaining TTL; `None` when the key has no expiry, or when the
         /// operation did not ask ([`Op::Acquire`] without `holder_ttl`).
         pttl_ms: Option<u64>,
+        /// For a waiter in line: how many waiters not yet served are ahead
+        /// of it on this node, counted up to 64 (`None`: not in line).
+        ahead: Option<u32>,
     },
     /// An extend, release or write-back found the key absent or held by
     /// another token (or owner).

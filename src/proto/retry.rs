@@ -91,6 +91,22 @@ impl Default for Retry {
 /// them wins the nodes instead of all splitting the vote.
 pub(crate) const WAKE_SPREAD: Duration = Duration::from_millis(3);
 
+/// Waiters in line nearer the head than this come back when the key they
+/// were refused by expires (the holder's, or one kept for the waiter before
+/// them, which lapses if that waiter never comes); those farther back sleep
+/// until a release names them (docs/design.md, "Fair waiting").
+pub(crate) const NEAR_HEAD: u32 = 2;
+
+/// A waiter farther back than [`NEAR_HEAD`] polls, should the release that
+/// names it be lost, after this per waiter ahead of it (at most
+/// [`FAR_AHEAD`] of them): the line's polls cost about
+/// `Σ 1 / (FAR_STEP · min(k, 64))` rounds a second, some 70 for a thousand
+/// waiters, whatever the hand-over rate.
+pub(crate) const FAR_STEP: Duration = Duration::from_millis(250);
+
+/// The most waiters ahead a node counts (`line.lua`'s `LINE_AHEAD`).
+pub(crate) const FAR_AHEAD: u32 = 64;
+
 /// Collisions in a row beyond which the backoff stops doubling.
 const MAX_DOUBLINGS: u32 = 6;
 
@@ -175,6 +191,10 @@ pub(crate) struct Last {
     pub(crate) holder_left: Option<Duration>,
     /// A release will wake the caller (it listens, with a quorum of nodes).
     pub(crate) woken: bool,
+    /// For a waiter in line: the fewest waiters a node reported ahead of
+    /// it. One far back sleeps until a release names it (the lock kept for
+    /// it), polling seldom (`FAR_STEP` per waiter ahead, at most 64).
+    pub(crate) ahead: Option<u32>,
     /// When a quorum of nodes' yeses will count again (quarantines).
     pub(crate) quorum: Counts,
 }
@@ -234,6 +254,15 @@ impl Backoff {
                     // Polling: never past the holder's expiry.
                     _ => retry.jitter(last.holder_left.unwrap_or(Duration::MAX), draw),
                 };
+                // Far back in line: a release that keeps the lock for this
+                // waiter wakes it; until then it polls seldom.
+                let pause = match last.ahead {
+                    Some(ahead) if last.woken && ahead >= NEAR_HEAD => {
+                        let far = FAR_STEP * ahead.min(FAR_AHEAD);
+                        pause.max(far + retry.jitter(FAR_STEP, draw))
+                    }
+                    _ => pause,
+                };
                 // No round can be granted before a quorum counts again: no
                 // attempt before then (spread a little, as on a holder).
                 let pause = match last.quorum {
@@ -273,6 +302,7 @@ mod tests {
             collided,
             holder_left,
             woken,
+            ahead: None,
             quorum: Counts::Now,
         }
     }

@@ -96,8 +96,9 @@ pub(crate) fn vote(step: Step, reply: &Result<Reply, NodeError>) -> Vote {
 pub(crate) fn answer(reply: Result<Reply, NodeError>) -> Answer {
     match reply {
         Ok(Reply::Done | Reply::Restored | Reply::Fence(_) | Reply::Snapshot(_)) => Answer::Yes,
-        Ok(Reply::Held { pttl_ms }) => Answer::Held {
+        Ok(Reply::Held { pttl_ms, ahead }) => Answer::Held {
             pttl: pttl_ms.map(Duration::from_millis),
+            ahead,
         },
         Ok(Reply::NotHeld) => Answer::NotHeld,
         Ok(Reply::PermitsDiffer { permits }) => Answer::PermitsDiffer { permits },
@@ -320,7 +321,10 @@ mod tests {
     }
 
     fn held() -> Result<Reply, NodeError> {
-        Ok(Reply::Held { pttl_ms: Some(5) })
+        Ok(Reply::Held {
+            pttl_ms: Some(5),
+            ahead: None,
+        })
     }
 
     #[test]
@@ -407,7 +411,13 @@ mod tests {
         let votes = |answers: Vec<Answer>| {
             Votes::new(answers.into_iter().map(|a| ("n".into(), a)).collect())
         };
-        let taken = votes(vec![Answer::Held { pttl: None }, Answer::Yes]);
+        let taken = votes(vec![
+            Answer::Held {
+                pttl: None,
+                ahead: None,
+            },
+            Answer::Yes,
+        ]);
         assert!(matches!(
             refusal(Decision::Refused, taken),
             LockError::Taken { .. }

@@ -27,7 +27,7 @@
 //!     waiter: None,
 //! };
 //! assert_eq!(store.apply(acquire("a"), 0)?, Reply::Done);
-//! assert_eq!(store.apply(acquire("b"), 40)?, Reply::Held { pttl_ms: Some(60) });
+//! assert_eq!(store.apply(acquire("b"), 40)?, Reply::Held { pttl_ms: Some(60), ahead: None });
 //! assert_eq!(store.apply(acquire("b"), 101)?, Reply::Done); // a's key has expired
 //! # Ok::<(), redquorum::NodeError>(())
 //! ```
@@ -159,6 +159,7 @@ fn labeled(token: &str, label: &str) -> String {
 fn held(entry: &Entry, now: u64) -> Reply {
     Reply::Held {
         pttl_ms: entry.pttl(now),
+        ahead: None,
     }
 }
 
@@ -200,9 +201,20 @@ impl Store {
     }
 
     fn publish(&mut self, channel: &str, nonce: &str) {
+        self.publish_to(channel, nonce, None);
+    }
+
+    /// `notify.lua`: the release of `nonce`, naming whom the lock is kept
+    /// for, if anyone (`nonce`, a newline, the name).
+    fn publish_to(&mut self, channel: &str, nonce: &str, kept: Option<&str>) {
+        let mut nonce = nonce.as_bytes().to_vec();
+        if let Some(kept) = kept {
+            nonce.push(b'\n');
+            nonce.extend_from_slice(kept.as_bytes());
+        }
         self.published.push(Notice {
             channel: channel.to_owned(),
-            nonce: nonce.as_bytes().to_vec(),
+            nonce,
         });
     }
 

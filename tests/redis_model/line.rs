@@ -252,3 +252,70 @@ async fn the_model_keeps_a_line_as_redis_does() {
         .await
         .expect("del");
 }
+
+/// The line at its bound: 1024 waiters (`MAX_LINE`) each told how many are
+/// ahead (counted up to 64), the next one refused with no place (as many
+/// ahead as can be told, and it is never served first: its earlier ticket
+/// does not count), and the release keeps the lock for the head of the line
+/// and names it to the waiters.
+#[tokio::test]
+async fn the_line_holds_max_line_waiters_and_no_more() {
+    let mut pair = Pair::new().await;
+    let k = K::new();
+    let lock = k.get("lock");
+    let line = k.range("lock:line", "lock:alive");
+    let acquire = |token, waiter| Op::Acquire {
+        key: lock,
+        token,
+        label: "",
+        ttl_ms: 10_000,
+        holder_ttl: true,
+        line,
+        waiter,
+    };
+    pair.both(acquire("a", None)).await.unwrap();
+    let ids: Vec<String> = (0..=redquorum::node::MAX_LINE)
+        .map(|i| format!("w{i}"))
+        .collect();
+    for (i, id) in ids.iter().enumerate().take(redquorum::node::MAX_LINE) {
+        let reply = pair.both(acquire("x", waiter(id, 1_000 + i as u64))).await;
+        let ahead = u32::try_from(i.min(64)).unwrap();
+        assert!(
+            matches!(reply, Ok(Reply::Held { ahead: Some(a), .. }) if a == ahead),
+            "waiter {i}: {reply:?}"
+        );
+    }
+    // Past the bound: no place, whatever its ticket.
+    let last = &ids[redquorum::node::MAX_LINE];
+    let reply = pair.both(acquire("y", waiter(last, 1))).await;
+    assert!(
+        matches!(
+            reply,
+            Ok(Reply::Held {
+                ahead: Some(64),
+                ..
+            })
+        ),
+        "{reply:?}"
+    );
+    pair.same_keys(line).await;
+    pair.store.take_published();
+    let release = Op::Release {
+        key: lock,
+        token: "a",
+        line,
+        waiter: None,
+    };
+    assert_eq!(pair.both(release).await, Ok(Reply::Done));
+    let published = pair.store.take_published();
+    assert_eq!(published.len(), 1);
+    assert_eq!(published[0].nonce, b"a\nw5000:w0");
+    assert!(matches!(
+        pair.both(acquire("y", waiter(last, 1))).await,
+        Ok(Reply::Held { .. })
+    ));
+    assert_eq!(
+        pair.both(acquire("z", waiter(&ids[0], 1_000))).await,
+        Ok(Reply::Done)
+    );
+}

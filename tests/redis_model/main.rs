@@ -120,7 +120,16 @@ fn same_value(a: &[u8], b: &[u8]) -> bool {
 
 fn same_reply(a: &Reply, b: &Reply) -> bool {
     match (a, b) {
-        (Reply::Held { pttl_ms: x }, Reply::Held { pttl_ms: y }) => close_ttl(*x, *y),
+        (
+            Reply::Held {
+                pttl_ms: x,
+                ahead: a,
+            },
+            Reply::Held {
+                pttl_ms: y,
+                ahead: b,
+            },
+        ) => a == b && close_ttl(*x, *y),
         (Reply::Fence(x), Reply::Fence(y)) => close_counter(*x, *y),
         (Reply::Snapshot(x), Reply::Snapshot(y)) => same_snapshot(x, y),
         _ => a == b,

@@ -307,7 +307,7 @@ async fn only_a_waiter_asks_for_the_holders_ttl() {
     // no longer than the holder's 20 s.
     assert!(votes.held() >= 3, "{votes}");
     for (node, answer) in votes.iter() {
-        if let Answer::Held { pttl } = answer {
+        if let Answer::Held { pttl, .. } = answer {
             assert!(
                 pttl.is_some_and(|t| t > Duration::from_secs(10) && t <= Duration::from_secs(20)),
                 "{node}: {answer:?}"

@@ -64,7 +64,8 @@ async fn waiters(redlock: &Redlock, resource: &str, waiters: usize, end: Instant
                 let mut grants = 0;
                 while Instant::now() < end {
                     let left = end.saturating_duration_since(Instant::now());
-                    let lock = tokio::time::timeout(left, redlock.lock_with(&resource, TTL, &options));
+                    let lock =
+                        tokio::time::timeout(left, redlock.lock_with(&resource, TTL, &options));
                     let Ok(Ok(lock)) = lock.await else { continue };
                     assert!(!busy.swap(true, Ordering::SeqCst), "two holders at once");
                     tokio::time::sleep(HOLD).await;
@@ -88,7 +89,10 @@ async fn script_calls(urls: &[String]) -> u64 {
     let mut total = 0;
     for url in urls {
         let client = redis::Client::open(url.as_str()).expect("url");
-        let mut conn = client.get_multiplexed_async_connection().await.expect("node");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("node");
         let info: String = redis::cmd("INFO")
             .arg("commandstats")
             .query_async(&mut conn)
@@ -118,7 +122,10 @@ async fn leftovers(urls: &[String]) -> usize {
     let mut left = 0;
     for url in urls {
         let client = redis::Client::open(url.as_str()).expect("url");
-        let mut conn = client.get_multiplexed_async_connection().await.expect("node");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("node");
         let keys: Vec<String> = redis::cmd("KEYS")
             .arg("bench:hotkey:*:lock")
             .query_async(&mut conn)
@@ -225,8 +232,12 @@ async fn main() {
     }
     let urls = nodes();
     assert!(!urls.is_empty(), "REDQUORUM_NODES: the nodes' URLs");
-    let secs: u64 = env_or("REDQUORUM_BENCH_SECS", "10").parse().expect("seconds");
-    let procs: usize = env_or("REDQUORUM_BENCH_PROCS", "10").parse().expect("procs");
+    let secs: u64 = env_or("REDQUORUM_BENCH_SECS", "10")
+        .parse()
+        .expect("seconds");
+    let procs: usize = env_or("REDQUORUM_BENCH_PROCS", "10")
+        .parse()
+        .expect("procs");
     let counts: Vec<usize> = env_or("REDQUORUM_BENCH_WAITERS", "10,100,1000")
         .split(',')
         .map(|c| c.parse().expect("a count"))

@@ -23,6 +23,7 @@ fn lock(kind: &'static str, step: &'static str) -> Subject {
 
 const HELD: Answer = Answer::Held {
     pttl: Some(Duration::from_millis(2_300)),
+    ahead: None,
 };
 
 /// Each message says what happened and what to do, in one sentence,

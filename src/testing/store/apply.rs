@@ -27,14 +27,20 @@ impl Store {
                         Reply::Done
                     } else {
                         let pttl = self.peek(key, now).and_then(|e| e.pttl(now));
-                        self.line_wait(line, &me, &waiter, pttl, now)?;
-                        Reply::Held { pttl_ms: pttl }
+                        let ahead = self.line_wait(line, &me, &waiter, pttl, now)?;
+                        Reply::Held {
+                            pttl_ms: pttl,
+                            ahead: Some(ahead),
+                        }
                     }
                 }
                 None => match self.live(key, now) {
                     // `SET NX` answers nil; acquire.lua the PTTL.
                     Some(e) if holder_ttl => held(e, now),
-                    Some(_) => Reply::Held { pttl_ms: None },
+                    Some(_) => Reply::Held {
+                        pttl_ms: None,
+                        ahead: None,
+                    },
                     None => {
                         self.set(key, Entry::text(&labeled(token, label), now, ttl_ms));
                         Reply::Done
@@ -91,10 +97,14 @@ impl Store {
                 let me = waiter.map(|w| w.name(false));
                 if !self.free_to(key, me.as_deref(), now) {
                     let pttl = self.peek(key, now).and_then(|e| e.pttl(now));
-                    if let (Some(w), Some(me)) = (waiter, &me) {
-                        self.line_wait(line, me, &w, pttl, now)?;
-                    }
-                    return Ok(Reply::Held { pttl_ms: pttl });
+                    let ahead = match (waiter, &me) {
+                        (Some(w), Some(me)) => Some(self.line_wait(line, me, &w, pttl, now)?),
+                        _ => None,
+                    };
+                    return Ok(Reply::Held {
+                        pttl_ms: pttl,
+                        ahead,
+                    });
                 }
                 // `INCR` keeps the counter's expiry (it has none); the
                 // counter is floored at the clock in microseconds, as the
@@ -203,7 +213,10 @@ impl Store {
                     }
                 }
                 if held_any {
-                    return Ok(Reply::Held { pttl_ms: least });
+                    return Ok(Reply::Held {
+                        pttl_ms: least,
+                        ahead: None,
+                    });
                 }
                 for key in keys {
                     self.set(key, Entry::text(&labeled(token, label), now, ttl_ms));
@@ -305,12 +318,16 @@ impl Store {
                 }
                 let ours = self.holds_text(writer, token, now);
                 let changed = ours || self.free_to_kept(writer, me.as_deref(), now);
-                if changed && !self.hand_over(writer, line, now)? {
+                let kept = match changed {
+                    true => self.hand_over(writer, line, now)?,
+                    false => None,
+                };
+                if changed && kept.is_none() {
                     self.keys.remove(writer);
                 }
                 let intent_gone = self.delete_if(intent, token, now);
                 if changed || intent_gone {
-                    self.publish(writer, token);
+                    self.publish_to(writer, token, kept.as_deref());
                 }
                 if ours || intent_gone {
                     Reply::Done
@@ -388,10 +405,14 @@ impl Store {
         };
         if let Some(e) = stands {
             let pttl = e.pttl(now);
-            if let (Some(w), Some(me)) = (waiter, &me) {
-                self.line_wait(line, me, &w, pttl, now)?;
-            }
-            return Ok(Reply::Held { pttl_ms: pttl });
+            let ahead = match (waiter, &me) {
+                (Some(w), Some(me)) => Some(self.line_wait(line, me, &w, pttl, now)?),
+                _ => None,
+            };
+            return Ok(Reply::Held {
+                pttl_ms: pttl,
+                ahead,
+            });
         }
         self.prune(readers, now)?;
         self.zadd(readers, token, score(now.saturating_add(ttl_ms)), now)?;
@@ -429,10 +450,14 @@ impl Store {
         let me = waiter.map(|w| w.name(false));
         if !self.free_to(writer, me.as_deref(), now) {
             let pttl = self.peek(writer, now).and_then(|e| e.pttl(now));
-            if let (Some(w), Some(me)) = (waiter, &me) {
-                self.line_wait(line, me, &w, pttl, now)?;
-            }
-            return Ok(Reply::Held { pttl_ms: pttl });
+            let ahead = match (waiter, &me) {
+                (Some(w), Some(me)) => Some(self.line_wait(line, me, &w, pttl, now)?),
+                _ => None,
+            };
+            return Ok(Reply::Held {
+                pttl_ms: pttl,
+                ahead,
+            });
         }
         self.prune(readers, now)?;
         let last = match self.zset(readers, now)? {
@@ -445,11 +470,13 @@ impl Store {
             let stands = self.peek(intent, now).and_then(|e| e.pttl(now));
             let keep = stands.map_or(left + ttl_ms, |s| s.max(left + ttl_ms));
             self.set(intent, Entry::text(token, now, keep));
-            if let (Some(w), Some(me)) = (waiter, &me) {
-                self.line_wait(line, me, &w, Some(left), now)?;
-            }
+            let ahead = match (waiter, &me) {
+                (Some(w), Some(me)) => Some(self.line_wait(line, me, &w, Some(left), now)?),
+                _ => None,
+            };
             return Ok(Reply::Held {
                 pttl_ms: Some(left),
+                ahead,
             });
         }
         self.set(writer, Entry::text(&labeled(token, label), now, ttl_ms));
@@ -505,15 +532,20 @@ impl Store {
                 let left = u64::try_from(until - score(now)).unwrap_or(0);
                 return Ok(Reply::Held {
                     pttl_ms: Some(left),
+                    ahead: None,
                 });
             }
         }
         if !self.free_to(slot, me.as_deref(), now) {
             let pttl = self.peek(slot, now).and_then(|e| e.pttl(now));
-            if let (Some(w), Some(me)) = (waiter, &me) {
-                self.line_wait(line, me, &w, pttl, now)?;
-            }
-            return Ok(Reply::Held { pttl_ms: pttl });
+            let ahead = match (waiter, &me) {
+                (Some(w), Some(me)) => Some(self.line_wait(line, me, &w, pttl, now)?),
+                _ => None,
+            };
+            return Ok(Reply::Held {
+                pttl_ms: pttl,
+                ahead,
+            });
         }
         self.set(slot, Entry::text(&labeled(token, label), now, ttl_ms));
         self.zadd(holders, token, score(now.saturating_add(ttl_ms)), now)?;

@@ -2,6 +2,13 @@
 //! to it.
 
 use super::{Entry, PRUNE_AT_ONCE, SERVED, Store, after_last, score};
+
+/// `line.lua`'s `LINE_AHEAD`: waiters ahead are counted up to this.
+pub(super) const MAX_AHEAD: u32 = 64;
+/// `line.lua`'s `NEAR_HEAD` and `FAR_STEP` (ms): how long a waiter far back
+/// stays in line (`crate::proto::retry`'s, which it sleeps by).
+const NEAR_HEAD: u32 = crate::proto::retry::NEAR_HEAD;
+const FAR_STEP_MS: u64 = crate::proto::retry::FAR_STEP.as_millis() as u64;
 use crate::proto::error::NodeError;
 use crate::proto::op::{KEPT, MAX_LINE, READERS_TURN, Reply, Waiter};
 
@@ -44,7 +51,8 @@ impl Store {
     }
 
     /// `line_wait`: a refused waiter stays in line for the holder's time
-    /// left (`pttl`, `None` for no expiry), an eighth more and its patience.
+    /// left (`pttl`, `None` for no expiry), an eighth more and its patience;
+    /// the waiters ahead of it (`line_ahead`).
     pub(super) fn line_wait(
         &mut self,
         line: &[String],
@@ -52,10 +60,45 @@ impl Store {
         waiter: &Waiter<'_>,
         pttl: Option<u64>,
         now: u64,
-    ) -> Result<(), NodeError> {
+    ) -> Result<u32, NodeError> {
         let left = pttl.unwrap_or(0);
-        let deadline = now + left + left / 8 + waiter.patience_ms;
-        self.line_join(line, who, waiter.ticket, deadline, now)
+        let away = left + left / 8;
+        self.line_join(
+            line,
+            who,
+            waiter.ticket,
+            now + away + waiter.patience_ms,
+            now,
+        )?;
+        let ahead = self.line_ahead(line, who, now)?;
+        if ahead >= NEAR_HEAD {
+            let far = FAR_STEP_MS * u64::from(ahead + 1);
+            if far > away {
+                let deadline = now + far + waiter.patience_ms;
+                self.line_join(line, who, waiter.ticket, deadline, now)?;
+            }
+        }
+        Ok(ahead)
+    }
+
+    /// `line_ahead`: the waiters not yet served ahead of `who` (a lower
+    /// ticket), up to [`MAX_AHEAD`]; 0 for one served, [`MAX_AHEAD`] for
+    /// one not in line.
+    fn line_ahead(&mut self, line: &[String], who: &str, now: u64) -> Result<u32, NodeError> {
+        let Some(members) = self.zset(&line[0], now)? else {
+            return Ok(MAX_AHEAD);
+        };
+        Ok(match members.get(who) {
+            None => MAX_AHEAD,
+            Some(ticket) if *ticket >= SERVED => 0,
+            Some(ticket) => {
+                let ahead = members
+                    .values()
+                    .filter(|t| (0..*ticket).contains(*t))
+                    .count();
+                u32::try_from(ahead).unwrap_or(MAX_AHEAD).min(MAX_AHEAD)
+            }
+        })
     }
 
     /// Whether a reader whose deadline has not passed stands in `line`
@@ -84,16 +127,17 @@ impl Store {
     }
 
     /// `line_hand_over`: keeps `key` for the first waiter in `line` not yet
-    /// served; false when no one waits.
+    /// served; whom it is kept for (the waiter's name, `r` for the
+    /// readers), `None` when no one waits.
     pub(super) fn hand_over(
         &mut self,
         key: &str,
         line: &[String],
         now: u64,
-    ) -> Result<bool, NodeError> {
+    ) -> Result<Option<String>, NodeError> {
         let (queue, alive) = (&line[0], &line[1]);
         if self.live(queue, now).is_none() {
-            return Ok(false);
+            return Ok(None);
         }
         let mut gone: Vec<(i64, String)> = match self.zset(alive, now)? {
             Some(members) => members
@@ -116,7 +160,7 @@ impl Store {
             None => None,
         };
         let Some((head, ticket)) = head else {
-            return Ok(false);
+            return Ok(None);
         };
         let deadline = match self.zset(alive, now)? {
             Some(members) => members.get(&head).copied().unwrap_or(0),
@@ -131,13 +175,33 @@ impl Store {
         let keep = u64::try_from(patience.min(left).max(1)).unwrap_or(1);
         if head.starts_with('r') {
             self.set(key, Entry::text(READERS_TURN, now, keep));
-        } else {
-            self.set(key, Entry::text(&format!("{KEPT}{head}"), now, keep));
-            self.zadd(queue, &head, ticket + SERVED, now)?;
-            // `ZADD XX`: the served waiter's deadline is the kept lock's end.
-            self.zadd(alive, &head, score(now + keep), now)?;
+            return Ok(Some("r".to_owned()));
         }
-        Ok(true)
+        self.set(key, Entry::text(&format!("{KEPT}{head}"), now, keep));
+        self.zadd(queue, &head, ticket + SERVED, now)?;
+        // `ZADD XX`: the served waiter's deadline is the kept lock's end.
+        self.zadd(alive, &head, score(now + keep), now)?;
+        Ok(Some(head))
+    }
+
+    /// Gives `key` to `line`'s first waiter, or deletes it; publishes the
+    /// release of `token`, naming whom it is kept for.
+    fn hand_over_or_delete(
+        &mut self,
+        key: &str,
+        token: &str,
+        line: &[String],
+        now: u64,
+    ) -> Result<(), NodeError> {
+        let kept = match line.len() {
+            2 => self.hand_over(key, line, now)?,
+            _ => None,
+        };
+        if kept.is_none() {
+            self.keys.remove(key);
+        }
+        self.publish_to(key, token, kept.as_deref());
+        Ok(())
     }
 
     /// `release.lua` on `key` with `line`: if `key` holds `token` (or, for
@@ -156,10 +220,7 @@ impl Store {
             self.line_leave(line, me, now);
         }
         if self.holds_text(key, token, now) {
-            if line.len() != 2 || !self.hand_over(key, line, now)? {
-                self.keys.remove(key);
-            }
-            self.publish(key, token);
+            self.hand_over_or_delete(key, token, line, now)?;
             return Ok(Reply::Done);
         }
         match me {
@@ -179,10 +240,7 @@ impl Store {
         now: u64,
     ) -> Result<Reply, NodeError> {
         if self.free_to_kept(key, Some(me), now) {
-            if line.len() != 2 || !self.hand_over(key, line, now)? {
-                self.keys.remove(key);
-            }
-            self.publish(key, token);
+            self.hand_over_or_delete(key, token, line, now)?;
         }
         Ok(Reply::NotHeld)
     }

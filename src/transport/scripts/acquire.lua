@@ -5,7 +5,8 @@
 -- so a waiter knows how long it may sleep.
 -- A waiter in line (line.lua) adds KEYS[2], KEYS[3] its line and ARGV[4] its
 -- id, ARGV[5] its ticket, ARGV[6] its patience: a key kept for it is free to
--- it, and a refusal keeps it in line.
+-- it, and a refusal keeps it in line and returns {PTTL, waiters ahead}
+-- (line.lua, line_wait).
 if #KEYS == 1 then
   if redis.call('SET', KEYS[1], labeled(ARGV[1], ARGV[3]), 'NX', 'PX', ARGV[2]) then
     return redis.status_reply('OK')
@@ -20,5 +21,4 @@ if value == false or value == KEPT .. me then
   return redis.status_reply('OK')
 end
 local pttl = redis.call('PTTL', KEYS[1])
-line_wait(KEYS[2], KEYS[3], me, ARGV[5], ARGV[6], pttl, node_now())
-return pttl
+return line_wait(KEYS[2], KEYS[3], me, ARGV[5], ARGV[6], pttl, node_now())

@@ -5,13 +5,15 @@
 -- counter a restart lost starts again above every token its clock has
 -- seen pass: docs/fencing.md, "Restarts"), SET the lease, return {1, counter}.
 -- Held: return {0, PTTL} (-1: no expiry); nothing changes.
--- A waiter in line adds KEYS[3], KEYS[4] and ARGV[4..6], as acquire.lua.
+-- A waiter in line adds KEYS[3], KEYS[4] and ARGV[4..6], as acquire.lua; its
+-- refusal is {0, PTTL, waiters ahead}.
 local me = #KEYS == 4 and line_name('w', ARGV[4], ARGV[6])
 local value = redis.pcall('GET', KEYS[1])
 if value ~= false and not (me and value == KEPT .. me) then
   local pttl = redis.call('PTTL', KEYS[1])
   if me then
-    line_wait(KEYS[3], KEYS[4], me, ARGV[5], ARGV[6], pttl, node_now())
+    local refused = line_wait(KEYS[3], KEYS[4], me, ARGV[5], ARGV[6], pttl, node_now())
+    return {0, pttl, refused[2]}
   end
   return {0, pttl}
 end

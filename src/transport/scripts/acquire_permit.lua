@@ -8,7 +8,8 @@
 -- its patience.
 -- Returns OK when the slot was set; {'permits', n} when live holders were
 -- granted under another count n (nothing changes); else the slot holder's
--- PTTL (-1: no expiry), a waiter staying in line. A waiter another slot is
+-- PTTL (-1: no expiry), or a waiter's {PTTL, waiters ahead} (line.lua), it
+-- staying in line. A waiter another slot is
 -- kept for is refused a free one, with the time the kept one is kept.
 local me = ARGV[5] and line_name('w', ARGV[5], ARGV[7])
 local now = node_now()
@@ -31,7 +32,7 @@ end
 if value ~= false and not (me and value == KEPT .. me) then
   local pttl = redis.call('PTTL', KEYS[1])
   if me then
-    line_wait(KEYS[4], KEYS[5], me, ARGV[6], ARGV[7], pttl, now)
+    return line_wait(KEYS[4], KEYS[5], me, ARGV[6], ARGV[7], pttl, now)
   end
   return pttl
 end

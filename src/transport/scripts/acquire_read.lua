@@ -5,7 +5,7 @@
 -- ARGV[1] token; ARGV[2] TTL in ms; a waiter adds ARGV[3] its id, ARGV[4] its
 -- ticket, ARGV[5] its patience.
 -- Returns OK when added; else the writer's, or the intent's, PTTL (-1: no
--- expiry), as acquire.lua answers. While the writer key holds READERS_TURN
+-- expiry), as acquire.lua answers (a waiter: {PTTL, waiters ahead}). While the writer key holds READERS_TURN
 -- (a writer's release handed the lock to the readers in line) readers come
 -- in; the turn ends when none is left in line (published on the writer key's
 -- channel, to wake the writers waiting for it).
@@ -24,7 +24,7 @@ else
 end
 if pttl ~= -2 then
   if me then
-    line_wait(KEYS[4], KEYS[5], me, ARGV[4], ARGV[5], pttl, now)
+    return line_wait(KEYS[4], KEYS[5], me, ARGV[4], ARGV[5], pttl, now)
   end
   return pttl
 end

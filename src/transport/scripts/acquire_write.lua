@@ -9,14 +9,14 @@
 -- token, so that the writer's release (release_write.lua) clears it where it
 -- was refused. ARGV[3] is the writer's label (ours.lua; may be empty). A
 -- waiter (ARGV[4..6]: its id, ticket and patience) takes a lock kept for it
--- as free, and a refusal keeps it in line.
+-- as free, and a refusal keeps it in line ({PTTL, waiters ahead}).
 local me = ARGV[4] and line_name('w', ARGV[4], ARGV[6])
 local now = node_now()
 local value = redis.pcall('GET', KEYS[1])
 if value ~= false and not (me and value == KEPT .. me) then
   local pttl = redis.call('PTTL', KEYS[1])
   if me then
-    line_wait(KEYS[4], KEYS[5], me, ARGV[5], ARGV[6], pttl, now)
+    return line_wait(KEYS[4], KEYS[5], me, ARGV[5], ARGV[6], pttl, now)
   end
   return pttl
 end
@@ -28,7 +28,7 @@ if #last > 0 then
   local keep = math.max(redis.call('PTTL', KEYS[3]), left + ttl)
   redis.call('SET', KEYS[3], ARGV[1], 'PX', keep)
   if me then
-    line_wait(KEYS[4], KEYS[5], me, ARGV[5], ARGV[6], left, now)
+    return line_wait(KEYS[4], KEYS[5], me, ARGV[5], ARGV[6], left, now)
   end
   return left
 end

@@ -39,11 +39,42 @@ local function line_join(line, alive, who, ticket, deadline, now)
   redis.call('PEXPIREAT', line, at)
   redis.call('PEXPIREAT', alive, at)
 end
+-- How many waiters not yet served are ahead of `who` in line (a lower
+-- ticket), counted up to LINE_AHEAD: 0 for one being served; LINE_AHEAD
+-- for one not in line (the line was full). A waiter NEAR_HEAD or more back
+-- sleeps until a release names it, polling after FAR_STEP ms per waiter
+-- ahead and up to FAR_STEP more (src/proto/retry.rs): it stays in line that
+-- long.
+local LINE_AHEAD = 64
+local NEAR_HEAD = 2
+local FAR_STEP = 250
+local function line_ahead(line, who)
+  local ticket = redis.call('ZSCORE', line, who)
+  if ticket == false then
+    return LINE_AHEAD
+  end
+  if tonumber(ticket) >= tonumber(SERVED) then
+    return 0
+  end
+  return #redis.call('ZRANGEBYSCORE', line, 0, '(' .. ticket, 'LIMIT', 0, LINE_AHEAD)
+end
 -- A refused waiter stays in line for the holder's time left (pttl, -1 for
--- none), an eighth more (its pause) and its patience.
+-- none) and an eighth more, or, far back, its poll's pause (line_ahead),
+-- and its patience. Returns the refusal: {pttl, waiters ahead of it}, so
+-- that a waiter far back sleeps until its turn is announced
+-- (docs/design.md, "Fair waiting").
 local function line_wait(line, alive, who, ticket, patience, pttl, now)
   local left = math.max(tonumber(pttl), 0)
-  line_join(line, alive, who, ticket, now + left + math.floor(left / 8) + tonumber(patience), now)
+  local away = left + math.floor(left / 8)
+  line_join(line, alive, who, ticket, now + away + tonumber(patience), now)
+  local ahead = line_ahead(line, who)
+  if ahead >= NEAR_HEAD then
+    local far = FAR_STEP * (ahead + 1)
+    if far > away then
+      line_join(line, alive, who, ticket, now + far + tonumber(patience), now)
+    end
+  end
+  return {pttl, ahead}
 end
 local function line_leave(line, alive, who)
   redis.call('ZREM', line, who)
@@ -52,7 +83,9 @@ end
 -- Keeps `key` for the line's first waiter not yet served (readers: for
 -- every reader, READERS_TURN), for its patience at most and never past its
 -- deadline; a served waiter's deadline becomes the kept lock's end. Returns
--- false (nothing kept) when no one waits.
+-- whom it is kept for — the waiter's name, or 'r' for the readers — or
+-- false (nothing kept) when no one waits: the release names them to the
+-- waiters (notify.lua), so that only they wake.
 local function line_hand_over(key, line, alive)
   if redis.call('EXISTS', line) == 0 then
     return false
@@ -71,10 +104,10 @@ local function line_hand_over(key, line, alive)
   local keep = math.max(math.min(tonumber(string.match(head, '^%a(%d+):')), left), 1)
   if string.sub(head, 1, 1) == 'r' then
     redis.call('SET', key, READERS_TURN, 'PX', keep)
-  else
-    redis.call('SET', key, KEPT .. head, 'PX', keep)
-    redis.call('ZINCRBY', line, SERVED, head)
-    redis.call('ZADD', alive, 'XX', now + keep, head)
+    return 'r'
   end
-  return true
+  redis.call('SET', key, KEPT .. head, 'PX', keep)
+  redis.call('ZINCRBY', line, SERVED, head)
+  redis.call('ZADD', alive, 'XX', now + keep, head)
+  return head
 end

@@ -15,10 +15,11 @@ end
 if not ours(value, ARGV[1]) and not (me and value == KEPT .. me) then
   return 0
 end
-if #KEYS == 1 or not line_hand_over(KEYS[1], KEYS[2], KEYS[3]) then
+local kept = #KEYS > 1 and line_hand_over(KEYS[1], KEYS[2], KEYS[3])
+if not kept then
   redis.call('DEL', KEYS[1])
 end
-notify(KEYS[1], ARGV[1])
+notify(KEYS[1], ARGV[1], kept)
 if ours(value, ARGV[1]) then
   return 1
 end

@@ -17,10 +17,11 @@ local value = redis.pcall('GET', KEYS[1])
 if not ours(value, ARGV[1]) and not (me and value == KEPT .. me) then
   return 0
 end
-if not line_hand_over(KEYS[1], KEYS[4], KEYS[5]) then
+local kept = line_hand_over(KEYS[1], KEYS[4], KEYS[5])
+if not kept then
   redis.call('DEL', KEYS[1])
 end
-notify(KEYS[1], ARGV[1])
+notify(KEYS[1], ARGV[1], kept)
 if ours(value, ARGV[1]) then
   return 1
 end

@@ -12,10 +12,11 @@ local me = ARGV[2] and line_name('w', ARGV[2], ARGV[3])
 if me then
   line_leave(KEYS[4], KEYS[5], me)
 end
-local released, changed = 0, false
+local released, changed, kept = 0, false, false
 local value = redis.pcall('GET', KEYS[1])
 if ours(value, ARGV[1]) or (me and value == KEPT .. me) then
-  if not line_hand_over(KEYS[1], KEYS[4], KEYS[5]) then
+  kept = line_hand_over(KEYS[1], KEYS[4], KEYS[5])
+  if not kept then
     redis.call('DEL', KEYS[1])
   end
   changed = true
@@ -28,6 +29,6 @@ if redis.pcall('GET', KEYS[3]) == ARGV[1] then
   released, changed = 1, true
 end
 if changed then
-  notify(KEYS[1], ARGV[1])
+  notify(KEYS[1], ARGV[1], kept)
 end
 return released

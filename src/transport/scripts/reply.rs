@@ -22,19 +22,31 @@ pub(crate) fn parse_reply(op: &Op<'_>, frame: Frame) -> Result<Reply, NodeError>
             | Op::AcquirePermit { .. }
     );
     let reply = match (&frame, op) {
-        (Frame::Array(pair), Op::AcquirePermit { .. }) => match pair.as_slice() {
-            [kind, count] if kind.bytes() == Some(b"permits") => count
-                .number()
-                .map(|permits| Reply::PermitsDiffer { permits }),
-            _ => None,
-        },
+        (Frame::Array(pair), Op::AcquirePermit { .. })
+            if pair.first().and_then(Frame::bytes) == Some(b"permits") =>
+        {
+            pair.get(1)
+                .and_then(Frame::number)
+                .map(|permits| Reply::PermitsDiffer { permits })
+        }
         (Frame::Ok, _) if acquire => Some(Reply::Done),
         // A script's PTTL (-1: no expiry), or a native `SET NX` refused.
-        (Frame::Int(pttl_ms), _) if acquire => Some(held(*pttl_ms)),
-        (Frame::Nil, Op::Acquire { .. }) => Some(Reply::Held { pttl_ms: None }),
+        (Frame::Int(pttl_ms), _) if acquire => Some(held(*pttl_ms, None)),
+        // A waiter's refusal: the PTTL and the waiters ahead of it.
+        (Frame::Array(pair), _) if acquire => match pair.as_slice() {
+            [Frame::Int(pttl_ms), Frame::Int(ahead)] => Some(held(*pttl_ms, Some(*ahead))),
+            _ => None,
+        },
+        (Frame::Nil, Op::Acquire { .. }) => Some(Reply::Held {
+            pttl_ms: None,
+            ahead: None,
+        }),
         (Frame::Array(pair), Op::AcquireFenced { .. }) => match pair.as_slice() {
             [Frame::Int(1), Frame::Int(fence)] => u64::try_from(*fence).ok().map(Reply::Fence),
-            [Frame::Int(0), Frame::Int(pttl_ms)] => Some(held(*pttl_ms)),
+            [Frame::Int(0), Frame::Int(pttl_ms)] => Some(held(*pttl_ms, None)),
+            [Frame::Int(0), Frame::Int(pttl_ms), Frame::Int(ahead)] => {
+                Some(held(*pttl_ms, Some(*ahead)))
+            }
             _ => None,
         },
         (Frame::Int(1), _) if !acquire => Some(Reply::Done),
@@ -45,10 +57,12 @@ pub(crate) fn parse_reply(op: &Op<'_>, frame: Frame) -> Result<Reply, NodeError>
     reply.ok_or_else(|| NodeError::Protocol(format!("{frame:?}").into()))
 }
 
-/// A refusal with the holder's PTTL as Redis reports it (negative: no expiry).
-fn held(pttl_ms: i64) -> Reply {
+/// A refusal with the holder's PTTL as Redis reports it (negative: no
+/// expiry), and for a waiter in line the waiters ahead of it.
+fn held(pttl_ms: i64, ahead: Option<i64>) -> Reply {
     Reply::Held {
         pttl_ms: u64::try_from(pttl_ms).ok(),
+        ahead: ahead.and_then(|a| u32::try_from(a).ok()),
     }
 }
 

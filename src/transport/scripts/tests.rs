@@ -273,3 +273,21 @@ fn a_stamp_is_one_whole_command_and_its_reply_is_read() {
     assert_eq!(read_stamp(&Frame::Error("NOPERM".into())), None);
     assert_eq!(read_stamp(&Frame::Array(vec![Frame::Int(1)])), None);
 }
+
+/// `line.lua` keeps a waiter far back in line as long as the client sleeps
+/// (`proto::retry`'s `NEAR_HEAD`, `FAR_STEP`, `FAR_AHEAD`), and caps the
+/// line at `op::MAX_LINE`: the numbers are the same on both sides.
+#[test]
+fn the_lines_numbers_are_the_clients() {
+    use crate::proto::retry::{FAR_AHEAD, FAR_STEP, NEAR_HEAD};
+    let line = include_str!("line.lua");
+    for (name, value) in [
+        ("LINE_MAX", crate::proto::op::MAX_LINE.to_string()),
+        ("LINE_AHEAD", FAR_AHEAD.to_string()),
+        ("NEAR_HEAD", NEAR_HEAD.to_string()),
+        ("FAR_STEP", FAR_STEP.as_millis().to_string()),
+    ] {
+        let want = format!("local {name} = {value}\n");
+        assert!(line.contains(&want), "line.lua: no `{}`", want.trim());
+    }
+}
