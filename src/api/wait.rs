@@ -47,6 +47,8 @@ pub(crate) struct Waiting<'a> {
     channels: &'a [String],
     /// It waits to read (its name in line is a reader's).
     reader: bool,
+    /// Its last pause ended by releases that named it.
+    named: bool,
     /// Registered at the first refusal of a wait with a deadline.
     interests: Vec<Interest>,
     in_line: Option<InLine>,
@@ -74,14 +76,16 @@ impl<'a> Waiting<'a> {
             backoff: Backoff::default(),
             channels,
             reader,
+            named: false,
             interests: Vec::new(),
             in_line,
         }
     }
 
-    /// The wait's place in line, if it waits in line.
+    /// The wait's place in line, if it waits in line (its next attempt one
+    /// the lock is kept for, where releases named it).
     pub(crate) fn in_line(&self) -> Option<InLine> {
-        self.in_line
+        self.in_line.map(|line| line.kept(self.named))
     }
 
     /// Whether a refusal must report how long the holder's keys live (a
@@ -116,6 +120,7 @@ impl<'a> Waiting<'a> {
     /// [`after`](Self::after)'s decision and pause.
     async fn pause(&mut self, error: LockError) -> Result<(), LockError> {
         let driver = self.driver;
+        self.named = false;
         if let (true, Some(hub), true) = (
             self.attempts.waits(),
             driver.hub(),
@@ -177,6 +182,7 @@ impl<'a> Waiting<'a> {
             }
             self.before_attempt();
         };
+        self.named = for_me;
         if woken && !for_me {
             // Every waiter hears the same release: stagger them so that one
             // wins the nodes instead of all splitting the vote. (A release

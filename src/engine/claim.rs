@@ -44,6 +44,9 @@ pub(crate) struct InLine {
     id: Token,
     ticket: u64,
     patience_ms: u64,
+    /// The attempt follows releases that named this waiter: the lock is
+    /// kept for it (no other round of its client can win it).
+    kept: bool,
 }
 
 impl InLine {
@@ -57,7 +60,13 @@ impl InLine {
             patience_ms: u64::try_from(patience.as_millis())
                 .unwrap_or(u64::MAX)
                 .max(1),
+            kept: false,
         }
+    }
+
+    /// The same wait, its next attempt one the lock is kept for (`kept`).
+    pub(crate) fn kept(self, kept: bool) -> Self {
+        InLine { kept, ..self }
     }
 
     /// Its name in line (`r…` for a reader, `w…` else): what a release
@@ -131,6 +140,12 @@ impl Claim {
     pub(crate) fn labeled(mut self, label: Option<&std::sync::Arc<str>>) -> Self {
         self.label = label.cloned();
         self
+    }
+
+    /// Whether its acquire is an attempt of a waiter the lock is kept for
+    /// (woken by releases that named it).
+    pub(crate) fn kept_for_it(&self) -> bool {
+        self.waiter.is_some_and(|w| w.kept)
     }
 
     /// The same claim, its acquire an attempt of `wait` in line (where its

@@ -305,7 +305,9 @@ impl Driver {
         let (places, _turn) = self
             .unless_closing(async {
                 self.first_connections().await;
-                let turn = match claim.keys().exclusive() {
+                // A waiter the lock is kept for cannot lose to another
+                // round of its client: it takes no turn.
+                let turn = match claim.keys().exclusive() && !claim.kept_for_it() {
                     true => Some(self.turns.take(claim.keys().first()).await),
                     false => None,
                 };
