@@ -424,6 +424,19 @@ impl Redlock {
     ///
     /// Waits at most the default node timeout (50 ms) for the first
     /// connections; see [`Builder::build`].
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`](crate::ConfigError) for a setting out of range, a node
+    /// that refuses the credentials or the permissions, two URLs that reach one
+    /// server, or a list that does not match the deployment recorded on the
+    /// nodes (docs/agreement.md).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future drops the connections made so far: nothing is left
+    /// on the nodes but the deployment record's reads and first writes
+    /// (docs/agreement.md), each whole or not at all.
     pub async fn connect<I, S>(urls: I) -> Result<Redlock, ConfigError>
     where
         I: IntoIterator<Item = S>,

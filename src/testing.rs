@@ -48,6 +48,10 @@ pub use store::{Store, Taken};
 /// A client over `n` new in-memory nodes (`memory://0` …), with default
 /// settings. Needs a tokio runtime.
 ///
+/// # Cancel safety
+///
+/// Dropping this future leaves nothing behind: the nodes are in memory.
+///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
@@ -62,6 +66,10 @@ pub async fn redlock(n: usize) -> Redlock {
 
 /// A client over `nodes`, with default settings (see the
 /// [module example](self)).
+///
+/// # Cancel safety
+///
+/// Dropping this future leaves nothing behind: the nodes are in memory.
 pub async fn redlock_over(nodes: &[Arc<MemoryNode>]) -> Redlock {
     Redlock::builder()
         .custom_nodes(nodes.iter().map(|n| Arc::clone(n) as Arc<dyn Node>))
@@ -318,6 +326,10 @@ impl MemoryNode {
 
     /// Resolves once `f` holds of this node, checked now and after every
     /// operation it applies. Bound it with `tokio::time::timeout`.
+    ///
+    /// # Cancel safety
+    ///
+    /// It only reads the node: dropping this future changes nothing.
     pub async fn wait_until(&self, f: impl Fn(&Self) -> bool) {
         let mut applied = self.applied.subscribe();
         while !f(self) {

@@ -33,6 +33,16 @@ impl Redlock {
     /// a lease ([`Redlock::run`], [`Lock::keep_alive`](crate::Lock::keep_alive))
     /// then reports the loss.
     ///
+    /// # Errors
+    ///
+    /// [`LockError::Unavailable`] when too few nodes answered;
+    /// [`LockError::Input`] for a name or token the protocol refuses.
+    ///
+    /// # Cancel safety
+    ///
+    /// Each node's release is handed over at the first poll and happens at most
+    /// once: dropping this future afterwards changes nothing.
+    ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redquorum::LockError> {
@@ -60,6 +70,16 @@ impl Redlock {
     /// where it is a reader's, that reader. Either way each node answers
     /// [`Answer::Yes`](crate::Answer::Yes) where something of `token` was
     /// deleted.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Unavailable`] when too few nodes answered;
+    /// [`LockError::Input`] for a name or token the protocol refuses.
+    ///
+    /// # Cancel safety
+    ///
+    /// Each node's release is handed over at the first poll and happens at most
+    /// once: dropping this future afterwards changes nothing.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -111,6 +131,16 @@ impl Semaphore {
     /// whichever slot it is. Every slot is asked, 64 at a time; each node
     /// answers [`Answer::Yes`](crate::Answer::Yes) where one of them held
     /// `token`.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Unavailable`] when too few nodes answered;
+    /// [`LockError::Input`] for a name or token the protocol refuses.
+    ///
+    /// # Cancel safety
+    ///
+    /// Each node's release is handed over at the first poll and happens at most
+    /// once: dropping this future afterwards changes nothing.
     ///
     /// ```
     /// # use redquorum::Semaphore;

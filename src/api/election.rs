@@ -136,6 +136,24 @@ impl Election {
     /// `options`' [`wait`](LockOptions::wait) ([`LockError::Timeout`]),
     /// forever without one. `options`' label names the leader
     /// ([`Leader::label`]); it is fenced whatever `options` say.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Taken`] when another holder has the lock (a wait that
+    /// ends first: [`LockError::Timeout`], with the last round's error);
+    /// [`LockError::Unavailable`] when too few nodes answered;
+    /// [`LockError::Busy`] when this client's own bound on calls in flight kept
+    /// the quorum out of reach; [`LockError::Expired`] when the quorum came after
+    /// the validity window; [`LockError::Input`] for a name or TTL the protocol
+    /// refuses (nothing sent); [`LockError::ShutDown`] once
+    /// [`Redlock::shutdown`](crate::Redlock::shutdown) began.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future at any poll takes back, in the background, what its
+    /// round set on every node it reached, and a waiter's place in line: no key
+    /// is left behind for a lock nobody holds.
+    /// Once it returns, the [`Leadership`] owns the lease.
     pub async fn campaign(
         &self,
         ttl: Duration,
@@ -153,6 +171,15 @@ impl Election {
     /// Who leads now, from a quorum of nodes (one read per node, each
     /// bounded by the node timeout): never a leader whose key a quorum does
     /// not hold. A snapshot: to act as leader, campaign.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Unavailable`] when fewer than a quorum of nodes answered;
+    /// [`LockError::Input`] for a name the protocol refuses.
+    ///
+    /// # Cancel safety
+    ///
+    /// It only reads: dropping this future changes nothing on the nodes.
     pub async fn leader(&self) -> Result<LeaderState, LockError> {
         Ok(state(&self.redlock.inspect(&self.name).await?))
     }
@@ -161,6 +188,19 @@ impl Election {
     /// output, or [`LockError::Lost`] — the work dropped at its next
     /// `.await` — if the leadership could not be kept. The work gets the
     /// leadership's lease: its term ([`Lease::fence`]) and validity.
+    ///
+    /// # Errors
+    ///
+    /// The acquisition's errors (as the waiting lock calls: `Taken`, `Timeout`,
+    /// `Unavailable`, …), and [`LockError::Lost`] when the lease could not be
+    /// kept: the work was dropped. An error of the work itself is returned as it
+    /// is where the work is fallible.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future drops the work and gives the lock back (in the
+    /// background). Work the future does not own goes on (a task the work
+    /// spawned): await it within the work if the lock must cover it.
     ///
     /// ```
     /// # use redquorum::election::Election;
@@ -401,6 +441,18 @@ impl Leadership {
 
     /// Hands the leadership over: stops extending and releases it on every
     /// node, waking the next candidate.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Unavailable`] when no quorum confirmed within the node
+    /// timeout: the keys then expire by their TTL.
+    ///
+    /// # Cancel safety
+    ///
+    /// The release is handed to the nodes at the first poll and happens at most
+    /// once: dropping this future afterwards changes nothing; dropped before its
+    /// first poll it sends nothing (the guard it consumed releases in the
+    /// background when dropped).
     pub async fn resign(self) -> Result<(), LockError> {
         self.keep.release().await
     }

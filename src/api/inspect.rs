@@ -266,6 +266,15 @@ impl Redlock {
     /// silent by then counts as unreachable. A snapshot, never a
     /// permission: see the [module docs](crate::api::inspect).
     ///
+    /// # Errors
+    ///
+    /// [`LockError::Unavailable`] when fewer than a quorum of nodes answered;
+    /// [`LockError::Input`] for a name the protocol refuses.
+    ///
+    /// # Cancel safety
+    ///
+    /// It only reads: dropping this future changes nothing on the nodes.
+    ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redquorum::LockError> {
@@ -309,6 +318,15 @@ impl Redlock {
     /// `None` where no node has one (no permit is held, or `name` is no
     /// semaphore). For tools that inspect a semaphore by name alone.
     ///
+    /// # Errors
+    ///
+    /// [`LockError::Unavailable`] when fewer than a quorum of nodes answered;
+    /// [`LockError::Input`] for a name the protocol refuses.
+    ///
+    /// # Cancel safety
+    ///
+    /// It only reads: dropping this future changes nothing on the nodes.
+    ///
     /// ```
     /// # use redquorum::Semaphore;
     /// # #[tokio::main(flavor = "current_thread")]
@@ -345,6 +363,15 @@ impl Redlock {
     /// What every node holds for the read/write lock on `resource`: its
     /// writer, its live readers and a waiting writer's intent, and the
     /// verdicts. As [`inspect`](Self::inspect), a snapshot.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Unavailable`] when fewer than a quorum of nodes answered;
+    /// [`LockError::Input`] for a name the protocol refuses.
+    ///
+    /// # Cancel safety
+    ///
+    /// It only reads: dropping this future changes nothing on the nodes.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -447,6 +474,15 @@ impl Semaphore {
     /// inspects a lock, and how many permits are held (slots held on a
     /// quorum). A snapshot: a permit found free may be taken a moment
     /// later.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Unavailable`] when fewer than a quorum of nodes answered;
+    /// [`LockError::Input`] for a name the protocol refuses.
+    ///
+    /// # Cancel safety
+    ///
+    /// It only reads: dropping this future changes nothing on the nodes.
     ///
     /// ```
     /// # use redquorum::Semaphore;

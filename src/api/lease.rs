@@ -396,6 +396,11 @@ impl KeepAlive {
     /// deadline or a release). `None` only if the runtime is shutting down,
     /// in which case the lock has been dropped (and released in the
     /// background).
+    ///
+    /// # Cancel safety
+    ///
+    /// Stopping is at the first poll: dropping this future afterwards drops the
+    /// lock it would return, which releases it in the background.
     pub async fn stop(mut self) -> Option<Lock> {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
@@ -404,6 +409,18 @@ impl KeepAlive {
     }
 
     /// Stops extending and releases the lock.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Unavailable`] when no quorum confirmed within the node
+    /// timeout: the keys then expire by their TTL.
+    ///
+    /// # Cancel safety
+    ///
+    /// The release is handed to the nodes at the first poll and happens at most
+    /// once: dropping this future afterwards changes nothing; dropped before its
+    /// first poll it sends nothing (the guard it consumed releases in the
+    /// background when dropped).
     pub async fn release(self) -> Result<(), LockError> {
         match self.stop().await {
             Some(lock) => lock.release().await,

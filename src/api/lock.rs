@@ -187,6 +187,20 @@ impl Lock {
     /// comes after the decision; never after the lock's release began
     /// (docs/design.md §4 and §4b). An expired lock is never brought back.
     ///
+    /// # Errors
+    ///
+    /// [`LockError::Expired`] when the lock is gone (its validity over, or too
+    /// few nodes still hold its token); [`LockError::Unavailable`] when too few
+    /// nodes answered (the lock stays valid until its current deadline);
+    /// [`LockError::Input`] for a TTL the protocol refuses; [`LockError::ShutDown`]
+    /// once the client's shutdown began.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future leaves the lock's deadline as it was; nodes that
+    /// received the extension keep the longer expiry, under this lock's token,
+    /// which no one else can use.
+    ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redquorum::LockError> {
@@ -224,6 +238,18 @@ impl Lock {
     /// most once: dropping this future afterwards changes nothing, and
     /// dropping it before releases in the background, as dropping the lock
     /// does.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Unavailable`] when no quorum confirmed within the node
+    /// timeout: the keys then expire by their TTL.
+    ///
+    /// # Cancel safety
+    ///
+    /// The release is handed to the nodes at the first poll and happens at most
+    /// once: dropping this future afterwards changes nothing; dropped before its
+    /// first poll it sends nothing (the guard it consumed releases in the
+    /// background when dropped).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

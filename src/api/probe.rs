@@ -66,6 +66,10 @@ impl Redlock {
     /// reconnect backoff; if an attempt begun before the probe fails, the
     /// probe's `PING` waits for one more, made at once.
     ///
+    /// # Cancel safety
+    ///
+    /// It only pings: dropping this future changes nothing on the nodes.
+    ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// use std::time::Duration;

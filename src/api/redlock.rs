@@ -177,6 +177,12 @@ impl Redlock {
     /// whatever is still in flight, so a release made just before can be
     /// lost (its keys then live until their TTL). Shuts every clone down.
     ///
+    /// # Cancel safety
+    ///
+    /// The releases are made at the first poll; dropping this future afterwards
+    /// stops the waiting only (the client stays closed to new acquisitions, and
+    /// what was sent is delivered in the background).
+    ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redquorum::LockError> {
@@ -207,6 +213,23 @@ impl Redlock {
     /// returns (on nodes that answer within the node timeout; on the others in
     /// the background, behind the acquire on the same connection).
     ///
+    /// # Errors
+    ///
+    /// [`LockError::Taken`] when another holder has the lock (a wait that
+    /// ends first: [`LockError::Timeout`], with the last round's error);
+    /// [`LockError::Unavailable`] when too few nodes answered;
+    /// [`LockError::Busy`] when this client's own bound on calls in flight kept
+    /// the quorum out of reach; [`LockError::Expired`] when the quorum came after
+    /// the validity window; [`LockError::Input`] for a name or TTL the protocol
+    /// refuses (nothing sent); [`LockError::ShutDown`] once
+    /// [`Redlock::shutdown`](crate::Redlock::shutdown) began.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future at any poll takes back, in the background, what its
+    /// round set on every node it reached, and a waiter's place in line: no key
+    /// is left behind for a lock nobody holds.
+    ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
@@ -228,6 +251,23 @@ impl Redlock {
 
     /// Up to [`Retry::attempts`](crate::Retry::attempts) rounds, pausing a
     /// random time between them; the last round's error if all fail.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Taken`] when another holder has the lock (a wait that
+    /// ends first: [`LockError::Timeout`], with the last round's error);
+    /// [`LockError::Unavailable`] when too few nodes answered;
+    /// [`LockError::Busy`] when this client's own bound on calls in flight kept
+    /// the quorum out of reach; [`LockError::Expired`] when the quorum came after
+    /// the validity window; [`LockError::Input`] for a name or TTL the protocol
+    /// refuses (nothing sent); [`LockError::ShutDown`] once
+    /// [`Redlock::shutdown`](crate::Redlock::shutdown) began.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future at any poll takes back, in the background, what its
+    /// round set on every node it reached, and a waiter's place in line: no key
+    /// is left behind for a lock nobody holds.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -264,6 +304,22 @@ impl Redlock {
         note = "two adjacent durations are easily swapped: use \
                 `lock_with(resource, ttl, &LockOptions::new().wait(max_wait))`"
     )]
+    /// # Errors
+    ///
+    /// [`LockError::Taken`] when another holder has the lock (a wait that
+    /// ends first: [`LockError::Timeout`], with the last round's error);
+    /// [`LockError::Unavailable`] when too few nodes answered;
+    /// [`LockError::Busy`] when this client's own bound on calls in flight kept
+    /// the quorum out of reach; [`LockError::Expired`] when the quorum came after
+    /// the validity window; [`LockError::Input`] for a name or TTL the protocol
+    /// refuses (nothing sent); [`LockError::ShutDown`] once
+    /// [`Redlock::shutdown`](crate::Redlock::shutdown) began.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future at any poll takes back, in the background, what its
+    /// round set on every node it reached, and a waiter's place in line: no key
+    /// is left behind for a lock nobody holds.
     pub async fn lock_wait(
         &self,
         resource: &str,
@@ -284,6 +340,23 @@ impl Redlock {
     /// protect and have it reject writes carrying a smaller one: that stops a
     /// holder that paused past its validity. See `docs/fencing.md`.
     ///
+    /// # Errors
+    ///
+    /// [`LockError::Taken`] when another holder has the lock (a wait that
+    /// ends first: [`LockError::Timeout`], with the last round's error);
+    /// [`LockError::Unavailable`] when too few nodes answered;
+    /// [`LockError::Busy`] when this client's own bound on calls in flight kept
+    /// the quorum out of reach; [`LockError::Expired`] when the quorum came after
+    /// the validity window; [`LockError::Input`] for a name or TTL the protocol
+    /// refuses (nothing sent); [`LockError::ShutDown`] once
+    /// [`Redlock::shutdown`](crate::Redlock::shutdown) began.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future at any poll takes back, in the background, what its
+    /// round set on every node it reached, and a waiter's place in line: no key
+    /// is left behind for a lock nobody holds.
+    ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redquorum::LockError> {
@@ -301,6 +374,23 @@ impl Redlock {
 
     /// A lock with explicit [`LockOptions`]: how long to wait
     /// ([`LockOptions::wait`]), whether to carry a fencing token.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Taken`] when another holder has the lock (a wait that
+    /// ends first: [`LockError::Timeout`], with the last round's error);
+    /// [`LockError::Unavailable`] when too few nodes answered;
+    /// [`LockError::Busy`] when this client's own bound on calls in flight kept
+    /// the quorum out of reach; [`LockError::Expired`] when the quorum came after
+    /// the validity window; [`LockError::Input`] for a name or TTL the protocol
+    /// refuses (nothing sent); [`LockError::ShutDown`] once
+    /// [`Redlock::shutdown`](crate::Redlock::shutdown) began.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future at any poll takes back, in the background, what its
+    /// round set on every node it reached, and a waiter's place in line: no key
+    /// is left behind for a lock nobody holds.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -328,6 +418,23 @@ impl Redlock {
     /// overlapping sets never both get a quorum. Extend and release act on
     /// all of them.
     ///
+    /// # Errors
+    ///
+    /// [`LockError::Taken`] when another holder has the lock (a wait that
+    /// ends first: [`LockError::Timeout`], with the last round's error);
+    /// [`LockError::Unavailable`] when too few nodes answered;
+    /// [`LockError::Busy`] when this client's own bound on calls in flight kept
+    /// the quorum out of reach; [`LockError::Expired`] when the quorum came after
+    /// the validity window; [`LockError::Input`] for a name or TTL the protocol
+    /// refuses (nothing sent); [`LockError::ShutDown`] once
+    /// [`Redlock::shutdown`](crate::Redlock::shutdown) began.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future at any poll takes back, in the background, what its
+    /// round set on every node it reached, and a waiter's place in line: no key
+    /// is left behind for a lock nobody holds.
+    ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redquorum::LockError> {
@@ -352,6 +459,23 @@ impl Redlock {
     /// The owner name is the identity: give every process (or task) that must
     /// exclude the others a distinct one. Quorum and validity rules are those
     /// of plain locks; each returned `Lock` has its own deadline.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Taken`] when another holder has the lock (a wait that
+    /// ends first: [`LockError::Timeout`], with the last round's error);
+    /// [`LockError::Unavailable`] when too few nodes answered;
+    /// [`LockError::Busy`] when this client's own bound on calls in flight kept
+    /// the quorum out of reach; [`LockError::Expired`] when the quorum came after
+    /// the validity window; [`LockError::Input`] for a name or TTL the protocol
+    /// refuses (nothing sent); [`LockError::ShutDown`] once
+    /// [`Redlock::shutdown`](crate::Redlock::shutdown) began.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future at any poll takes back, in the background, what its
+    /// round set on every node it reached, and a waiter's place in line: no key
+    /// is left behind for a lock nobody holds.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

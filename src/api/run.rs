@@ -23,6 +23,19 @@ impl Redlock {
     /// released when the work ends, either way. See [`run_with`](Redlock::run_with)
     /// for waiting, fencing, the extension interval and a cap on extensions.
     ///
+    /// # Errors
+    ///
+    /// The acquisition's errors (as the waiting lock calls: `Taken`, `Timeout`,
+    /// `Unavailable`, …), and [`LockError::Lost`] when the lease could not be
+    /// kept: the work was dropped. An error of the work itself is returned as it
+    /// is where the work is fallible.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future drops the work and gives the lock back (in the
+    /// background). Work the future does not own goes on (a task the work
+    /// spawned): await it within the work if the lock must cover it.
+    ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redquorum::LockError> {
@@ -54,6 +67,19 @@ impl Redlock {
     /// [`run`](Redlock::run) with [`LockOptions`]: wait up to a deadline for
     /// the lock, carry a fencing token ([`Lease::fence`]), set the extension
     /// interval (default `ttl / 3`) or cap the number of extensions.
+    ///
+    /// # Errors
+    ///
+    /// The acquisition's errors (as the waiting lock calls: `Taken`, `Timeout`,
+    /// `Unavailable`, …), and [`LockError::Lost`] when the lease could not be
+    /// kept: the work was dropped. An error of the work itself is returned as it
+    /// is where the work is fallible.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future drops the work and gives the lock back (in the
+    /// background). Work the future does not own goes on (a task the work
+    /// spawned): await it within the work if the lock must cover it.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -96,6 +122,19 @@ impl Redlock {
     /// The work's error type must be named once, where the closure cannot
     /// tell it (`Ok::<_, MyError>(…)` at its end): Rust infers nothing from
     /// a `?` alone.
+    ///
+    /// # Errors
+    ///
+    /// The acquisition's errors (as the waiting lock calls: `Taken`, `Timeout`,
+    /// `Unavailable`, …), and [`LockError::Lost`] when the lease could not be
+    /// kept: the work was dropped. An error of the work itself is returned as it
+    /// is where the work is fallible.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future drops the work and gives the lock back (in the
+    /// background). Work the future does not own goes on (a task the work
+    /// spawned): await it within the work if the lock must cover it.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -144,6 +183,19 @@ impl Redlock {
 
     /// [`run_fallible`](Redlock::run_fallible) with [`LockOptions`], as
     /// [`run_with`](Redlock::run_with).
+    ///
+    /// # Errors
+    ///
+    /// The acquisition's errors (as the waiting lock calls: `Taken`, `Timeout`,
+    /// `Unavailable`, …), and [`LockError::Lost`] when the lease could not be
+    /// kept: the work was dropped. An error of the work itself is returned as it
+    /// is where the work is fallible.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future drops the work and gives the lock back (in the
+    /// background). Work the future does not own goes on (a task the work
+    /// spawned): await it within the work if the lock must cover it.
     pub async fn run_fallible_with<F, Fut, T, E>(
         &self,
         resource: &str,
@@ -164,6 +216,19 @@ impl Redlock {
     /// [`run`](Redlock::run) keeps one: extended every third of `ttl`, the
     /// work dropped at once and [`LockError::Lost`] returned if it cannot be
     /// kept, released when the work ends.
+    ///
+    /// # Errors
+    ///
+    /// The acquisition's errors (as the waiting lock calls: `Taken`, `Timeout`,
+    /// `Unavailable`, …), and [`LockError::Lost`] when the lease could not be
+    /// kept: the work was dropped. An error of the work itself is returned as it
+    /// is where the work is fallible.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future drops the work and gives the lock back (in the
+    /// background). Work the future does not own goes on (a task the work
+    /// spawned): await it within the work if the lock must cover it.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -196,6 +261,19 @@ impl Redlock {
 
     /// [`run_read`](Redlock::run_read) with [`LockOptions`]: wait for the
     /// lock, set the extension interval or cap the extensions.
+    ///
+    /// # Errors
+    ///
+    /// The acquisition's errors (as the waiting lock calls: `Taken`, `Timeout`,
+    /// `Unavailable`, …), and [`LockError::Lost`] when the lease could not be
+    /// kept: the work was dropped. An error of the work itself is returned as it
+    /// is where the work is fallible.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future drops the work and gives the lock back (in the
+    /// background). Work the future does not own goes on (a task the work
+    /// spawned): await it within the work if the lock must cover it.
     pub async fn run_read_with<F, Fut, T>(
         &self,
         resource: &str,
@@ -215,6 +293,19 @@ impl Redlock {
     /// Runs `work` as `resource`'s writer (a read/write lock, see
     /// [`write_lock`](Redlock::write_lock)), under a lease kept as
     /// [`run`](Redlock::run) keeps one.
+    ///
+    /// # Errors
+    ///
+    /// The acquisition's errors (as the waiting lock calls: `Taken`, `Timeout`,
+    /// `Unavailable`, …), and [`LockError::Lost`] when the lease could not be
+    /// kept: the work was dropped. An error of the work itself is returned as it
+    /// is where the work is fallible.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future drops the work and gives the lock back (in the
+    /// background). Work the future does not own goes on (a task the work
+    /// spawned): await it within the work if the lock must cover it.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -246,6 +337,19 @@ impl Redlock {
     /// [`run_write`](Redlock::run_write) with [`LockOptions`]: wait for the
     /// lock (a waiting writer keeps new readers off), set the extension
     /// interval or cap the extensions.
+    ///
+    /// # Errors
+    ///
+    /// The acquisition's errors (as the waiting lock calls: `Taken`, `Timeout`,
+    /// `Unavailable`, …), and [`LockError::Lost`] when the lease could not be
+    /// kept: the work was dropped. An error of the work itself is returned as it
+    /// is where the work is fallible.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future drops the work and gives the lock back (in the
+    /// background). Work the future does not own goes on (a task the work
+    /// spawned): await it within the work if the lock must cover it.
     pub async fn run_write_with<F, Fut, T>(
         &self,
         resource: &str,

@@ -47,6 +47,23 @@ impl Redlock {
     /// other readers, never with a writer. Refused while a writer holds or
     /// waits ([`LockError::Taken`] once the attempts run out).
     ///
+    /// # Errors
+    ///
+    /// [`LockError::Taken`] when another holder has the lock (a wait that
+    /// ends first: [`LockError::Timeout`], with the last round's error);
+    /// [`LockError::Unavailable`] when too few nodes answered;
+    /// [`LockError::Busy`] when this client's own bound on calls in flight kept
+    /// the quorum out of reach; [`LockError::Expired`] when the quorum came after
+    /// the validity window; [`LockError::Input`] for a name or TTL the protocol
+    /// refuses (nothing sent); [`LockError::ShutDown`] once
+    /// [`Redlock::shutdown`](crate::Redlock::shutdown) began.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future at any poll takes back, in the background, what its
+    /// round set on every node it reached, and a waiter's place in line: no key
+    /// is left behind for a lock nobody holds.
+    ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redquorum::LockError> {
@@ -68,6 +85,23 @@ impl Redlock {
     /// until it is had or the wait is over ([`LockError::Timeout`]); woken
     /// when the writer releases. Fencing does not apply to read locks
     /// ([`InputError::FencedReadWrite`](crate::proto::input::InputError::FencedReadWrite)).
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Taken`] when another holder has the lock (a wait that
+    /// ends first: [`LockError::Timeout`], with the last round's error);
+    /// [`LockError::Unavailable`] when too few nodes answered;
+    /// [`LockError::Busy`] when this client's own bound on calls in flight kept
+    /// the quorum out of reach; [`LockError::Expired`] when the quorum came after
+    /// the validity window; [`LockError::Input`] for a name or TTL the protocol
+    /// refuses (nothing sent); [`LockError::ShutDown`] once
+    /// [`Redlock::shutdown`](crate::Redlock::shutdown) began.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future at any poll takes back, in the background, what its
+    /// round set on every node it reached, and a waiter's place in line: no key
+    /// is left behind for a lock nobody holds.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -98,6 +132,23 @@ impl Redlock {
     /// (its retries spent, or its wait over) or is dropped while it waits
     /// takes its intent back.
     ///
+    /// # Errors
+    ///
+    /// [`LockError::Taken`] when another holder has the lock (a wait that
+    /// ends first: [`LockError::Timeout`], with the last round's error);
+    /// [`LockError::Unavailable`] when too few nodes answered;
+    /// [`LockError::Busy`] when this client's own bound on calls in flight kept
+    /// the quorum out of reach; [`LockError::Expired`] when the quorum came after
+    /// the validity window; [`LockError::Input`] for a name or TTL the protocol
+    /// refuses (nothing sent); [`LockError::ShutDown`] once
+    /// [`Redlock::shutdown`](crate::Redlock::shutdown) began.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future at any poll takes back, in the background, what its
+    /// round set on every node it reached, and a waiter's place in line: no key
+    /// is left behind for a lock nobody holds.
+    ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redquorum::LockError> {
@@ -117,6 +168,23 @@ impl Redlock {
     /// until it is had or the wait is over ([`LockError::Timeout`]); woken
     /// when a reader or the writer releases. Fencing does not apply
     /// ([`InputError::FencedReadWrite`](crate::proto::input::InputError::FencedReadWrite)).
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Taken`] when another holder has the lock (a wait that
+    /// ends first: [`LockError::Timeout`], with the last round's error);
+    /// [`LockError::Unavailable`] when too few nodes answered;
+    /// [`LockError::Busy`] when this client's own bound on calls in flight kept
+    /// the quorum out of reach; [`LockError::Expired`] when the quorum came after
+    /// the validity window; [`LockError::Input`] for a name or TTL the protocol
+    /// refuses (nothing sent); [`LockError::ShutDown`] once
+    /// [`Redlock::shutdown`](crate::Redlock::shutdown) began.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future at any poll takes back, in the background, what its
+    /// round set on every node it reached, and a waiter's place in line: no key
+    /// is left behind for a lock nobody holds.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -143,6 +211,23 @@ impl Redlock {
     /// One round for a read lock, as [`try_lock`](Self::try_lock) for a
     /// mutex: the lock, or the refusal.
     ///
+    /// # Errors
+    ///
+    /// [`LockError::Taken`] when another holder has the lock (a wait that
+    /// ends first: [`LockError::Timeout`], with the last round's error);
+    /// [`LockError::Unavailable`] when too few nodes answered;
+    /// [`LockError::Busy`] when this client's own bound on calls in flight kept
+    /// the quorum out of reach; [`LockError::Expired`] when the quorum came after
+    /// the validity window; [`LockError::Input`] for a name or TTL the protocol
+    /// refuses (nothing sent); [`LockError::ShutDown`] once
+    /// [`Redlock::shutdown`](crate::Redlock::shutdown) began.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future at any poll takes back, in the background, what its
+    /// round set on every node it reached, and a waiter's place in line: no key
+    /// is left behind for a lock nobody holds.
+    ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redquorum::LockError> {
@@ -159,6 +244,23 @@ impl Redlock {
     /// writer's intent on the nodes that refused (it lapses after the
     /// readers' time plus `ttl`): to take the lock soon, retry
     /// ([`write_lock`](Self::write_lock)).
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Taken`] when another holder has the lock (a wait that
+    /// ends first: [`LockError::Timeout`], with the last round's error);
+    /// [`LockError::Unavailable`] when too few nodes answered;
+    /// [`LockError::Busy`] when this client's own bound on calls in flight kept
+    /// the quorum out of reach; [`LockError::Expired`] when the quorum came after
+    /// the validity window; [`LockError::Input`] for a name or TTL the protocol
+    /// refuses (nothing sent); [`LockError::ShutDown`] once
+    /// [`Redlock::shutdown`](crate::Redlock::shutdown) began.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future at any poll takes back, in the background, what its
+    /// round set on every node it reached, and a waiter's place in line: no key
+    /// is left behind for a lock nobody holds.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

@@ -138,6 +138,25 @@ impl Semaphore {
     /// the last refusal ([`LockError::Taken`] when every slot is held;
     /// [`LockError::PermitCount`] at once when the semaphore's holders were
     /// granted under another permit count).
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Taken`] when another holder has the lock (a wait that
+    /// ends first: [`LockError::Timeout`], with the last round's error);
+    /// [`LockError::Unavailable`] when too few nodes answered;
+    /// [`LockError::Busy`] when this client's own bound on calls in flight kept
+    /// the quorum out of reach; [`LockError::Expired`] when the quorum came after
+    /// the validity window; [`LockError::Input`] for a name or TTL the protocol
+    /// refuses (nothing sent); [`LockError::ShutDown`] once
+    /// [`Redlock::shutdown`](crate::Redlock::shutdown) began; also
+    /// [`LockError::PermitCount`] when live holders were granted under
+    /// another permit count.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future at any poll takes back, in the background, what its
+    /// round set on every node it reached, and a waiter's place in line: no key
+    /// is left behind for a lock nobody holds.
     pub async fn try_acquire(&self, ttl: Duration) -> Result<Permit, LockError> {
         let driver = self.redlock.driver();
         let mut give_up = GiveUp::new(driver, 0);
@@ -204,6 +223,25 @@ impl Semaphore {
 
     /// Passes over the slots per the client's retry policy
     /// ([`Builder::retry`](crate::Builder::retry)), with jittered pauses.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Taken`] when another holder has the lock (a wait that
+    /// ends first: [`LockError::Timeout`], with the last round's error);
+    /// [`LockError::Unavailable`] when too few nodes answered;
+    /// [`LockError::Busy`] when this client's own bound on calls in flight kept
+    /// the quorum out of reach; [`LockError::Expired`] when the quorum came after
+    /// the validity window; [`LockError::Input`] for a name or TTL the protocol
+    /// refuses (nothing sent); [`LockError::ShutDown`] once
+    /// [`Redlock::shutdown`](crate::Redlock::shutdown) began; also
+    /// [`LockError::PermitCount`] when live holders were granted under
+    /// another permit count.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future at any poll takes back, in the background, what its
+    /// round set on every node it reached, and a waiter's place in line: no key
+    /// is left behind for a lock nobody holds.
     pub async fn acquire(&self, ttl: Duration) -> Result<Permit, LockError> {
         self.acquire_with(ttl, &LockOptions::new()).await
     }
@@ -215,6 +253,25 @@ impl Semaphore {
     /// waiting"). Extension settings do not apply; fenced options are
     /// refused ([`InputError::FencedPermit`]): a permit has no fencing
     /// token.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Taken`] when another holder has the lock (a wait that
+    /// ends first: [`LockError::Timeout`], with the last round's error);
+    /// [`LockError::Unavailable`] when too few nodes answered;
+    /// [`LockError::Busy`] when this client's own bound on calls in flight kept
+    /// the quorum out of reach; [`LockError::Expired`] when the quorum came after
+    /// the validity window; [`LockError::Input`] for a name or TTL the protocol
+    /// refuses (nothing sent); [`LockError::ShutDown`] once
+    /// [`Redlock::shutdown`](crate::Redlock::shutdown) began; also
+    /// [`LockError::PermitCount`] when live holders were granted under
+    /// another permit count.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future at any poll takes back, in the background, what its
+    /// round set on every node it reached, and a waiter's place in line: no key
+    /// is left behind for a lock nobody holds.
     ///
     /// ```
     /// # use redquorum::Semaphore;
@@ -284,6 +341,13 @@ impl Semaphore {
     /// bounds the calls made under it, not their effects that outlive it —
     /// so spawn nothing the permit must cover, or await it within the work.
     ///
+    /// # Errors
+    ///
+    /// The acquisition's errors (as the waiting lock calls: `Taken`, `Timeout`,
+    /// `Unavailable`, …), and [`LockError::Lost`] when the lease could not be
+    /// kept: the work was dropped. An error of the work itself is returned as it
+    /// is where the work is fallible.
+    ///
     /// ```
     /// # use redquorum::Semaphore;
     /// # #[tokio::main(flavor = "current_thread")]
@@ -312,6 +376,19 @@ impl Semaphore {
     /// ([`LockOptions::wait`], as [`acquire_with`](Self::acquire_with)), set
     /// the extension interval or cap the extensions. Fenced options are
     /// refused ([`InputError::FencedPermit`]).
+    ///
+    /// # Errors
+    ///
+    /// The acquisition's errors (as the waiting lock calls: `Taken`, `Timeout`,
+    /// `Unavailable`, …), and [`LockError::Lost`] when the lease could not be
+    /// kept: the work was dropped. An error of the work itself is returned as it
+    /// is where the work is fallible.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future drops the work and gives the lock back (in the
+    /// background). Work the future does not own goes on (a task the work
+    /// spawned): await it within the work if the lock must cover it.
     ///
     /// ```
     /// # use redquorum::Semaphore;
@@ -367,11 +444,37 @@ impl Permit {
     }
 
     /// Extends the permit; see [`Lock::extend`].
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Expired`] when the lock is gone (its validity over, or too
+    /// few nodes still hold its token); [`LockError::Unavailable`] when too few
+    /// nodes answered (the lock stays valid until its current deadline);
+    /// [`LockError::Input`] for a TTL the protocol refuses; [`LockError::ShutDown`]
+    /// once the client's shutdown began.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future leaves the lock's deadline as it was; nodes that
+    /// received the extension keep the longer expiry, under this lock's token,
+    /// which no one else can use.
     pub async fn extend(&mut self, ttl: Duration) -> Result<(), LockError> {
         self.lock.extend(ttl).await
     }
 
     /// Gives the permit back; see [`Lock::release`].
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Unavailable`] when no quorum confirmed within the node
+    /// timeout: the keys then expire by their TTL.
+    ///
+    /// # Cancel safety
+    ///
+    /// The release is handed to the nodes at the first poll and happens at most
+    /// once: dropping this future afterwards changes nothing; dropped before its
+    /// first poll it sends nothing (the guard it consumed releases in the
+    /// background when dropped).
     pub async fn release(self) -> Result<(), LockError> {
         self.lock.release().await
     }

@@ -173,6 +173,19 @@ impl MemberChange {
     ///
     /// The lists must share a majority of each: replace or add or remove a
     /// few members at a time ([`ChangeError::TooMany`]).
+    ///
+    /// # Errors
+    ///
+    /// [`ChangeError`] naming why: a list's settings, the old list not matching the
+    /// record, too many members changing at once, another change under way, a
+    /// node of the new list in another deployment, or too few nodes answering
+    /// (nothing is declared then, or, for the last, the joint record stands on
+    /// some nodes: declare again).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future may leave the joint record on some nodes: clients
+    /// that read it count by both sets (safe); declare again to take it up.
     pub async fn declare(from: Builder, to: Builder) -> Result<MemberChange, ChangeError> {
         let prefix = from.key_prefix.clone();
         let interop = from.interop_keys;
@@ -265,6 +278,16 @@ impl MemberChange {
     /// refused from then on (a running one keeps counting the nodes that
     /// stay members, and says that the membership moved). Returns the
     /// record.
+    ///
+    /// # Errors
+    ///
+    /// [`ChangeError::Unavailable`] when too few nodes of the new list took the
+    /// new record: finish again by declaring the change again.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future while it waits changes nothing; once writing, the
+    /// new record may stand on some nodes: clients carry it to the others.
     pub async fn finish(self) -> Result<Record, ChangeError> {
         tokio::time::sleep_until(self.ends).await;
         let done = self.joint.finished();

@@ -17,6 +17,19 @@ impl Builder {
     /// it connects, and refused a vote if it is a duplicate).
     ///
     /// Must be called inside a tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`](crate::ConfigError) for a setting out of range, a node
+    /// that refuses the credentials or the permissions, two URLs that reach one
+    /// server, or a list that does not match the deployment recorded on the
+    /// nodes (docs/agreement.md).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future drops the connections made so far: nothing is left
+    /// on the nodes but the deployment record's reads and first writes
+    /// (docs/agreement.md), each whole or not at all.
     pub async fn build(self) -> Result<Redlock, ConfigError> {
         self.connect().await.map(Redlock::from_driver)
     }
