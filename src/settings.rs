@@ -35,7 +35,7 @@ pub const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(3600);
 ///     .fenced()
 ///     .extend_every(Duration::from_secs(2))
 ///     .max_extensions(100);
-/// assert!(options.is_fenced());
+/// assert_ne!(options, LockOptions::new());
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[must_use = "LockOptions do nothing until passed to a lock call"]
@@ -119,7 +119,7 @@ impl LockOptions {
     }
 
     /// The label asked for, if any.
-    pub fn label_given(&self) -> Option<&str> {
+    pub(crate) fn label_given(&self) -> Option<&str> {
         self.label.as_deref()
     }
 
@@ -156,7 +156,7 @@ impl LockOptions {
     }
 
     /// The time the lock is held at least, if set.
-    pub fn min_hold(&self) -> Option<Duration> {
+    pub(crate) fn min_hold(&self) -> Option<Duration> {
         self.hold_at_least
     }
 
@@ -175,22 +175,22 @@ impl LockOptions {
     }
 
     /// The maximum wait, if set.
-    pub fn max_wait(&self) -> Option<Duration> {
+    pub(crate) fn max_wait(&self) -> Option<Duration> {
         self.max_wait
     }
 
     /// Whether the lock carries a fencing token.
-    pub fn is_fenced(&self) -> bool {
+    pub(crate) fn is_fenced(&self) -> bool {
         self.fenced
     }
 
     /// The lease extension interval, if set.
-    pub fn extend_interval(&self) -> Option<Duration> {
+    pub(crate) fn extend_interval(&self) -> Option<Duration> {
         self.extend_every
     }
 
     /// The cap on lease extensions, if set.
-    pub fn extension_cap(&self) -> Option<u32> {
+    pub(crate) fn extension_cap(&self) -> Option<u32> {
         self.max_extensions
     }
 }

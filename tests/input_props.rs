@@ -258,11 +258,11 @@ async fn memory_case(s: Settings, name: String, other: String, ttl: Duration) ->
                 bounded("try_lock", redlock.try_lock(&name, ttl)).await,
                 &want,
             );
-            // `lock` and `lock_wait` validate before any round or pause.
+            // `lock` and a waiting `lock_with` validate before any round or pause.
             check_input_error(bounded("lock", redlock.lock(&name, ttl)).await, &want);
             check_input_error(
                 bounded(
-                    "lock_wait",
+                    "lock_with (wait)",
                     redlock.lock_with(
                         &name,
                         ttl,

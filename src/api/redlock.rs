@@ -281,55 +281,6 @@ impl Redlock {
         self.lock_with(resource, ttl, &LockOptions::new()).await
     }
 
-    /// Tries until the lock is had or `max_wait` has passed: the same as
-    /// [`lock_with`](Self::lock_with) with
-    /// [`LockOptions::wait`]`(max_wait)`, which names the waiting time
-    /// instead of putting it next to the TTL, where the two are easily
-    /// swapped.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redquorum::LockError> {
-    /// # let redlock = redquorum::testing::redlock(5).await;
-    /// use std::time::Duration;
-    /// use redquorum::LockOptions;
-    /// // Instead of redlock.lock_wait("orders:42", ttl, max_wait):
-    /// let wait = LockOptions::new().wait(Duration::from_secs(5));
-    /// let lock = redlock.lock_with("orders:42", Duration::from_secs(10), &wait).await?;
-    /// lock.release().await
-    /// # }
-    /// ```
-    #[deprecated(
-        since = "0.2.0",
-        note = "two adjacent durations are easily swapped: use \
-                `lock_with(resource, ttl, &LockOptions::new().wait(max_wait))`"
-    )]
-    /// # Errors
-    ///
-    /// [`LockError::Taken`] when another holder has the lock (a wait that
-    /// ends first: [`LockError::Timeout`], with the last round's error);
-    /// [`LockError::Unavailable`] when too few nodes answered;
-    /// [`LockError::Busy`] when this client's own bound on calls in flight kept
-    /// the quorum out of reach; [`LockError::Expired`] when the quorum came after
-    /// the validity window; [`LockError::Input`] for a name or TTL the protocol
-    /// refuses (nothing sent); [`LockError::ShutDown`] once
-    /// [`Redlock::shutdown`](crate::Redlock::shutdown) began.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping this future at any poll takes back, in the background, what its
-    /// round set on every node it reached, and a waiter's place in line: no key
-    /// is left behind for a lock nobody holds.
-    pub async fn lock_wait(
-        &self,
-        resource: &str,
-        ttl: Duration,
-        max_wait: Duration,
-    ) -> Result<Lock, LockError> {
-        self.lock_with(resource, ttl, &LockOptions::new().wait(max_wait))
-            .await
-    }
-
     /// A lock carrying a fencing token ([`Lock::fence`]) that is larger than
     /// that of every earlier holder of `resource`, retrying per policy.
     ///

@@ -364,10 +364,10 @@ async fn dropping_a_lock_releases_it() {
         .unwrap();
 }
 
-/// `lock_wait` wakes by the time an abandoned holder's keys expire, and gives
+/// A waiting `lock_with` wakes by the time an abandoned holder's keys expire, and gives
 /// up with `Timeout` after `max_wait`.
 #[tokio::test]
-async fn lock_wait_outlasts_an_abandoned_holder() {
+async fn a_wait_outlasts_an_abandoned_holder() {
     let redlock = redlock().await;
     let mut conns = raw_all().await;
     let resource = unique("wait");

@@ -219,21 +219,3 @@ async fn require_quorum_refuses_a_client_without_a_quorum() {
             .all(|h| h.is_reachable())
     );
 }
-
-/// The deprecated form still waits like `lock_with` + `LockOptions::wait`.
-#[tokio::test]
-#[allow(deprecated)]
-async fn deprecated_lock_wait_still_waits() {
-    let redlock = redlock().await;
-    let resource = unique("deprecated-wait");
-    let held = redlock
-        .try_lock(&resource, Duration::from_millis(300))
-        .await
-        .unwrap();
-    let lock = redlock
-        .lock_wait(&resource, Duration::from_secs(5), Duration::from_secs(5))
-        .await
-        .expect("got it once the holder's key expired");
-    assert!(!held.is_valid());
-    lock.release().await.unwrap();
-}
