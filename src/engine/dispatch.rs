@@ -48,7 +48,7 @@ use crate::proto::round::Step;
 use crate::telemetry::NodeTelemetry;
 use crate::transport::cluster::ClusterNode;
 use crate::transport::in_flight::{InFlight, Place};
-use crate::transport::link::{Errand, Limits, Pending, Sink, Ticket, Work};
+use crate::transport::link::{Counted, Errand, Limits, Pending, Sink, Work};
 use crate::transport::master::RedisNode;
 use crate::transport::node::Node;
 
@@ -302,16 +302,16 @@ impl Dispatcher {
             });
         };
         self.telemetry.started();
-        let ticket = Ticket {
+        let counted = Counted {
             telemetry: Arc::clone(&self.telemetry),
-            _slot: place,
+            _place: place,
         };
         let work = Work::Errand {
             errand: Arc::clone(round) as Arc<dyn Errand>,
             node,
             route: None,
         };
-        let call = Pending::new(work, Sink::Errand, Some(ticket));
+        let call = Pending::new(work, Sink::Errand, Some(counted));
         match &self.member {
             Member::Redis(redis) => redis.link().submit(call),
             Member::Cluster(cluster) => cluster.submit(call),

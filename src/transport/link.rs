@@ -72,7 +72,7 @@ use crate::settings::config_error::ConfigError;
 use crate::transport::address::Address;
 use crate::transport::resp::Frame;
 
-pub(crate) use call::{CLOSING_ATTEMPTS, Errand, Outstanding, Pending, Route, Sink, Ticket, Work};
+pub(crate) use call::{CLOSING_ATTEMPTS, Counted, Errand, Outstanding, Pending, Route, Sink, Work};
 pub(crate) use checks::{Checks, Standing};
 pub(crate) use open::Hello;
 
@@ -414,14 +414,14 @@ impl Link {
 
     /// One command outside any round, on the current connection (queued
     /// while it reconnects), its reply as the node gave it; the caller
-    /// bounds it. `ticket` counts it in the node's health.
+    /// bounds it. `counted` counts it in the node's health.
     pub(crate) async fn query(
         self: &Arc<Self>,
         command: Vec<u8>,
-        ticket: Option<Ticket>,
+        counted: Option<Counted>,
     ) -> Result<Frame, NodeError> {
         let (tx, rx) = oneshot::channel();
-        self.submit(Pending::new(Work::Raw(command), Sink::Reply(tx), ticket));
+        self.submit(Pending::new(Work::Raw(command), Sink::Reply(tx), counted));
         rx.await
             .unwrap_or_else(|_| Err(NodeError::Connection("the connection ended".into())))
     }

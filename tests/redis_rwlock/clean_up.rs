@@ -92,8 +92,12 @@ async fn a_writer_refused_on_one_node_clears_its_intent_there_on_release() {
         let left: Vec<String> = conn.keys(format!("{{{resource}}}:*")).await.unwrap();
         assert!(left.is_empty(), "node {} kept {left:?}", i + 1);
     }
-    // Another writer's intent is not ours to clear.
+    // Another writer's intent is not ours to clear. (The acquire returns
+    // at its quorum: its call to node 5, which clears the intent where it
+    // grants, is waited for before the other writer's intent is set, or it
+    // would clear it.)
     let writer = redlock.try_write_lock(&resource, ttl).await.unwrap();
+    settled(&redlock).await;
     let _: () = node5.set_ex(&intent, "another-writer", 10).await.unwrap();
     writer.release().await.unwrap();
     settled(&redlock).await;

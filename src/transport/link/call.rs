@@ -1,5 +1,5 @@
 //! One call to a node: what it asks ([`Work`]), where its answer goes
-//! ([`Sink`]), the bookkeeping it carries until it ends ([`Ticket`]), and
+//! ([`Sink`]), the bookkeeping it carries until it ends ([`Counted`]), and
 //! whether it may be sent again after its connection failed under it
 //! ([`MAX_RESENDS`]).
 //!
@@ -116,24 +116,24 @@ impl Drop for Outstanding {
     }
 }
 
-/// The bookkeeping a counted call carries until it ends: its in-flight slot
-/// (given back when the ticket is dropped) and its node's instruments.
-pub(crate) struct Ticket {
+/// The bookkeeping a counted call carries until it ends: its place in flight
+/// (given back when it is dropped) and its node's instruments.
+pub(crate) struct Counted {
     pub(crate) telemetry: Arc<NodeTelemetry>,
-    pub(crate) _slot: crate::transport::in_flight::Place,
+    pub(crate) _place: crate::transport::in_flight::Place,
 }
 
-impl Drop for Ticket {
+impl Drop for Counted {
     fn drop(&mut self) {
         self.telemetry.done();
     }
 }
 
-/// One call: what to ask, where the answer goes, and its ticket.
+/// One call: what to ask, where the answer goes, and its bookkeeping.
 pub(crate) struct Pending {
     pub(crate) work: Work,
     pub(crate) sink: Sink,
-    pub(crate) ticket: Option<Ticket>,
+    pub(crate) counted: Option<Counted>,
     /// When it was made.
     pub(crate) made: Instant,
     /// Redirections followed so far.
@@ -166,11 +166,11 @@ pub(crate) const CLOSING_ATTEMPTS: u32 = 3;
 
 impl Pending {
     /// A call of `work` answered into `sink`, made now.
-    pub(crate) fn new(work: Work, sink: Sink, ticket: Option<Ticket>) -> Self {
+    pub(crate) fn new(work: Work, sink: Sink, counted: Option<Counted>) -> Self {
         Pending {
             work,
             sink,
-            ticket,
+            counted,
             made: Instant::now(),
             redirects: 0,
             asking: false,
@@ -238,8 +238,8 @@ impl Pending {
 
     /// Counts the outcome in the node's instruments and health.
     fn account(&self, outcome: Result<&Reply, &NodeError>, late: Duration) {
-        if let Some(ticket) = &self.ticket {
-            ticket.telemetry.ended(outcome, self.made, late, self.late);
+        if let Some(counted) = &self.counted {
+            counted.telemetry.ended(outcome, self.made, late, self.late);
         }
     }
 }

@@ -64,9 +64,9 @@ impl Io {
                 break;
             }
             if !std::mem::replace(&mut call.late, true)
-                && let Some(ticket) = &call.ticket
+                && let Some(counted) = &call.counted
             {
-                ticket.telemetry.late();
+                counted.telemetry.late();
             }
         }
         let oldest = self
