@@ -24,9 +24,13 @@ use super::{SERIAL, TTL, in_flight_to, proxies};
 async fn kicked_during_a_stalled_attempt(
     proxies: &[Proxy],
 ) -> (Redlock, JoinHandle<Vec<NodeHealth>>, u64) {
+    // A patient node timeout: the checks are about which attempt a call
+    // waits for, not about time (with the 50 ms default, a loaded machine
+    // once timed every node out of the refused round).
     let redlock = Redlock::builder()
         .nodes(proxies.iter().map(Proxy::url))
         .connect_timeout(Duration::from_millis(500))
+        .node_timeout(Duration::from_secs(1))
         .build()
         .await
         .unwrap();
