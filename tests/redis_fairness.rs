@@ -168,36 +168,14 @@ async fn callers_served_in_turn_never_time_out() {
 /// How many grants the scale case runs for: three turns of every waiter.
 const SCALE_WAITERS: usize = 100;
 
-/// Script calls the five nodes have run (`INFO commandstats`: `FCALL`,
-/// `EVAL`, `EVALSHA`).
-async fn script_calls() -> u64 {
-    let mut total = 0;
-    for mut conn in support::raw_all().await {
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        total += info
-            .lines()
-            .filter(|l| {
-                ["cmdstat_fcall:", "cmdstat_eval:", "cmdstat_evalsha:"]
-                    .iter()
-                    .any(|p| l.starts_with(p))
-            })
-            .filter_map(|l| l.split(['=', ',']).nth(1)?.parse::<u64>().ok())
-            .sum::<u64>();
-    }
-    total
-}
-
 /// `SCALE_WAITERS` waiters on one lock, each holding it 1 ms and asking
 /// again at once, until `3 × SCALE_WAITERS` grants: each waiter's grants,
 /// and the script calls the nodes ran per grant meanwhile. Patient waits
 /// (60 s): a loaded machine slows the run, it never fails it.
 async fn scale(fair: bool) -> (Vec<u32>, f64) {
     let redlock = client(fair).await;
-    let before = script_calls().await;
+    let mut nodes = support::raw_all().await;
+    let before = support::script_calls(&mut nodes).await;
     let name = unique("fair-scale");
     let total = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let grants: Vec<_> = (0..SCALE_WAITERS)
@@ -226,7 +204,8 @@ async fn scale(fair: bool) -> (Vec<u32>, f64) {
     for g in grants {
         out.push(g.await.unwrap());
     }
-    let per_grant = (script_calls().await - before) as f64 / (3 * SCALE_WAITERS) as f64;
+    let calls = support::script_calls(&mut nodes).await - before;
+    let per_grant = calls as f64 / (3 * SCALE_WAITERS) as f64;
     out.sort_unstable();
     eprintln!(
         "scale ({}): {} waiters, grants min {} median {} max {}, {per_grant:.1} node calls a grant",

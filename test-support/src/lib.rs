@@ -146,6 +146,29 @@ pub fn adopt(node: usize) {
         .expect("HSET");
 }
 
+/// The script calls (`FCALL`, `EVAL`, `EVALSHA`) the nodes behind `conns`
+/// have run, from `INFO commandstats`: what a round costs the nodes.
+pub async fn script_calls(conns: &mut [MultiplexedConnection]) -> u64 {
+    let mut total = 0;
+    for conn in conns {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(conn)
+            .await
+            .expect("INFO commandstats");
+        total += info
+            .lines()
+            .filter(|l| {
+                ["cmdstat_fcall:", "cmdstat_eval:", "cmdstat_evalsha:"]
+                    .iter()
+                    .any(|p| l.starts_with(p))
+            })
+            .filter_map(|l| l.split(['=', ',']).nth(1)?.parse::<u64>().ok())
+            .sum::<u64>();
+    }
+    total
+}
+
 /// Closes every client connection of node `conn` but `conn` itself
 /// (`CLIENT KILL TYPE normal SKIPME yes`), as a node that dropped them
 /// would; how many it closed.

@@ -11,7 +11,7 @@ pub mod memory;
 
 pub use redquorum_test_support::{
     adopt, kill_clients, load, node_proxies, node_urls, patient, proxy, raw, raw_all, redlock,
-    set_px_everywhere, unique, until_in_line,
+    script_calls, set_px_everywhere, unique, until_in_line,
 };
 
 use std::collections::BTreeMap;

@@ -21,7 +21,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use redis::aio::MultiplexedConnection;
 use redquorum::{LockOptions, Redlock};
+use redquorum_bench::listening::connections;
+use redquorum_test_support::script_calls;
 
 /// Each hold.
 const HOLD: Duration = Duration::from_millis(1);
@@ -84,51 +87,13 @@ async fn waiters(redlock: &Redlock, resource: &str, waiters: usize, end: Instant
     out
 }
 
-/// Script calls the nodes ran so far (`FCALL`, `EVAL`, `EVALSHA`).
-async fn script_calls(urls: &[String]) -> u64 {
-    let mut total = 0;
-    for url in urls {
-        let client = redis::Client::open(url.as_str()).expect("url");
-        let mut conn = client
-            .get_multiplexed_async_connection()
-            .await
-            .expect("node");
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut conn)
-            .await
-            .expect("INFO");
-        for line in info.lines() {
-            let Some(rest) = ["cmdstat_fcall:", "cmdstat_eval:", "cmdstat_evalsha:"]
-                .iter()
-                .find_map(|p| line.strip_prefix(p))
-            else {
-                continue;
-            };
-            if let Some(calls) = rest
-                .split(',')
-                .find_map(|f| f.strip_prefix("calls="))
-                .and_then(|c| c.parse::<u64>().ok())
-            {
-                total += calls;
-            }
-        }
-    }
-    total
-}
-
 /// Lock keys of the benchmark left on the nodes.
-async fn leftovers(urls: &[String]) -> usize {
+async fn leftovers(conns: &mut [MultiplexedConnection]) -> usize {
     let mut left = 0;
-    for url in urls {
-        let client = redis::Client::open(url.as_str()).expect("url");
-        let mut conn = client
-            .get_multiplexed_async_connection()
-            .await
-            .expect("node");
+    for conn in conns {
         let keys: Vec<String> = redis::cmd("KEYS")
             .arg("bench:hotkey:*:lock")
-            .query_async(&mut conn)
+            .query_async(conn)
             .await
             .expect("KEYS");
         left += keys.len();
@@ -158,10 +123,18 @@ async fn child(resource: &str, n: usize, fair: bool, secs: f64) {
     redlock.shutdown().await;
 }
 
-/// One case: its figures on one line.
-async fn case(urls: &[String], n: usize, procs: usize, fair: bool, secs: u64, lone: f64) {
+/// One case, on the nodes `urls` (read through `conns`): its figures on
+/// one line.
+async fn case(
+    urls: &[String],
+    conns: &mut [MultiplexedConnection],
+    n: usize,
+    (procs, fair): (usize, bool),
+    secs: u64,
+    lone: f64,
+) {
     let resource = format!("r{n}-{procs}-{fair}-{}", std::process::id());
-    let before = script_calls(urls).await;
+    let before = script_calls(conns).await;
     let started = Instant::now();
     let grants: Vec<u64> = if procs == 1 {
         let redlock = client(urls, fair).await;
@@ -197,7 +170,7 @@ async fn case(urls: &[String], n: usize, procs: usize, fair: bool, secs: u64, lo
         all
     };
     let elapsed = started.elapsed().as_secs_f64();
-    let calls = script_calls(urls).await - before;
+    let calls = script_calls(conns).await - before;
     let total: u64 = grants.iter().sum();
     let mut sorted = grants.clone();
     sorted.sort_unstable();
@@ -216,7 +189,7 @@ async fn case(urls: &[String], n: usize, procs: usize, fair: bool, secs: u64, lo
         jain(&grants),
         grants.iter().filter(|g| **g == 0).count(),
         calls as f64 / total.max(1) as f64,
-        leftovers(urls).await,
+        leftovers(conns).await,
     );
 }
 
@@ -232,6 +205,8 @@ async fn main() {
     }
     let urls = nodes();
     assert!(!urls.is_empty(), "REDQUORUM_NODES: the nodes' URLs");
+    let mut conns = connections(&urls).await;
+    assert_eq!(conns.len(), urls.len(), "every node must answer");
     let secs: u64 = env_or("REDQUORUM_BENCH_SECS", "10")
         .parse()
         .expect("seconds");
@@ -260,7 +235,7 @@ async fn main() {
     for n in counts {
         for spread in [1, procs] {
             for fair in [true, false] {
-                case(&urls, n, spread.min(n), fair, secs, lone).await;
+                case(&urls, &mut conns, n, (spread.min(n), fair), secs, lone).await;
             }
         }
     }

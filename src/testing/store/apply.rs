@@ -27,11 +27,7 @@ impl Store {
                         Reply::Done
                     } else {
                         let pttl = self.peek(key, now).and_then(|e| e.pttl(now));
-                        let ahead = self.line_wait(line, &me, &waiter, pttl, now)?;
-                        Reply::Held {
-                            pttl_ms: pttl,
-                            ahead: Some(ahead),
-                        }
+                        self.refused(line, Some(&me), Some(waiter), pttl, now)?
                     }
                 }
                 None => match self.live(key, now) {
@@ -97,14 +93,7 @@ impl Store {
                 let me = waiter.map(|w| w.name(false));
                 if !self.free_to(key, me.as_deref(), now) {
                     let pttl = self.peek(key, now).and_then(|e| e.pttl(now));
-                    let ahead = match (waiter, &me) {
-                        (Some(w), Some(me)) => Some(self.line_wait(line, me, &w, pttl, now)?),
-                        _ => None,
-                    };
-                    return Ok(Reply::Held {
-                        pttl_ms: pttl,
-                        ahead,
-                    });
+                    return self.refused(line, me.as_deref(), waiter, pttl, now);
                 }
                 // `INCR` keeps the counter's expiry (it has none); the
                 // counter is floored at the clock in microseconds, as the
@@ -405,14 +394,7 @@ impl Store {
         };
         if let Some(e) = stands {
             let pttl = e.pttl(now);
-            let ahead = match (waiter, &me) {
-                (Some(w), Some(me)) => Some(self.line_wait(line, me, &w, pttl, now)?),
-                _ => None,
-            };
-            return Ok(Reply::Held {
-                pttl_ms: pttl,
-                ahead,
-            });
+            return self.refused(line, me.as_deref(), waiter, pttl, now);
         }
         self.prune(readers, now)?;
         self.zadd(readers, token, score(now.saturating_add(ttl_ms)), now)?;
@@ -450,14 +432,7 @@ impl Store {
         let me = waiter.map(|w| w.name(false));
         if !self.free_to(writer, me.as_deref(), now) {
             let pttl = self.peek(writer, now).and_then(|e| e.pttl(now));
-            let ahead = match (waiter, &me) {
-                (Some(w), Some(me)) => Some(self.line_wait(line, me, &w, pttl, now)?),
-                _ => None,
-            };
-            return Ok(Reply::Held {
-                pttl_ms: pttl,
-                ahead,
-            });
+            return self.refused(line, me.as_deref(), waiter, pttl, now);
         }
         self.prune(readers, now)?;
         let last = match self.zset(readers, now)? {
@@ -470,14 +445,7 @@ impl Store {
             let stands = self.peek(intent, now).and_then(|e| e.pttl(now));
             let keep = stands.map_or(left + ttl_ms, |s| s.max(left + ttl_ms));
             self.set(intent, Entry::text(token, now, keep));
-            let ahead = match (waiter, &me) {
-                (Some(w), Some(me)) => Some(self.line_wait(line, me, &w, Some(left), now)?),
-                _ => None,
-            };
-            return Ok(Reply::Held {
-                pttl_ms: Some(left),
-                ahead,
-            });
+            return self.refused(line, me.as_deref(), waiter, Some(left), now);
         }
         self.set(writer, Entry::text(&labeled(token, label), now, ttl_ms));
         self.keys.remove(intent);
@@ -538,14 +506,7 @@ impl Store {
         }
         if !self.free_to(slot, me.as_deref(), now) {
             let pttl = self.peek(slot, now).and_then(|e| e.pttl(now));
-            let ahead = match (waiter, &me) {
-                (Some(w), Some(me)) => Some(self.line_wait(line, me, &w, pttl, now)?),
-                _ => None,
-            };
-            return Ok(Reply::Held {
-                pttl_ms: pttl,
-                ahead,
-            });
+            return self.refused(line, me.as_deref(), waiter, pttl, now);
         }
         self.set(slot, Entry::text(&labeled(token, label), now, ttl_ms));
         self.zadd(holders, token, score(now.saturating_add(ttl_ms)), now)?;

@@ -81,6 +81,27 @@ impl Store {
         Ok(ahead)
     }
 
+    /// A refusal of a key whose holder has `pttl` left: a waiter (`me`,
+    /// `waiter`) stays in line and is told how many are ahead of it
+    /// (`line_wait`); anyone else is only refused.
+    pub(super) fn refused(
+        &mut self,
+        line: &[String],
+        me: Option<&str>,
+        waiter: Option<Waiter<'_>>,
+        pttl: Option<u64>,
+        now: u64,
+    ) -> Result<Reply, NodeError> {
+        let ahead = match (waiter, me) {
+            (Some(w), Some(me)) => Some(self.line_wait(line, me, &w, pttl, now)?),
+            _ => None,
+        };
+        Ok(Reply::Held {
+            pttl_ms: pttl,
+            ahead,
+        })
+    }
+
     /// `line_ahead`: the waiters not yet served ahead of `who` (a lower
     /// ticket), up to [`MAX_AHEAD`]; 0 for one served, [`MAX_AHEAD`] for
     /// one not in line.
