@@ -56,7 +56,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "redquorum contention demo: {} nodes, quorum {}, {WORKERS} workers, ttl {TTL:?}, \
          node timeout {NODE_TIMEOUT:?}; per phase {PROBE:?} of lone lock+release, then {CONTEND:?} of contention",
         urls.len(),
-        redlock.quorum()
+        redlock.nodes().quorum()
     );
 
     println!("phase 1: all nodes healthy");

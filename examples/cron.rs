@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use redquorum::LeaseOptions;
 use redquorum::{LockError, LockOptions, Redlock};
 
 #[tokio::main]
@@ -40,11 +41,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         replicas.push(tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(late_ms)).await;
             let ran = redlock
-                .run_with(&slot, Duration::from_secs(60), &options, |_lease| async {
-                    println!("{replica}: running the nightly report");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    runs.fetch_add(1, Ordering::SeqCst);
-                })
+                .run_with(
+                    &slot,
+                    Duration::from_secs(60),
+                    &options,
+                    &LeaseOptions::new(),
+                    |_lease| async {
+                        println!("{replica}: running the nightly report");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        runs.fetch_add(1, Ordering::SeqCst);
+                    },
+                )
                 .await;
             match ran {
                 Ok(()) => println!("{replica}: done; the slot stays taken for 30 s"),

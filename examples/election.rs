@@ -13,8 +13,10 @@
 use std::time::Duration;
 
 use futures::StreamExt;
+use redquorum::AcquireOptions;
+use redquorum::LeaseOptions;
+use redquorum::Redlock;
 use redquorum::election::{Election, LeaderState};
-use redquorum::{LockOptions, Redlock};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -55,14 +57,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let name = name.clone();
         candidates.push(tokio::spawn(async move {
             let election = Election::new(&redlock, &name).expect("a name");
-            let options = LockOptions::new().label(host);
+            let options = AcquireOptions::new().label(host);
             for _ in 0..2 {
                 let term = election
-                    .lead(Duration::from_secs(5), &options, |lease| async move {
-                        // The leader's work, fenced by its term.
-                        tokio::time::sleep(Duration::from_millis(200)).await;
-                        lease.fence().expect("a term")
-                    })
+                    .lead_with(
+                        Duration::from_secs(5),
+                        &options,
+                        &LeaseOptions::new(),
+                        |lease| async move {
+                            // The leader's work, fenced by its term.
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                            lease.fence().expect("a term")
+                        },
+                    )
                     .await
                     .expect("led");
                 println!("{host}: led term {term}, resigned");

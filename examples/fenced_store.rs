@@ -54,7 +54,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a = Redlock::connect(&urls).await?;
     let b = Redlock::connect(&urls).await?;
 
-    let lock_a = a.lock_fenced(resource, ttl).await?;
+    let lock_a = a
+        .lock_with(resource, ttl, &redquorum::LockOptions::new().fenced())
+        .await?;
     let token_a = lock_a.fence().expect("fenced");
     println!("A holds {resource} with token {token_a}; A pauses...");
     tokio::time::sleep(ttl + Duration::from_millis(200)).await; // the pause

@@ -12,6 +12,7 @@
 
 use std::time::{Duration, Instant};
 
+use redquorum::LeaseOptions;
 use redquorum::{LockError, LockOptions, Redlock};
 
 #[tokio::main]
@@ -33,6 +34,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "example:nightly-report",
             ttl,
             &options,
+            &LeaseOptions::new(),
             |lease| async move {
                 println!(
                     "holding {} with fencing token {:?}",

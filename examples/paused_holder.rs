@@ -49,7 +49,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut store = store.get_multiplexed_async_connection().await?;
 
     let lock = redlock
-        .lock_fenced(&resource, Duration::from_secs(2))
+        .lock_with(
+            &resource,
+            Duration::from_secs(2),
+            &redquorum::LockOptions::new().fenced(),
+        )
         .await?;
     let fence = lock.fence().expect("a fenced lock has a fence");
     say(&format!("holding {resource} with fence {fence}"));

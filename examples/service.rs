@@ -21,7 +21,9 @@
 
 use std::time::Duration;
 
-use redquorum::{LockError, LockOptions, Redlock, election::Election};
+use redquorum::AcquireOptions;
+use redquorum::LeaseOptions;
+use redquorum::{LockError, Redlock, election::Election};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -36,22 +38,27 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let name = std::env::var("REDQUORUM_ELECTION")
         .unwrap_or_else(|_| "example:service:scheduler".to_owned());
     let election = Election::new(&redlock, &name)?;
-    let options = LockOptions::new().label(&replica);
+    let options = AcquireOptions::new().label(&replica);
 
     let leading = async {
         loop {
             let replica = replica.as_str();
             let led = election
-                .lead(Duration::from_secs(10), &options, |lease| async move {
-                    // Started leading: the term fences what the work writes.
-                    let term = lease.fence().expect("a leadership has a term");
-                    println!("{replica}: leading, term {term}");
-                    loop {
-                        // The scheduler's work, one tick at a time.
-                        tokio::time::sleep(Duration::from_millis(500)).await;
-                        println!("{replica}: tick (term {term})");
-                    }
-                })
+                .lead_with(
+                    Duration::from_secs(10),
+                    &options,
+                    &LeaseOptions::new(),
+                    |lease| async move {
+                        // Started leading: the term fences what the work writes.
+                        let term = lease.fence().expect("a leadership has a term");
+                        println!("{replica}: leading, term {term}");
+                        loop {
+                            // The scheduler's work, one tick at a time.
+                            tokio::time::sleep(Duration::from_millis(500)).await;
+                            println!("{replica}: tick (term {term})");
+                        }
+                    },
+                )
                 .await;
             // Stopped leading: lost (the work was dropped) or an error.
             match led {

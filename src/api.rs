@@ -10,10 +10,11 @@ pub mod election;
 pub mod inspect;
 pub(crate) mod lease;
 pub(crate) mod lock;
-pub(crate) mod probe;
+pub(crate) mod nodes;
 pub(crate) mod redlock;
+pub(crate) mod reentrant;
 pub(crate) mod run;
-pub mod rwlock;
+pub(crate) mod rwlock;
 pub mod semaphore;
 pub(crate) mod wait;
 

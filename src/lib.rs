@@ -98,15 +98,34 @@
 //! # async fn main() -> Result<(), redquorum::LockError> {
 //! # let redlock = redquorum::testing::redlock(5).await;
 //! use std::time::Duration;
+//! use redquorum::LockOptions;
 //!
-//! let first = redlock.lock_fenced("ledger", Duration::from_secs(10)).await?;
+//! let (ttl, fenced) = (Duration::from_secs(10), LockOptions::new().fenced());
+//! let first = redlock.lock_with("ledger", ttl, &fenced).await?;
 //! let token = first.fence().expect("fenced locks carry a token");
 //! first.release().await?;
-//! let second = redlock.lock_fenced("ledger", Duration::from_secs(10)).await?;
+//! let second = redlock.lock_with("ledger", ttl, &fenced).await?;
 //! assert!(second.fence() > Some(token));
 //! second.release().await
 //! # }
 //! ```
+//!
+//! ## One type per primitive
+//!
+//! | Primitive | Type | Take it | Options |
+//! |---|---|---|---|
+//! | a lock (and fenced, and held at least a time) | [`Redlock`] | `try_lock`, `lock`, `lock_with`, `run`, `run_with` | [`LockOptions`] |
+//! | one lock over several resources | [`Redlock`] | `lock_many`, `lock_many_with` | [`AcquireOptions`] |
+//! | a reentrant lock | [`ReentrantLock::new`] | `lock`, `lock_with` | [`AcquireOptions`] |
+//! | a read/write lock | [`RwLock::new`] | `read`, `write` (`try_`, `_with`, `run_`) | [`AcquireOptions`] |
+//! | a counting semaphore | [`Semaphore::new`] | `try_acquire`, `acquire`, `acquire_with`, `run`, `run_with` | [`AcquireOptions`] |
+//! | leader election | [`election::Election::new`] | `campaign`, `campaign_with`, `lead`, `lead_with`, `observe` | [`AcquireOptions`] |
+//!
+//! Every hold is a [`Lock`] (a permit wraps one): extended, released,
+//! dropped or kept alive ([`Lock::keep_alive_with`], [`LeaseOptions`]) the
+//! same way. The client's own view of its nodes is [`Redlock::nodes`]; an
+//! operator's reads are [`Redlock::inspect`], [`RwLock::inspect`],
+//! [`Semaphore::inspect`], and forced releases `release_token` on each type.
 //!
 //! ## What it guarantees
 //!
@@ -126,6 +145,9 @@
 //! from rslock, node-redlock or redsync in `docs/migrating.md`.
 
 #![deny(missing_docs)]
+// With `internals` off, what it re-exports is reachable from nowhere: the
+// check holds with it on, as every build of this repository has it.
+#![cfg_attr(feature = "internals", warn(unreachable_pub))]
 #![forbid(unsafe_code)]
 
 mod api;
@@ -142,18 +164,50 @@ mod transport;
 
 pub use api::lease::{KeepAlive, Lease, LeaseEnd};
 pub use api::lock::Lock;
-pub use api::probe::NodeHealth;
+pub use api::nodes::{NodeHealth, NodeStatus, Nodes};
 pub use api::redlock::Redlock;
+pub use api::reentrant::ReentrantLock;
+pub use api::rwlock::RwLock;
 pub use api::semaphore::{Permit, Semaphore};
-pub use api::{election, inspect, rwlock, semaphore};
+pub use api::{election, inspect, semaphore};
 pub use client::{Builder, ChangeError, MemberChange};
 pub use proto::error::{Answer, LockError, NodeError, Votes};
 pub use proto::input::InputError;
 pub use proto::keys::KeyLayout;
 pub use proto::retry::Retry;
-pub use proto::{deployment, keys, quorum, restart, verdict};
+pub use proto::{deployment, keys, verdict};
+
+/// The arithmetic of a quorum: its size, a lock's validity and the clock
+/// drift allowed for (`docs/design.md` §2).
+///
+/// ```
+/// use std::time::Duration;
+/// use redquorum::quorum::{quorum, validity};
+/// assert_eq!(quorum(5), 3);
+/// // 10 s at the default drift factor (1%) and its 2 ms floor.
+/// assert_eq!(validity(10_000, 0.01), Some(Duration::from_millis(9_898)));
+/// ```
+pub mod quorum {
+    pub use crate::proto::quorum::{
+        DEFAULT_NODE_TIMEOUT, DriftFactor, MAX_TTL_MS, drift, quorum, remaining, validity,
+    };
+}
+
+/// What this repository's own chaos harness, benchmarks and tests read of
+/// the protocol beyond the API: a round's vote counting, the per-node
+/// timeout rule, the restart rule, the bound on watched semaphore slots and
+/// the in-memory model of a node. Feature `internals`; no stability
+/// promise.
+#[cfg(feature = "internals")]
+pub mod internals {
+    pub use crate::api::wait::MAX_WATCHED_SLOTS;
+    pub use crate::proto::quorum::{Count, DRIFT_FLOOR_MS, Decision, Vote, node_timeout};
+    pub use crate::proto::restart;
+    #[cfg(feature = "testing")]
+    pub use crate::testing::{owned::OwnedOp, redis::redis_node, store::Store, store::Taken};
+}
 pub use settings::config_error::ConfigError;
-pub use settings::{DEFAULT_MAX_TTL, LockOptions};
+pub use settings::{AcquireOptions, DEFAULT_MAX_TTL, LeaseOptions, LockOptions};
 pub use transport::node;
 
 // The README's example is compiled as a doctest, so it stays true.

@@ -32,19 +32,19 @@
 //! The driver (`crate::engine::driver`) feeds these with what the nodes answered and
 //! what the clock says, and does what they say.
 
-pub mod acquire;
+pub(crate) mod acquire;
 pub mod deployment;
-pub mod error;
-pub mod health;
-pub mod input;
+pub(crate) mod error;
+pub(crate) mod health;
+pub(crate) mod input;
 pub(crate) mod joint;
-pub mod keeper;
+pub(crate) mod keeper;
 pub mod keys;
-pub mod op;
-pub mod per_node;
-pub mod quorum;
+pub(crate) mod op;
+pub(crate) mod per_node;
+pub(crate) mod quorum;
 pub mod restart;
-pub mod retry;
-pub mod round;
-pub mod slot;
+pub(crate) mod retry;
+pub(crate) mod round;
+pub(crate) mod slot;
 pub mod verdict;

@@ -37,13 +37,12 @@ use crate::proto::error::NodeError;
 use crate::proto::op::{Op, Reply};
 use crate::transport::node::{Listener, Node, Notice};
 
-mod owned;
-mod redis;
-mod store;
+pub(crate) mod owned;
+pub(crate) mod redis;
+pub(crate) mod store;
 
-pub use owned::OwnedOp;
-pub use redis::redis_node;
-pub use store::{Store, Taken};
+use owned::OwnedOp;
+use store::Store;
 
 /// A client over `n` new in-memory nodes (`memory://0` …), with default
 /// settings. Needs a tokio runtime.
@@ -56,7 +55,7 @@ pub use store::{Store, Taken};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// let redlock = redquorum::testing::redlock(5).await;
-/// assert_eq!(redlock.quorum(), 3);
+/// assert_eq!(redlock.nodes().quorum(), 3);
 /// # }
 /// ```
 pub async fn redlock(n: usize) -> Redlock {
@@ -286,7 +285,7 @@ impl MemoryNode {
     /// use redquorum::testing::{self, MemoryNode};
     /// let nodes: Vec<_> = (0..3).map(MemoryNode::new).collect();
     /// let redlock = testing::redlock_over(&nodes).await;
-    /// let reader = redlock.read_lock("doc", Duration::from_secs(5)).await?;
+    /// let reader = redquorum::RwLock::new(&redlock, "doc")?.read(Duration::from_secs(5)).await?;
     /// assert_eq!(nodes[0].readers("{doc}:readers"), 1);
     /// reader.release().await?;
     /// assert_eq!(nodes[0].readers("{doc}:readers"), 0);

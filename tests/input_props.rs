@@ -11,6 +11,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 #[cfg(feature = "redis-tests")]
 use redis::AsyncCommands;
+use redquorum::ReentrantLock;
 use redquorum::node::Node;
 use redquorum::quorum::{MAX_TTL_MS, validity};
 use redquorum::{ConfigError, InputError, Lock, LockError, Redlock, Retry};
@@ -318,14 +319,18 @@ async fn memory_case(s: Settings, name: String, other: String, ttl: Duration) ->
         }
         Err(_) => {}
     }
-    match bounded("lock_reentrant", once.lock_reentrant(&name, ttl, &other)).await {
-        Ok(lock) => bounded("release", lock.release()).await.expect("release"),
-        Err(LockError::Input(e)) => {
-            if other.is_empty() && expected_lock(&s, &name, ttl).is_ok() {
-                assert_eq!(e, InputError::EmptyOwner);
-            }
+    match ReentrantLock::new(&once, &name, &other) {
+        // The name is checked first, then the owner, before anything is sent.
+        Err(e) if name.is_empty() => assert_eq!(e, InputError::EmptyResource),
+        Err(e) => {
+            assert!(other.is_empty(), "{e:?}");
+            assert_eq!(e, InputError::EmptyOwner);
         }
-        Err(_) => {}
+        Ok(job) => match bounded("ReentrantLock::lock", job.lock(ttl)).await {
+            Ok(lock) => bounded("release", lock.release()).await.expect("release"),
+            Err(LockError::Input(e)) => assert!(expected_lock(&s, &name, ttl).is_err(), "{e:?}"),
+            Err(_) => {}
+        },
     }
     ended
 }

@@ -248,7 +248,7 @@ async fn a_member_that_lost_its_record_is_adopted_back_under_its_id() {
             "not adopted back: {hash:?}"
         );
         // Any call makes the running client notice the closed connection.
-        let _ = running.probe(Duration::from_secs(1)).await;
+        let _ = running.nodes().probe(Duration::from_secs(1)).await;
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -291,14 +291,14 @@ async fn a_running_client_stops_counting_nodes_whose_record_moved() {
     }
     let new = client(&replaced_list(), &prefix).build().await.unwrap();
     assert_eq!(
-        new.deployment().map(|d| d.members().to_vec()),
+        new.nodes().deployment().map(|d| d.members().to_vec()),
         Some(members.clone())
     );
     // Within the bound (1 s and a round trip; 10 s here for a loaded
     // machine), the old client names nodes 1-4 as moved.
     let start = std::time::Instant::now();
     let health = loop {
-        let health = old.probe(Duration::from_secs(1)).await;
+        let health = old.nodes().probe(Duration::from_secs(1)).await;
         let moved = |h: &redquorum::NodeHealth| {
             h.excluded
                 .as_deref()
@@ -337,7 +337,11 @@ async fn two_clients_at_first_use_agree_whatever_their_spellings() {
         );
         let direct = direct.unwrap_or_else(|e| panic!("round {round}, direct: {e}"));
         let proxied = proxied.unwrap_or_else(|e| panic!("round {round}, proxied: {e}"));
-        assert_eq!(direct.deployment(), proxied.deployment(), "round {round}");
+        assert_eq!(
+            direct.nodes().deployment(),
+            proxied.nodes().deployment(),
+            "round {round}"
+        );
     }
 }
 
@@ -351,8 +355,8 @@ async fn a_client_that_cannot_read_the_record_says_so() {
     let mut urls = node_urls()[..2].to_vec();
     urls.extend((1..=3).map(|port| format!("redis://127.0.0.1:{port}")));
     let redlock = client(&urls, &prefix).build().await.unwrap();
-    assert_eq!(redlock.deployment(), None);
-    let health = redlock.probe(Duration::from_secs(1)).await;
+    assert_eq!(redlock.nodes().deployment(), None);
+    let health = redlock.nodes().probe(Duration::from_secs(1)).await;
     for h in &health[..2] {
         let why = h.excluded.as_deref().unwrap_or_default();
         assert!(
@@ -388,7 +392,7 @@ async fn a_node_that_is_no_member_counts_toward_no_extension() {
     }
     let start = std::time::Instant::now();
     loop {
-        let health = redlock.probe(Duration::from_secs(1)).await;
+        let health = redlock.nodes().probe(Duration::from_secs(1)).await;
         if health[3..].iter().all(|h| h.excluded.is_some()) {
             break;
         }
@@ -418,15 +422,15 @@ async fn first_use_with_a_node_down_records_when_it_comes_back() {
     proxies[4].set_down(true);
     let via: Vec<String> = proxies.iter().map(support::proxy::Proxy::url).collect();
     let redlock = client(&via, &prefix).build().await.unwrap();
-    assert_eq!(redlock.deployment(), None);
+    assert_eq!(redlock.nodes().deployment(), None);
     let refused = redlock.try_lock(&unique("agree-late"), TTL).await;
     assert!(refused.is_err(), "{refused:?}");
     proxies[4].set_down(false);
     let start = std::time::Instant::now();
-    while redlock.deployment().is_none() {
+    while redlock.nodes().deployment().is_none() {
         assert!(start.elapsed() < Duration::from_secs(10), "no record made");
         // A probe tries the node again at once (not after its backoff).
-        let _ = redlock.probe(Duration::from_secs(1)).await;
+        let _ = redlock.nodes().probe(Duration::from_secs(1)).await;
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(records(&prefix).await[4]["members"].split(',').count(), 5);

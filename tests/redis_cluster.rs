@@ -18,6 +18,9 @@ mod support;
 use std::time::Duration;
 
 use redis::Value;
+use redquorum::LeaseOptions;
+use redquorum::ReentrantLock;
+use redquorum::RwLock;
 use redquorum::{ConfigError, InputError, LockError, LockOptions, Redlock, Retry, Semaphore};
 use support::cluster::*;
 
@@ -25,7 +28,7 @@ use support::cluster::*;
 async fn every_lock_kind_works_on_cluster_members() {
     let _serial = SERIAL.lock().await;
     let redlock = members().await;
-    assert_eq!(redlock.quorum(), 2);
+    assert_eq!(redlock.nodes().quorum(), 2);
     let ttl = Duration::from_secs(10);
 
     // Plain: granted on every member, refused to a rival, gone on release.
@@ -61,19 +64,36 @@ async fn every_lock_kind_works_on_cluster_members() {
 
     // Fenced: the lock key and the counter share a slot.
     let resource = support::unique("cluster-fenced");
-    let first = redlock.lock_fenced(&resource, ttl).await.unwrap();
+    let first = redlock
+        .lock_with(&resource, ttl, &redquorum::LockOptions::new().fenced())
+        .await
+        .unwrap();
     let a = first.fence().unwrap();
     first.release().await.unwrap();
-    let second = redlock.lock_fenced(&resource, ttl).await.unwrap();
+    let second = redlock
+        .lock_with(&resource, ttl, &redquorum::LockOptions::new().fenced())
+        .await
+        .unwrap();
     assert!(second.fence().unwrap() > a);
     second.release().await.unwrap();
 
     // Reentrant.
     let resource = support::unique("cluster-reentrant");
-    let outer = redlock.lock_reentrant(&resource, ttl, "me").await.unwrap();
-    let inner = redlock.lock_reentrant(&resource, ttl, "me").await.unwrap();
+    let outer = ReentrantLock::new(&redlock, &resource, "me")
+        .unwrap()
+        .lock(ttl)
+        .await
+        .unwrap();
+    let inner = ReentrantLock::new(&redlock, &resource, "me")
+        .unwrap()
+        .lock(ttl)
+        .await
+        .unwrap();
     assert!(matches!(
-        redlock.lock_reentrant(&resource, ttl, "other").await,
+        ReentrantLock::new(&redlock, &resource, "other")
+            .unwrap()
+            .lock(ttl)
+            .await,
         Err(LockError::Taken { .. })
     ));
     inner.release().await.unwrap();
@@ -95,8 +115,16 @@ async fn every_lock_kind_works_on_cluster_members() {
     // Read/write: three keys under the resource's hash tag, one slot.
     let resource = support::unique("cluster-rw");
     let readers_key = format!("{{{resource}}}:readers");
-    let a = redlock.read_lock(&resource, ttl).await.unwrap();
-    let b = redlock.try_read_lock(&resource, ttl).await.unwrap();
+    let a = RwLock::new(&redlock, &resource)
+        .unwrap()
+        .read(ttl)
+        .await
+        .unwrap();
+    let b = RwLock::new(&redlock, &resource)
+        .unwrap()
+        .try_read(ttl)
+        .await
+        .unwrap();
     eventually("both readers on every member", || async {
         let mut on = 0;
         for cluster in 1..=3 {
@@ -108,14 +136,24 @@ async fn every_lock_kind_works_on_cluster_members() {
     })
     .await;
     assert!(matches!(
-        redlock.try_write_lock(&resource, ttl).await,
+        RwLock::new(&redlock, &resource)
+            .unwrap()
+            .try_write(ttl)
+            .await,
         Err(LockError::Taken { .. })
     ));
     a.release().await.unwrap();
     b.release().await.unwrap();
-    let writer = redlock.try_write_lock(&resource, ttl).await.unwrap();
+    let writer = RwLock::new(&redlock, &resource)
+        .unwrap()
+        .try_write(ttl)
+        .await
+        .unwrap();
     assert!(matches!(
-        redlock.try_read_lock(&resource, ttl).await,
+        RwLock::new(&redlock, &resource)
+            .unwrap()
+            .try_read(ttl)
+            .await,
         Err(LockError::Taken { .. })
     ));
     writer.release().await.unwrap();
@@ -258,17 +296,23 @@ async fn a_slot_migration_during_a_run_loses_no_lock() {
     let (migrated_tx, migrated_rx) = tokio::sync::oneshot::channel::<()>();
     let (lease_tx, lease_rx) = tokio::sync::oneshot::channel();
     let ttl = Duration::from_secs(1);
-    let options = LockOptions::new().extend_every(Duration::from_millis(200));
+    let options = LeaseOptions::new().extend_every(Duration::from_millis(200));
     let run = {
         let redlock = redlock.clone();
         let resource = resource.clone();
         tokio::spawn(async move {
             redlock
-                .run_with(&resource, ttl, &options, |lease| async move {
-                    let _ = lease_tx.send(lease.clone());
-                    let _ = migrated_rx.await;
-                    lease.is_valid()
-                })
+                .run_with(
+                    &resource,
+                    ttl,
+                    &LockOptions::new(),
+                    &options,
+                    |lease| async move {
+                        let _ = lease_tx.send(lease.clone());
+                        let _ = migrated_rx.await;
+                        lease.is_valid()
+                    },
+                )
                 .await
         })
     };
@@ -375,7 +419,7 @@ async fn one_cluster_named_twice_is_one_member() {
 async fn probe_reports_each_cluster() {
     let _serial = SERIAL.lock().await;
     let redlock = members().await;
-    let health = redlock.probe(Duration::from_secs(2)).await;
+    let health = redlock.nodes().probe(Duration::from_secs(2)).await;
     assert_eq!(health.len(), 3);
     for member in &health {
         assert!(member.is_reachable(), "{member:?}");
@@ -431,7 +475,7 @@ async fn a_tls_cluster_is_a_member_like_any_other() {
         .build()
         .await
         .expect("the TLS cluster");
-    let health = redlock.probe(Duration::from_secs(2)).await;
+    let health = redlock.nodes().probe(Duration::from_secs(2)).await;
     assert!(health[0].is_reachable(), "{:?}", health[0]);
     assert!(
         health[0]
@@ -445,14 +489,21 @@ async fn a_tls_cluster_is_a_member_like_any_other() {
     let ttl = Duration::from_secs(10);
     for i in 0..6 {
         let resource = support::unique(&format!("tls-cluster-{i}"));
-        let lock = redlock.lock_fenced(&resource, ttl).await.unwrap();
+        let lock = redlock
+            .lock_with(&resource, ttl, &redquorum::LockOptions::new().fenced())
+            .await
+            .unwrap();
         assert!(lock.fence().is_some());
         assert!(matches!(
             redlock.try_lock(&resource, ttl).await,
             Err(LockError::Taken { .. })
         ));
         lock.release().await.unwrap();
-        let again = redlock.lock_reentrant(&resource, ttl, "me").await.unwrap();
+        let again = ReentrantLock::new(&redlock, &resource, "me")
+            .unwrap()
+            .lock(ttl)
+            .await
+            .unwrap();
         again.release().await.unwrap();
     }
 }

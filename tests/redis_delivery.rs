@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
+use redquorum::ReentrantLock;
 use redquorum::{Lock, Redlock};
 use support::load::Burners;
 use support::{lock_key, raw_all, unique};
@@ -104,8 +105,17 @@ async fn take(redlock: &Redlock, kind: Kind) -> Lock {
     let resource = unique("spread");
     match kind {
         Kind::Plain => redlock.lock(&resource, TTL).await,
-        Kind::Fenced => redlock.lock_fenced(&resource, TTL).await,
-        Kind::Reentrant => redlock.lock_reentrant(&resource, TTL, OWNER).await,
+        Kind::Fenced => {
+            redlock
+                .lock_with(&resource, TTL, &redquorum::LockOptions::new().fenced())
+                .await
+        }
+        Kind::Reentrant => {
+            ReentrantLock::new(redlock, &resource, OWNER)
+                .unwrap()
+                .lock(TTL)
+                .await
+        }
         Kind::Many => {
             let other = format!("{resource}:b");
             redlock.lock_many(&[&resource, &other], TTL).await

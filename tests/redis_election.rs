@@ -12,7 +12,8 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redquorum::LockOptions;
+use redquorum::AcquireOptions;
+use redquorum::LeaseOptions;
 use redquorum::election::{Election, LeaderState};
 use support::*;
 
@@ -38,10 +39,10 @@ async fn candidates_under_random_minority_faults_never_lead_at_once() {
                     // Short: a leadership whose resignation met a cut link
                     // lives on that node until its TTL.
                     let ttl = Duration::from_secs(1);
-                    let wait = LockOptions::new().wait(Duration::from_secs(2));
+                    let wait = AcquireOptions::new().wait(Duration::from_secs(2));
                     while Instant::now() < end {
                         let led = election
-                            .lead(ttl, &wait, |lease| async move {
+                            .lead_with(ttl, &wait, &LeaseOptions::new(), |lease| async move {
                                 let from = Instant::now();
                                 tokio::time::sleep(Duration::from_millis(5)).await;
                                 let to = Instant::now();
@@ -84,14 +85,22 @@ async fn a_resignation_hands_over_and_leader_reads_the_quorum() {
     let redlock = redlock().await;
     let election = Election::new(&redlock, &unique("elect-handover")).unwrap();
     let a = election
-        .campaign(Duration::from_secs(10), &LockOptions::new().label("a"))
+        .campaign_with(
+            Duration::from_secs(10),
+            &AcquireOptions::new().label("a"),
+            &LeaseOptions::new(),
+        )
         .await
         .unwrap();
     let b = tokio::spawn({
         let election = election.clone();
         async move {
             election
-                .campaign(Duration::from_secs(10), &LockOptions::new().label("b"))
+                .campaign_with(
+                    Duration::from_secs(10),
+                    &AcquireOptions::new().label("b"),
+                    &LeaseOptions::new(),
+                )
                 .await
         }
     });
@@ -136,9 +145,10 @@ async fn a_leader_that_shuts_down_hands_over_at_once() {
         tokio::spawn(async move {
             let election = Election::new(&leader, &name).unwrap();
             election
-                .lead(
+                .lead_with(
                     ttl,
-                    &LockOptions::new().label("first"),
+                    &AcquireOptions::new().label("first"),
+                    &LeaseOptions::new(),
                     |_lease| async move {
                         let _ = started_tx.send(());
                         std::future::pending::<()>().await
@@ -154,7 +164,11 @@ async fn a_leader_that_shuts_down_hands_over_at_once() {
         tokio::spawn(async move {
             let election = Election::new(&next, &name).unwrap();
             let leadership = election
-                .campaign(ttl, &LockOptions::new().label("next"))
+                .campaign_with(
+                    ttl,
+                    &AcquireOptions::new().label("next"),
+                    &LeaseOptions::new(),
+                )
                 .await
                 .unwrap();
             let at = Instant::now();

@@ -16,6 +16,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rand::RngExt;
+use redquorum::AcquireOptions;
+use redquorum::RwLock;
 use redquorum::{Lock, LockError, LockOptions, Permit, Redlock, Semaphore};
 use support::{patient, unique};
 
@@ -71,15 +73,19 @@ impl Held {
 }
 
 async fn take(redlock: &Redlock, kind: Kind, name: &str) -> Result<Held, LockError> {
-    let (ttl, wait) = (Duration::from_secs(5), LockOptions::new().wait(wait()));
+    let (ttl, wait) = (Duration::from_secs(5), AcquireOptions::new().wait(wait()));
     match kind {
         Kind::Permits => {
             let semaphore = Semaphore::new(redlock, name, 2)?;
             semaphore.acquire_with(ttl, &wait).await.map(Held::Permit)
         }
-        Kind::Lock => redlock.lock_with(name, ttl, &wait).await.map(Held::Lock),
-        Kind::Writers => redlock
-            .write_lock_with(name, ttl, &wait)
+        Kind::Lock => redlock
+            .lock_with(name, ttl, &LockOptions::from(wait))
+            .await
+            .map(Held::Lock),
+        Kind::Writers => RwLock::new(redlock, name)
+            .unwrap()
+            .write_with(ttl, &wait)
             .await
             .map(Held::Lock),
     }

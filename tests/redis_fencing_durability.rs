@@ -25,7 +25,10 @@ async fn client() -> Redlock {
 }
 
 async fn fenced(redlock: &Redlock, resource: &str) -> u64 {
-    let lock = redlock.lock_fenced(resource, TTL).await.unwrap();
+    let lock = redlock
+        .lock_with(resource, TTL, &redquorum::LockOptions::new().fenced())
+        .await
+        .unwrap();
     let fence = lock.fence().unwrap();
     lock.release().await.unwrap();
     fence
@@ -48,7 +51,7 @@ async fn tokens_keep_increasing_across_restarts_from_the_aof() {
         tokio::task::block_in_place(|| drop(Killed::new(node)));
     }
     let fresh = client().await;
-    let health = fresh.probe(Duration::from_secs(2)).await;
+    let health = fresh.nodes().probe(Duration::from_secs(2)).await;
     for (n, node) in health.iter().enumerate() {
         assert_eq!(node.quarantined_for, None, "node {}: {node:?}", n + 1);
     }

@@ -10,6 +10,8 @@ mod support;
 use std::time::Duration;
 
 use redis::AsyncCommands;
+use redquorum::ReentrantLock;
+use redquorum::RwLock;
 use redquorum::inspect::{Holder, TimeLeft};
 use redquorum::{Semaphore, verdict::Verdict};
 use support::*;
@@ -20,7 +22,10 @@ const TTL: Duration = Duration::from_secs(30);
 async fn a_held_lock_is_held_by_its_token_with_its_time_and_fence() {
     let redlock = redlock().await;
     let resource = unique("inspect-held");
-    let lock = redlock.lock_fenced(&resource, TTL).await.unwrap();
+    let lock = redlock
+        .lock_with(&resource, TTL, &redquorum::LockOptions::new().fenced())
+        .await
+        .unwrap();
     settled(&redlock).await;
     let seen = redlock.inspect(&resource).await.unwrap();
     assert_eq!(
@@ -82,12 +87,14 @@ async fn a_contested_resource_is_neither_held_nor_free() {
 async fn reentrant_read_write_and_permits_are_inspected() {
     let redlock = redlock().await;
     let resource = unique("inspect-kinds");
-    let outer = redlock
-        .lock_reentrant(&resource, TTL, "worker-7")
+    let outer = ReentrantLock::new(&redlock, &resource, "worker-7")
+        .unwrap()
+        .lock(TTL)
         .await
         .unwrap();
-    let inner = redlock
-        .lock_reentrant(&resource, TTL, "worker-7")
+    let inner = ReentrantLock::new(&redlock, &resource, "worker-7")
+        .unwrap()
+        .lock(TTL)
         .await
         .unwrap();
     settled(&redlock).await;
@@ -108,23 +115,41 @@ async fn reentrant_read_write_and_permits_are_inspected() {
     outer.release().await.unwrap();
 
     let rw = unique("inspect-rw");
-    let a = redlock.read_lock(&rw, TTL).await.unwrap();
-    let b = redlock.read_lock(&rw, TTL).await.unwrap();
+    let a = RwLock::new(&redlock, &rw).unwrap().read(TTL).await.unwrap();
+    let b = RwLock::new(&redlock, &rw).unwrap().read(TTL).await.unwrap();
     settled(&redlock).await;
-    let seen = redlock.inspect_rw(&rw).await.unwrap();
+    let seen = RwLock::new(&redlock, &rw).unwrap().inspect().await.unwrap();
     assert_eq!(seen.readers_held(), 2);
     assert!(!seen.readers_uncertain());
     assert_eq!(seen.writer().verdict(), &Verdict::Free { nodes: 5 });
     assert_eq!(seen.intent_nodes(), 0);
     // A writer refused by them marks its intent.
-    assert!(redlock.try_write_lock(&rw, TTL).await.is_err());
+    assert!(
+        RwLock::new(&redlock, &rw)
+            .unwrap()
+            .try_write(TTL)
+            .await
+            .is_err()
+    );
     settled(&redlock).await;
-    assert_eq!(redlock.inspect_rw(&rw).await.unwrap().intent_nodes(), 5);
+    assert_eq!(
+        RwLock::new(&redlock, &rw)
+            .unwrap()
+            .inspect()
+            .await
+            .unwrap()
+            .intent_nodes(),
+        5
+    );
     a.release().await.unwrap();
     b.release().await.unwrap();
-    let writer = redlock.write_lock(&rw, TTL).await.unwrap();
+    let writer = RwLock::new(&redlock, &rw)
+        .unwrap()
+        .write(TTL)
+        .await
+        .unwrap();
     settled(&redlock).await;
-    let seen = redlock.inspect_rw(&rw).await.unwrap();
+    let seen = RwLock::new(&redlock, &rw).unwrap().inspect().await.unwrap();
     assert_eq!(
         seen.writer().verdict(),
         &Verdict::Held {

@@ -123,7 +123,7 @@ async fn fenced_locks_keep_their_layout_and_waiters_are_woken_in_interop_mode() 
     let resource = unique("interop-kinds");
     let redlock = interop("").await;
     let fenced = redlock
-        .lock_fenced(&resource, TTL)
+        .lock_with(&resource, TTL, &redquorum::LockOptions::new().fenced())
         .await
         .expect("fenced lock");
     assert_eq!(holding(&format!("{{{resource}}}:lock")).await, 5);

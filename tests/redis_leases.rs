@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use redis::AsyncCommands;
+use redquorum::LeaseOptions;
 use redquorum::{InputError, LockError, LockOptions, Redlock};
 use support::proxy::Proxy;
 use support::*;
@@ -165,12 +166,18 @@ async fn extension_cap_ends_the_lease_at_its_deadline() {
     let redlock = redlock().await;
     let resource = unique("lease-cap");
     let ttl = Duration::from_millis(300);
-    let options = LockOptions::new().max_extensions(1);
+    let options = LeaseOptions::new().max_extensions(1);
     let started = Instant::now();
     let result = redlock
-        .run_with(&resource, ttl, &options, |_lease| async {
-            tokio::time::sleep(Duration::from_secs(10)).await;
-        })
+        .run_with(
+            &resource,
+            ttl,
+            &LockOptions::new(),
+            &options,
+            |_lease| async {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+            },
+        )
         .await;
     assert!(matches!(result, Err(LockError::Lost { .. })), "{result:?}");
     // One extension at ttl/3, then the deadline: well before the work's 10 s.
@@ -190,6 +197,7 @@ async fn run_returns_the_output_and_releases() {
             &resource,
             Duration::from_secs(5),
             &LockOptions::new().fenced(),
+            &LeaseOptions::new(),
             |lease| async move { (lease.resource().to_owned(), lease.fence()) },
         )
         .await
@@ -204,9 +212,15 @@ async fn bad_extension_intervals_are_typed_errors() {
     let redlock = redlock().await;
     let ttl = Duration::from_secs(1);
     for every in [Duration::ZERO, ttl, Duration::from_secs(60)] {
-        let options = LockOptions::new().extend_every(every);
+        let options = LeaseOptions::new().extend_every(every);
         let result = redlock
-            .run_with("never-locked", ttl, &options, |_| async { unreachable!() })
+            .run_with(
+                "never-locked",
+                ttl,
+                &LockOptions::new(),
+                &options,
+                |_| async { unreachable!() },
+            )
             .await;
         assert!(
             matches!(

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::AsyncCommands;
+use redquorum::ReentrantLock;
 use redquorum::{InputError, LockError, Redlock};
 use support::proxy::Proxy;
 use support::*;
@@ -31,13 +32,15 @@ async fn reentrant_counts_holds_per_owner() {
     let resource = unique("reentrant");
     let key = lock_key(&resource);
 
-    let outer = redlock
-        .lock_reentrant(&resource, TTL, "owner-a")
+    let outer = ReentrantLock::new(&redlock, &resource, "owner-a")
+        .unwrap()
+        .lock(TTL)
         .await
         .unwrap();
     assert_eq!(outer.token(), "owner-a");
-    let inner = redlock
-        .lock_reentrant(&resource, TTL, "owner-a")
+    let inner = ReentrantLock::new(&redlock, &resource, "owner-a")
+        .unwrap()
+        .lock(TTL)
         .await
         .unwrap();
     // A quorum has count 2 (stragglers may still be on their way).
@@ -54,19 +57,26 @@ async fn reentrant_counts_holds_per_owner() {
         Err(LockError::Taken { .. })
     ));
     assert!(matches!(
-        redlock.lock_reentrant(&resource, TTL, "owner-b").await,
+        ReentrantLock::new(&redlock, &resource, "owner-b")
+            .unwrap()
+            .lock(TTL)
+            .await,
         Err(LockError::Taken { .. })
     ));
 
     inner.release().await.unwrap();
     assert!(matches!(
-        redlock.lock_reentrant(&resource, TTL, "owner-b").await,
+        ReentrantLock::new(&redlock, &resource, "owner-b")
+            .unwrap()
+            .lock(TTL)
+            .await,
         Err(LockError::Taken { .. })
     ));
     outer.release().await.unwrap();
     eventually_gone(&mut conns, &resource, Duration::from_secs(2)).await;
-    let b = redlock
-        .lock_reentrant(&resource, TTL, "owner-b")
+    let b = ReentrantLock::new(&redlock, &resource, "owner-b")
+        .unwrap()
+        .lock(TTL)
         .await
         .unwrap();
     b.release().await.unwrap();
@@ -78,11 +88,16 @@ async fn reentrant_entry_refreshes_the_ttl_and_plain_locks_exclude_it() {
     let mut conns = raw_all().await;
     let resource = unique("reentrant-ttl");
     let key = lock_key(&resource);
-    let short = redlock
-        .lock_reentrant(&resource, Duration::from_millis(500), "me")
+    let short = ReentrantLock::new(&redlock, &resource, "me")
+        .unwrap()
+        .lock(Duration::from_millis(500))
         .await
         .unwrap();
-    let long = redlock.lock_reentrant(&resource, TTL, "me").await.unwrap();
+    let long = ReentrantLock::new(&redlock, &resource, "me")
+        .unwrap()
+        .lock(TTL)
+        .await
+        .unwrap();
     let pttl: i64 = conns[0].pttl(&key).await.unwrap();
     assert!(pttl > 9_000, "ttl refreshed to the longer one: {pttl}");
     drop(short);
@@ -91,12 +106,18 @@ async fn reentrant_entry_refreshes_the_ttl_and_plain_locks_exclude_it() {
 
     let plain = redlock.lock(&resource, TTL).await.unwrap();
     assert!(matches!(
-        redlock.lock_reentrant(&resource, TTL, "me").await,
+        ReentrantLock::new(&redlock, &resource, "me")
+            .unwrap()
+            .lock(TTL)
+            .await,
         Err(LockError::Taken { .. })
     ));
     plain.release().await.unwrap();
     assert!(matches!(
-        redlock.lock_reentrant(&resource, TTL, "").await,
+        ReentrantLock::new(&redlock, &resource, "")
+            .unwrap()
+            .lock(TTL)
+            .await,
         Err(LockError::Input(InputError::EmptyOwner))
     ));
 }
@@ -120,11 +141,19 @@ async fn releasing_a_reentry_leaves_nodes_that_did_not_count_it() {
     let resource = unique("reentry-members");
     let key = lock_key(&resource);
 
-    let outer = redlock.lock_reentrant(&resource, TTL, "me").await.unwrap();
+    let outer = ReentrantLock::new(&redlock, &resource, "me")
+        .unwrap()
+        .lock(TTL)
+        .await
+        .unwrap();
     // The grant returns at its quorum: the outer hold reaches node 5 first.
     settled(&redlock).await;
     proxies[4].set_down(true);
-    let inner = redlock.lock_reentrant(&resource, TTL, "me").await.unwrap();
+    let inner = ReentrantLock::new(&redlock, &resource, "me")
+        .unwrap()
+        .lock(TTL)
+        .await
+        .unwrap();
     proxies[4].set_down(false);
     // Node 5 back and reachable again before the release.
     let probe = unique("reentry-members-probe");
@@ -268,7 +297,10 @@ async fn fencing_tokens_increase_across_sequential_holders() {
     let resource = unique("fence-seq");
     let mut last = 0;
     for _ in 0..10 {
-        let lock = redlock.lock_fenced(&resource, TTL).await.unwrap();
+        let lock = redlock
+            .lock_with(&resource, TTL, &redquorum::LockOptions::new().fenced())
+            .await
+            .unwrap();
         let fence = lock.fence().unwrap();
         assert!(fence > last, "{fence} after {last}");
         last = fence;
@@ -345,7 +377,10 @@ async fn write_back_keeps_tokens_increasing_when_the_leading_node_is_gone() {
         .await
         .unwrap();
 
-    let a = redlock.lock_fenced(&resource, TTL).await.unwrap();
+    let a = redlock
+        .lock_with(&resource, TTL, &redquorum::LockOptions::new().fenced())
+        .await
+        .unwrap();
     let ta = a.fence().unwrap();
     assert!(ta > 1000, "{ta}");
     a.release().await.unwrap();
@@ -354,7 +389,10 @@ async fn write_back_keeps_tokens_increasing_when_the_leading_node_is_gone() {
     }
 
     proxy.set_cut(true);
-    let b = redlock.lock_fenced(&resource, TTL).await.unwrap();
+    let b = redlock
+        .lock_with(&resource, TTL, &redquorum::LockOptions::new().fenced())
+        .await
+        .unwrap();
     let tb = b.fence().unwrap();
     assert!(tb > ta, "{tb} after {ta}");
     b.release().await.unwrap();

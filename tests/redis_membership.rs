@@ -19,7 +19,7 @@ use std::time::Duration;
 use redis::AsyncCommands;
 use redquorum::deployment::Mismatch;
 use redquorum::election::Election;
-use redquorum::{ChangeError, ConfigError, LockOptions, MemberChange, Redlock};
+use redquorum::{ChangeError, ConfigError, MemberChange, Redlock};
 use support::*;
 
 /// Short, so that a change ends within seconds (its wait is `max_ttl`, 2%
@@ -60,7 +60,7 @@ async fn lose(prefix: &str, resource: &str, which: &[usize]) {
 async fn lead(redlock: &Redlock) -> redquorum::election::Leadership {
     Election::new(redlock, &unique("members-leader"))
         .unwrap()
-        .campaign(MAX_TTL, &LockOptions::new())
+        .campaign(MAX_TTL)
         .await
         .unwrap()
 }
@@ -117,11 +117,13 @@ async fn replacing_a_node_keeps_one_holder_the_leader_and_refuses_the_old_list()
     // The running clients follow within a read of the record (every
     // second; 10 s here for a loaded machine).
     let start = std::time::Instant::now();
-    while new.deployment().as_ref() != Some(&done) || old.deployment().as_ref() != Some(&done) {
+    while new.nodes().deployment().as_ref() != Some(&done)
+        || old.nodes().deployment().as_ref() != Some(&done)
+    {
         assert!(
             start.elapsed() < Duration::from_secs(10),
             "{:?}",
-            new.deployment()
+            new.nodes().deployment()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -125,13 +125,21 @@ async fn locks_work_over_mutual_tls_and_leave_nothing_behind() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let fenced = a
-        .lock_fenced(&resource, Duration::from_secs(10))
+        .lock_with(
+            &resource,
+            Duration::from_secs(10),
+            &redquorum::LockOptions::new().fenced(),
+        )
         .await
         .unwrap();
     let first = fenced.fence().unwrap();
     fenced.release().await.unwrap();
     let fenced = b
-        .lock_fenced(&resource, Duration::from_secs(10))
+        .lock_with(
+            &resource,
+            Duration::from_secs(10),
+            &redquorum::LockOptions::new().fenced(),
+        )
         .await
         .unwrap();
     assert!(fenced.fence().unwrap() > first);
@@ -257,7 +265,7 @@ async fn tls_to_a_plain_port_is_named_per_node_never_a_hang() {
     // link), so each probe waits out two attempts; bounded.
     let start = Instant::now();
     loop {
-        let health = redlock.probe(Duration::from_millis(2_500)).await;
+        let health = redlock.nodes().probe(Duration::from_millis(2_500)).await;
         let named = |h: &redquorum::NodeHealth| matches!(&h.reachable, Err(e) if e.to_string().contains("TLS handshake"));
         if health.iter().all(named) {
             break;
@@ -361,7 +369,8 @@ async fn unix_socket_nodes_work() {
     assert!(
         redlock
             .nodes()
-            .all(|n| n.starts_with("unix:") && n.ends_with("redis.sock"))
+            .iter()
+            .all(|n| n.name().starts_with("unix:") && n.name().ends_with("redis.sock"))
     );
     let mut lock = redlock
         .try_lock(&support::unique("unix"), Duration::from_secs(5))

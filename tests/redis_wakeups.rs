@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use redquorum::ReentrantLock;
 use redquorum::{Redlock, Retry};
 use support::*;
 use tokio::time::Instant;
@@ -205,8 +206,9 @@ async fn every_reentrant_release_publishes_a_new_nonce_and_wakes_the_waiter() {
     let (_subscribed, mut pushes) = support::shard_subscriber(&node_urls()[0], &key).await;
     let mut nonces = Vec::new();
     for _ in 0..3 {
-        let lock = holder
-            .lock_reentrant(&resource, ttl, "owner-a")
+        let lock = ReentrantLock::new(&holder, &resource, "owner-a")
+            .unwrap()
+            .lock(ttl)
             .await
             .unwrap();
         lock.release().await.unwrap();
@@ -222,8 +224,9 @@ async fn every_reentrant_release_publishes_a_new_nonce_and_wakes_the_waiter() {
         "two releases published the same nonce: {nonces:?}"
     );
     // And a waiter behind that owner is woken at once.
-    let lock = holder
-        .lock_reentrant(&resource, ttl, "owner-a")
+    let lock = ReentrantLock::new(&holder, &resource, "owner-a")
+        .unwrap()
+        .lock(ttl)
         .await
         .unwrap();
     let waiter = slow_poller(&node_urls(), true).await;

@@ -117,10 +117,23 @@ async fn a_frozen_node_is_one_warning_its_recovery_one_note_and_every_call_is_co
         lock.release().await.expect("release");
     }
     eventually("the frozen node is degraded", || {
-        redlock.degraded().any(|n| n == frozen)
+        redlock
+            .nodes()
+            .iter()
+            .filter(|n| n.is_degraded())
+            .map(|n| n.name())
+            .any(|n| n == frozen)
     })
     .await;
-    assert_eq!(redlock.degraded().collect::<Vec<_>>(), [frozen]);
+    assert_eq!(
+        redlock
+            .nodes()
+            .iter()
+            .filter(|n| n.is_degraded())
+            .map(|n| n.name())
+            .collect::<Vec<_>>(),
+        [frozen]
+    );
     let warned = logs.lines(&["WARN", frozen, "timing out"]);
     assert_eq!(
         warned.len(),
@@ -146,7 +159,16 @@ async fn a_frozen_node_is_one_warning_its_recovery_one_note_and_every_call_is_co
         .await
         .expect("lock");
     lock.release().await.expect("release");
-    eventually("the node recovered", || redlock.degraded().next().is_none()).await;
+    eventually("the node recovered", || {
+        redlock
+            .nodes()
+            .iter()
+            .filter(|n| n.is_degraded())
+            .map(|n| n.name())
+            .next()
+            .is_none()
+    })
+    .await;
     let recovered = logs.lines(&["INFO", frozen, "node recovered"]);
     assert_eq!(recovered.len(), 1, "{recovered:#?}");
     let scrape = prom.render();

@@ -5,7 +5,8 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::Criterion;
-use redquorum::quorum::{Count, Decision, DriftFactor, Vote, drift, node_timeout, validity};
+use redquorum::internals::{Count, Decision, Vote, node_timeout};
+use redquorum::quorum::{DriftFactor, drift, validity};
 
 /// Records votes until the round decides; returns the decision.
 fn decide(n: usize, votes: &[Vote]) -> Decision {

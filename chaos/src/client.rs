@@ -9,7 +9,11 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use redquorum::{LockError, LockOptions, Redlock, Semaphore, election::Election};
+use redquorum::AcquireOptions;
+use redquorum::LeaseOptions;
+use redquorum::ReentrantLock;
+use redquorum::RwLock;
+use redquorum::{LockError, Redlock, Semaphore, election::Election};
 
 use crate::history::{Recorder, instant_ns};
 use crate::link_log::LinkLog;
@@ -340,7 +344,9 @@ impl Task {
             "plain" | "fenced" => {
                 let res = format!("{kind}-{}", self.rng.random_range(0..2));
                 let got = if kind == "fenced" {
-                    redlock.lock_fenced(&res, ttl).await
+                    redlock
+                        .lock_with(&res, ttl, &redquorum::LockOptions::new().fenced())
+                        .await
                 } else {
                     redlock.lock(&res, ttl).await
                 };
@@ -381,14 +387,15 @@ impl Task {
             "reentrant" => {
                 let res = format!("re-{}", self.rng.random_range(0..2));
                 let owner = self.owner.clone();
-                let outer = match redlock.lock_reentrant(&res, ttl, &owner).await {
+                let job = ReentrantLock::new(&redlock, &res, &owner).expect("a name and an owner");
+                let outer = match job.lock(ttl).await {
                     Ok(l) => l,
                     Err(e) => return self.fail(kind, &res, &e),
                 };
                 let id = self.next_id();
                 self.grant(&id, kind, &res, &owner, outer.deadline(), None);
                 if self.rng.random_bool(0.5) {
-                    match redlock.lock_reentrant(&res, ttl, &owner).await {
+                    match job.lock(ttl).await {
                         Ok(inner) => {
                             let inner_id = self.next_id();
                             self.grant(&inner_id, kind, &res, &owner, inner.deadline(), None);
@@ -439,9 +446,12 @@ impl Task {
             }
             "read" | "write" => {
                 let got = if kind == "read" {
-                    redlock.read_lock("rw", ttl).await
+                    RwLock::new(&redlock, "rw").expect("a name").read(ttl).await
                 } else {
-                    redlock.write_lock("rw", ttl).await
+                    RwLock::new(&redlock, "rw")
+                        .expect("a name")
+                        .write(ttl)
+                        .await
                 };
                 let lock = match got {
                     Ok(l) => l,
@@ -478,8 +488,11 @@ impl Task {
                     Ok(e) => e,
                     Err(e) => return self.fail(kind, "leader", &e.into()),
                 };
-                let options = LockOptions::new().wait(ttl);
-                let leadership = match election.campaign(ttl, &options).await {
+                let options = AcquireOptions::new().wait(ttl);
+                let leadership = match election
+                    .campaign_with(ttl, &options, &LeaseOptions::new())
+                    .await
+                {
                     Ok(l) => l,
                     Err(e) => return self.fail(kind, "leader", &e),
                 };

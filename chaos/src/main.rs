@@ -378,7 +378,7 @@ async fn run_clients(
         // longest TTL (the run's), its drift allowance, and the second the
         // server's uptime may be ahead (`restart::SECOND_CUT`).
         quarantine: args.ttl.mul_f64(1.0 + args.drift_factor.unwrap_or(0.01))
-            + redquorum::restart::SECOND_CUT
+            + redquorum::internals::restart::SECOND_CUT
             + Duration::from_millis(3),
         quarantine_off: control == Some("quarantine-off"),
         trust_durable: args.trust_durable,

@@ -331,7 +331,7 @@ impl Nemesis {
             .await
             .ok()?
             .ok()?;
-        let run = redquorum::restart::info_field(&info, "run_id")?.to_owned();
+        let run = redquorum::internals::restart::info_field(&info, "run_id")?.to_owned();
         Some((run, secs * 1000 + micros / 1000))
     }
 
@@ -346,7 +346,7 @@ impl Nemesis {
             let info: Option<String> = self.query(n, redis::cmd("INFO").arg("persistence")).await;
             let aof = info
                 .as_deref()
-                .and_then(|i| redquorum::restart::info_field(i, "aof_enabled"));
+                .and_then(|i| redquorum::internals::restart::info_field(i, "aof_enabled"));
             if aof != Some("0") {
                 continue;
             }
@@ -414,7 +414,7 @@ impl Nemesis {
     /// this waits for that stamp and reads the mark as they do — the
     /// dataset has been continuous for `TIME − since`, and the node is
     /// quarantined until that reaches the quarantine (with its slack of a
-    /// second, [`redquorum::restart::SECOND_CUT`]). A stamp period more
+    /// second, [`redquorum::internals::restart::SECOND_CUT`]). A stamp period more
     /// in every case: a client that stamped first and was told of a
     /// dataset vouched for later (`stamp.lua`) learns it at its next
     /// stamp. No stamp within the quarantine (no client connected): the

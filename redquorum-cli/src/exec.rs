@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use nix::unistd::{Pid, getpgrp};
-use redquorum::{Lease, Lock, LockError, LockOptions, Redlock, Retry, Semaphore};
+use redquorum::AcquireOptions;
+use redquorum::LockOptions;
+use redquorum::RwLock;
+use redquorum::{Lease, Lock, LockError, Redlock, Retry, Semaphore};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
@@ -74,15 +77,9 @@ async fn exec_with(
     signals: &mut Signals,
     ui: &Ui,
 ) -> Code {
-    let mut options = LockOptions::new();
+    let mut options = AcquireOptions::new();
     if let Some(wait) = args.wait {
         options = options.wait(wait);
-    }
-    if args.fence {
-        options = options.fenced();
-    }
-    if let Some(at_least) = args.at_least {
-        options = options.hold_at_least(at_least);
     }
     if !args.read {
         let label = args.label.clone().unwrap_or_else(default_label);
@@ -199,7 +196,7 @@ fn default_label() -> String {
 async fn acquire(
     redlock: &Redlock,
     args: &ExecArgs,
-    options: &LockOptions,
+    options: &AcquireOptions,
     signals: &mut Signals,
     ui: &Ui,
 ) -> Result<(Lock, Option<u32>), Code> {
@@ -208,23 +205,33 @@ async fn acquire(
     let lock = |l: Lock| (l, None);
     let mut attempt: Attempt<'_> = match args.permits {
         None if args.read => Box::pin(async move {
-            redlock
-                .read_lock_with(resource, args.ttl, options)
+            RwLock::new(redlock, resource)?
+                .read_with(args.ttl, options)
                 .await
                 .map(lock)
         }),
         None if args.write => Box::pin(async move {
-            redlock
-                .write_lock_with(resource, args.ttl, options)
+            RwLock::new(redlock, resource)?
+                .write_with(args.ttl, options)
                 .await
                 .map(lock)
         }),
-        None => Box::pin(async move {
-            redlock
-                .lock_with(resource, args.ttl, options)
-                .await
-                .map(lock)
-        }),
+        None => {
+            // What only a plain lock carries (clap refuses them with the others).
+            let mut plain = LockOptions::from(options.clone());
+            if args.fence {
+                plain = plain.fenced();
+            }
+            if let Some(at_least) = args.at_least {
+                plain = plain.hold_at_least(at_least);
+            }
+            Box::pin(async move {
+                redlock
+                    .lock_with(resource, args.ttl, &plain)
+                    .await
+                    .map(lock)
+            })
+        }
         Some(permits) => {
             let semaphore = match Semaphore::new(redlock, resource, permits) {
                 Ok(semaphore) => semaphore,
@@ -295,7 +302,7 @@ async fn quarantines(redlock: &Redlock, error: &LockError, ui: &Ui) {
     if votes.count(|a| matches!(a, redquorum::Answer::Quarantined)) == 0 {
         return;
     }
-    let health = redlock.probe(Duration::from_millis(500)).await;
+    let health = redlock.nodes().probe(Duration::from_millis(500)).await;
     let lines: Vec<String> = health
         .iter()
         .filter_map(|h| {

@@ -18,9 +18,9 @@ pub async fn nodes(global: &Global, urls: &[String], args: &NodesArgs, ui: &Ui) 
         Ok(redlock) => redlock,
         Err(e) => return crate::config_failure(ui, &e),
     };
-    let health = redlock.probe(timeout).await;
+    let health = redlock.nodes().probe(timeout).await;
     let reachable = health.iter().filter(|h| h.is_reachable()).count();
-    let quorum = redlock.quorum();
+    let quorum = redlock.nodes().quorum();
     if args.json {
         let nodes: Vec<serde_json::Value> = health
             .iter()
@@ -41,7 +41,7 @@ pub async fn nodes(global: &Global, urls: &[String], args: &NodesArgs, ui: &Ui) 
                 })
             })
             .collect();
-        let deployment = redlock.deployment().map(|d| {
+        let deployment = redlock.nodes().deployment().map(|d| {
             json!({
                 "members": d.members(),
                 "set": d.fingerprint(),
@@ -87,7 +87,7 @@ pub async fn nodes(global: &Global, urls: &[String], args: &NodesArgs, ui: &Ui) 
         {
             println!("{line}");
         }
-        match redlock.deployment() {
+        match redlock.nodes().deployment() {
             Some(d) => println!("deployment: {d}"),
             None => println!("deployment: no record agreed"),
         }

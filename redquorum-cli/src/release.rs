@@ -1,6 +1,7 @@
 //! `redquorum release RESOURCE --token T [--rw | -n N]`: an operator's
 //! compare-and-delete on every node.
 
+use redquorum::RwLock;
 use redquorum::{Answer, LockError, Redlock, Retry, Semaphore};
 
 use crate::cli::{Global, ReleaseArgs};
@@ -32,7 +33,10 @@ async fn release_with(redlock: &Redlock, args: &ReleaseArgs, ui: &Ui) -> Code {
             Ok(semaphore) => semaphore.release_token(&token).await,
             Err(e) => Err(LockError::Input(e)),
         },
-        None if args.rw => redlock.release_token_rw(resource, &token).await,
+        None if args.rw => match RwLock::new(redlock, resource) {
+            Ok(rw) => rw.release_token(&token).await,
+            Err(e) => Err(LockError::Input(e)),
+        },
         None => redlock.release_token(resource, &token).await,
     };
     match released {

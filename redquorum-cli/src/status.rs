@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use redquorum::RwLock;
 use redquorum::inspect::{Holder, Holding, Inspection, NodeView, RwInspection, TimeLeft, Verdict};
 use redquorum::{LockError, Redlock, Retry, Semaphore};
 use serde_json::json;
@@ -26,7 +27,7 @@ pub async fn status(global: &Global, nodes: &[String], args: &StatusArgs, ui: &U
         Err(e) => return crate::config_failure(ui, &e),
     };
     // What would make the answer below wrong soon: on stderr, before it.
-    for h in redlock.probe(timeout).await {
+    for h in redlock.nodes().probe(timeout).await {
         for line in crate::nodes::warnings(&h, crate::nodes::rounds_timeout(global)) {
             ui.note(format_args!("{line}"));
         }
@@ -60,7 +61,7 @@ async fn show(
     let stored = if args.rw {
         None
     } else {
-        redlock.semaphore_permits(&args.resource).await?
+        Semaphore::stored_permits(redlock, &args.resource).await?
     };
     let permits = match (args.permits, stored) {
         (Some(asked), Some(count)) if asked != count => {
@@ -80,7 +81,7 @@ async fn show(
         (asked, _) => asked,
     };
     if args.rw {
-        let seen = redlock.inspect_rw(&args.resource).await?;
+        let seen = RwLock::new(redlock, &args.resource)?.inspect().await?;
         print_rw(&args.resource, &seen, args.json, whole);
         let unknown = matches!(seen.writer().verdict(), Verdict::Unknown { .. });
         return Ok(if unknown || seen.readers_uncertain() {

@@ -12,6 +12,8 @@ mod support;
 use std::process::Stdio;
 use std::time::Duration;
 
+use redquorum::LeaseOptions;
+use redquorum::RwLock;
 use redquorum::{Semaphore, election::Election};
 use support::cli::*;
 use support::proxy::Proxy;
@@ -222,8 +224,9 @@ async fn a_refused_or_interrupted_writer_leaves_no_intent() {
     let resource = unique("cli-intent");
     let intent = format!("{{{resource}}}:intent");
     let mut conns = raw_all().await;
-    let reader = redlock
-        .read_lock(&resource, Duration::from_secs(30))
+    let reader = RwLock::new(&redlock, &resource)
+        .unwrap()
+        .read(Duration::from_secs(30))
         .await
         .expect("a reader");
     let once = ["exec", "--write", "--ttl", "20s", &resource, "--", "true"];
@@ -298,7 +301,12 @@ async fn status_reads_cluster_members() {
         .expect("lock");
     // Every member has the key: no call of the client is in flight.
     let start = Instant::now();
-    while redlock.in_flight().any(|(_, n)| n > 0) {
+    while redlock
+        .nodes()
+        .iter()
+        .map(|n| (n.name(), n.in_flight()))
+        .any(|(_, n)| n > 0)
+    {
         assert!(
             start.elapsed() < Duration::from_secs(5),
             "calls still in flight"
@@ -372,15 +380,20 @@ async fn release_takes_read_write_locks_and_permits() {
     let redlock = redlock().await;
     let ttl = Duration::from_secs(20);
 
-    let writer = redlock.write_lock(&resource, ttl).await.unwrap();
+    let writer = RwLock::new(&redlock, &resource)
+        .unwrap()
+        .write(ttl)
+        .await
+        .unwrap();
     let token = writer.token().to_owned();
     let out = run(&nodes, &["release", &resource, "--token", &token]).await;
     assert_eq!(code(&out), 65, "{}", stderr(&out));
     assert!(stderr(&out).contains("--rw"), "{}", stderr(&out));
     let out = run(&nodes, &["release", "--rw", &resource, "--token", &token]).await;
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    let reader = redlock
-        .try_read_lock(&resource, ttl)
+    let reader = RwLock::new(&redlock, &resource)
+        .unwrap()
+        .try_read(ttl)
         .await
         .expect("the writer is gone");
     let out = run(
@@ -389,8 +402,9 @@ async fn release_takes_read_write_locks_and_permits() {
     )
     .await;
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    let again = redlock
-        .try_write_lock(&resource, ttl)
+    let again = RwLock::new(&redlock, &resource)
+        .unwrap()
+        .try_write(ttl)
         .await
         .expect("the reader is gone");
     again.release().await.unwrap();
@@ -505,9 +519,10 @@ async fn leader_watch_prints_each_change_and_leader_exits_69_without_a_quorum() 
     };
     assert_eq!(next().await["state"], "vacant");
     let leadership = election
-        .campaign(
+        .campaign_with(
             Duration::from_secs(10),
-            &redquorum::LockOptions::new().label("watched"),
+            &redquorum::AcquireOptions::new().label("watched"),
+            &LeaseOptions::new(),
         )
         .await
         .unwrap();

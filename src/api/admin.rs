@@ -65,33 +65,13 @@ impl Redlock {
         self.release_claim(Claim::with_token(keys, token)?).await
     }
 
-    /// [`release_token`](Self::release_token) for a read/write lock: where
-    /// `token` is the writer's, its writer key and its intent are deleted;
-    /// where it is a reader's, that reader. Either way each node answers
-    /// [`Answer::Yes`](crate::Answer::Yes) where something of `token` was
-    /// deleted.
-    ///
-    /// # Errors
-    ///
-    /// [`LockError::Unavailable`] when too few nodes answered;
-    /// [`LockError::Input`] for a name or token the protocol refuses.
-    ///
-    /// # Cancel safety
-    ///
-    /// Each node's release is handed over at the first poll and happens at most
-    /// once: dropping this future afterwards changes nothing.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redquorum::LockError> {
-    /// # let redlock = redquorum::testing::redlock(5).await;
-    /// let reader = redlock.read_lock("catalog", std::time::Duration::from_secs(60)).await?;
-    /// let votes = redlock.release_token_rw("catalog", reader.token()).await?;
-    /// assert_eq!(votes.yes(), 5);
-    /// # std::mem::forget(reader);
-    /// # Ok(()) }
-    /// ```
-    pub async fn release_token_rw(&self, resource: &str, token: &str) -> Result<Votes, LockError> {
+    /// [`release_token`](Self::release_token) for a read/write lock
+    /// ([`RwLock::release_token`](crate::RwLock::release_token)).
+    pub(crate) async fn release_token_rw(
+        &self,
+        resource: &str,
+        token: &str,
+    ) -> Result<Votes, LockError> {
         let layout = self.driver().layout();
         let writer = Claim::with_token(Keys::rw(layout, resource, true)?, token)?;
         let reader = Claim::with_token(Keys::rw(layout, resource, false)?, token)?;
@@ -110,7 +90,7 @@ impl Redlock {
         // The TTL is unknown: take one whose default node timeout is the
         // client's default.
         let ttl_ms = u64::try_from(DEFAULT_NODE_TIMEOUT.as_millis() * 20).unwrap_or(1000);
-        let everyone = Wait::Nodes(std::iter::repeat_n(true, self.nodes().count()).collect());
+        let everyone = Wait::Nodes(std::iter::repeat_n(true, self.nodes().len()).collect());
         let tally = driver.release(&claim, ttl_ms, everyone, None).await;
         match tally.decision {
             quorum::Decision::Granted => Ok(driver.votes(&claim, Step::Release, tally.answers)),

@@ -19,11 +19,12 @@
 //! # async fn main() -> Result<(), redquorum::LockError> {
 //! # let redlock = redquorum::testing::redlock(5).await;
 //! use std::time::Duration;
-//! use redquorum::{LockOptions, election::LeaderState};
+//! use redquorum::{AcquireOptions, LeaseOptions, election::LeaderState};
 //!
 //! let election = Election::new(&redlock, "billing-scheduler")?;
-//! let options = LockOptions::new().label("host-a pid 4121");
-//! let leadership = election.campaign(Duration::from_secs(10), &options).await?;
+//! let options = AcquireOptions::new().label("host-a pid 4121");
+//! let ttl = Duration::from_secs(10);
+//! let leadership = election.campaign_with(ttl, &options, &LeaseOptions::new()).await?;
 //! let LeaderState::Leading(leader) = election.leader().await? else { panic!() };
 //! assert_eq!((leader.term, leader.label.as_deref()), (leadership.term(), Some("host-a pid 4121")));
 //! leadership.resign().await?;
@@ -40,7 +41,7 @@ use crate::api::lease::{KeepAlive, Lease};
 use crate::api::redlock::Redlock;
 use crate::proto::error::LockError;
 use crate::proto::input::InputError;
-use crate::settings::LockOptions;
+use crate::settings::{AcquireOptions, LeaseOptions, LockOptions};
 
 /// How often [`Election::observe`] reads the leader when nothing is
 /// reported: the bound on how late it notices a leader whose lease lapsed
@@ -131,11 +132,39 @@ impl Election {
     }
 
     /// Stands for leader: waits (in line, woken by releases) until elected,
-    /// then keeps the leadership alive as a lease of `ttl`, extended every
-    /// third of it unless `options` say otherwise. Waits at most
-    /// `options`' [`wait`](LockOptions::wait) ([`LockError::Timeout`]),
-    /// forever without one. `options`' label names the leader
-    /// ([`Leader::label`]); it is fenced whatever `options` say.
+    /// however long that takes, then keeps the leadership alive as a lease
+    /// of `ttl`, extended every third of it. See
+    /// [`campaign_with`](Self::campaign_with) to bound the wait, label the
+    /// leader or set the extensions.
+    ///
+    /// # Errors
+    ///
+    /// As [`campaign_with`](Self::campaign_with).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`campaign_with`](Self::campaign_with).
+    ///
+    /// ```
+    /// # use redquorum::election::Election;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// let election = Election::new(&redlock, "billing-scheduler")?;
+    /// let leadership = election.campaign(std::time::Duration::from_secs(10)).await?;
+    /// assert!(leadership.term() >= 1);
+    /// leadership.resign().await
+    /// # }
+    /// ```
+    pub async fn campaign(&self, ttl: Duration) -> Result<Leadership, LockError> {
+        self.campaign_with(ttl, &AcquireOptions::new(), &LeaseOptions::new())
+            .await
+    }
+
+    /// [`campaign`](Self::campaign) with options. Waits at most `options`'
+    /// [`wait`](AcquireOptions::wait) ([`LockError::Timeout`]), forever
+    /// without one. `options`' label names the leader ([`Leader::label`]);
+    /// the lease is kept per `lease`.
     ///
     /// # Errors
     ///
@@ -154,17 +183,18 @@ impl Election {
     /// round set on every node it reached, and a waiter's place in line: no key
     /// is left behind for a lock nobody holds.
     /// Once it returns, the [`Leadership`] owns the lease.
-    pub async fn campaign(
+    pub async fn campaign_with(
         &self,
         ttl: Duration,
-        options: &LockOptions,
+        options: &AcquireOptions,
+        lease: &LeaseOptions,
     ) -> Result<Leadership, LockError> {
         let options = campaign_options(options);
         // The keeping checked before standing: a leadership that could not
         // be kept must not be won (and its term spent) first.
-        crate::api::lease::Keeping::new(self.redlock.driver(), ttl, &options)?;
+        crate::api::lease::Keeping::new(self.redlock.driver(), ttl, lease)?;
         let lock = self.redlock.lock_with(&self.name, ttl, &options).await?;
-        let keep = lock.keep_alive_with(&options)?;
+        let keep = lock.keep_alive_with(lease)?;
         Ok(Leadership { keep })
     }
 
@@ -210,7 +240,7 @@ impl Election {
     /// use std::time::Duration;
     /// let election = Election::new(&redlock, "nightly-report")?;
     /// let term = election
-    ///     .lead(Duration::from_secs(10), &redquorum::LockOptions::new(), |lease| async move {
+    ///     .lead(Duration::from_secs(10), |lease| async move {
     ///         // write the report, fenced by the term
     ///         lease.fence().unwrap()
     ///     })
@@ -218,10 +248,44 @@ impl Election {
     /// assert!(term >= 1);
     /// # Ok(()) }
     /// ```
-    pub async fn lead<F, Fut, T>(
+    pub async fn lead<F, Fut, T>(&self, ttl: Duration, work: F) -> Result<T, LockError>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        self.lead_with(ttl, &AcquireOptions::new(), &LeaseOptions::new(), work)
+            .await
+    }
+
+    /// [`lead`](Self::lead) with options, as
+    /// [`campaign_with`](Self::campaign_with) takes them.
+    ///
+    /// # Errors
+    ///
+    /// As [`lead`](Self::lead).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`lead`](Self::lead).
+    ///
+    /// ```
+    /// # use redquorum::election::Election;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// use std::time::Duration;
+    /// use redquorum::{AcquireOptions, LeaseOptions};
+    /// let election = Election::new(&redlock, "nightly-report")?;
+    /// let wait = AcquireOptions::new().wait(Duration::from_secs(5));
+    /// let lease = LeaseOptions::new().extend_every(Duration::from_secs(2));
+    /// election.lead_with(Duration::from_secs(10), &wait, &lease, |_| async {}).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn lead_with<F, Fut, T>(
         &self,
         ttl: Duration,
-        options: &LockOptions,
+        options: &AcquireOptions,
+        lease: &LeaseOptions,
         work: F,
     ) -> Result<T, LockError>
     where
@@ -231,7 +295,7 @@ impl Election {
         // A lease on the fenced lock: `run_with`'s keeper, loss and
         // release, with the campaign's options.
         self.redlock
-            .run_with(&self.name, ttl, &campaign_options(options), work)
+            .run_with(&self.name, ttl, &campaign_options(options), lease, work)
             .await
     }
 
@@ -276,9 +340,9 @@ impl Election {
 
 /// A candidate's options: fenced (the term), and waiting forever unless
 /// they bound the wait.
-fn campaign_options(options: &LockOptions) -> LockOptions {
-    let options = options.clone().fenced();
-    match options.max_wait() {
+fn campaign_options(options: &AcquireOptions) -> LockOptions {
+    let options = LockOptions::from(options.clone()).fenced();
+    match options.acquire().max_wait() {
         Some(_) => options,
         None => options.wait(Duration::MAX),
     }

@@ -281,7 +281,8 @@ impl Redlock {
     /// # let redlock = redquorum::testing::redlock(5).await;
     /// use std::time::Duration;
     /// use redquorum::{inspect::Holder, verdict::Verdict};
-    /// let lock = redlock.lock_fenced("ledger", Duration::from_secs(30)).await?;
+    /// let fenced = redquorum::LockOptions::new().fenced();
+    /// let lock = redlock.lock_with("ledger", Duration::from_secs(30), &fenced).await?;
     /// let seen = redlock.inspect("ledger").await?;
     /// let Verdict::Held { holder, nodes } = seen.verdict() else { panic!() };
     /// assert_eq!((holder, *nodes), (&Holder::Token(lock.token().into()), 5));
@@ -312,34 +313,8 @@ impl Redlock {
         Ok(self.inspection(resource, outcomes, whole, |s| s.keys.get(1)))
     }
 
-    /// The permit count of the semaphore `name` as its nodes store it
-    /// (every holder of a semaphore names one count, kept on the nodes while
-    /// any permit is held): the count most answering nodes report, or
-    /// `None` where no node has one (no permit is held, or `name` is no
-    /// semaphore). For tools that inspect a semaphore by name alone.
-    ///
-    /// # Errors
-    ///
-    /// [`LockError::Unavailable`] when fewer than a quorum of nodes answered;
-    /// [`LockError::Input`] for a name the protocol refuses.
-    ///
-    /// # Cancel safety
-    ///
-    /// It only reads: dropping this future changes nothing on the nodes.
-    ///
-    /// ```
-    /// # use redquorum::Semaphore;
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redquorum::LockError> {
-    /// # let redlock = redquorum::testing::redlock(5).await;
-    /// let api = Semaphore::new(&redlock, "partner-api", 2)?;
-    /// assert_eq!(redlock.semaphore_permits("partner-api").await?, None);
-    /// let permit = api.try_acquire(std::time::Duration::from_secs(10)).await?;
-    /// assert_eq!(redlock.semaphore_permits("partner-api").await?, Some(2));
-    /// permit.release().await
-    /// # }
-    /// ```
-    pub async fn semaphore_permits(&self, name: &str) -> Result<Option<u32>, LockError> {
+    /// The permit count of the semaphore `name` ([`Semaphore::stored_permits`]).
+    pub(crate) async fn semaphore_permits(&self, name: &str) -> Result<Option<u32>, LockError> {
         let [_, _, count, ..] = self.driver().layout().permit_keys(named(name)?, 0);
         let outcomes = self.gather(vec![count]).await;
         let mut counts: Vec<u32> = outcomes
@@ -360,38 +335,16 @@ impl Redlock {
         Ok(best.map(|(_, count)| count))
     }
 
-    /// What every node holds for the read/write lock on `resource`: its
-    /// writer, its live readers and a waiting writer's intent, and the
-    /// verdicts. As [`inspect`](Self::inspect), a snapshot.
-    ///
-    /// # Errors
-    ///
-    /// [`LockError::Unavailable`] when fewer than a quorum of nodes answered;
-    /// [`LockError::Input`] for a name the protocol refuses.
-    ///
-    /// # Cancel safety
-    ///
-    /// It only reads: dropping this future changes nothing on the nodes.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redquorum::LockError> {
-    /// # let redlock = redquorum::testing::redlock(5).await;
-    /// use std::time::Duration;
-    /// let a = redlock.read_lock("catalog", Duration::from_secs(30)).await?;
-    /// let b = redlock.read_lock("catalog", Duration::from_secs(30)).await?;
-    /// let seen = redlock.inspect_rw("catalog").await?;
-    /// assert_eq!(seen.readers_held(), 2);
-    /// assert!(matches!(seen.writer().verdict(), redquorum::verdict::Verdict::Free { .. }));
-    /// # a.release().await?; b.release().await
-    /// # }
-    /// ```
-    pub async fn inspect_rw(&self, resource: &str) -> Result<RwInspection, LockError> {
+    /// What every node holds for the read/write lock on `resource`
+    /// ([`RwLock::inspect`](crate::RwLock::inspect)).
+    pub(crate) async fn inspect_rw(&self, resource: &str) -> Result<RwInspection, LockError> {
         let keys = self.driver().layout().rw_keys(named(resource)?);
         let outcomes = self.gather(keys.to_vec()).await;
         let writer = self.inspection(resource, outcomes.clone(), false, |_| None);
         let nodes: Vec<NodeView<RwHolding>> = self
             .nodes()
+            .iter()
+            .map(|node| node.name())
             .zip(outcomes)
             .zip(writer.nodes())
             .map(|((node, outcome), writer)| NodeView {
@@ -449,6 +402,8 @@ impl Redlock {
     ) -> Inspection {
         let nodes = self
             .nodes()
+            .iter()
+            .map(|node| node.name())
             .zip(outcomes)
             .map(|(node, outcome)| NodeView {
                 node: node.to_owned(),
@@ -465,7 +420,7 @@ impl Redlock {
                 }),
             })
             .collect();
-        Inspection::new(resource, self.quorum(), nodes)
+        Inspection::new(resource, self.driver().quorum(), nodes)
     }
 }
 

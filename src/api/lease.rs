@@ -22,7 +22,7 @@ use crate::proto::input::InputError;
 use crate::proto::keeper::{Extension, Keeper, default_interval};
 use crate::proto::quorum;
 use crate::proto::round::gone_for_good;
-use crate::settings::LockOptions;
+use crate::settings::LeaseOptions;
 
 /// A view of a lease kept alive in the background: what it holds, how long
 /// it is valid, and a signal when it ends. Cheap to clone; hand clones to
@@ -89,7 +89,7 @@ impl Lease {
     }
 
     /// The fencing token, when the lease was taken with
-    /// [`LockOptions::fenced`]. Pass it with every write to the protected
+    /// [`LockOptions::fenced`](crate::LockOptions::fenced). Pass it with every write to the protected
     /// resource.
     pub fn fence(&self) -> Option<u64> {
         self.shared.fence
@@ -240,7 +240,7 @@ impl Keeping {
     pub(crate) fn new(
         driver: &Driver,
         ttl: Duration,
-        options: &LockOptions,
+        options: &LeaseOptions,
     ) -> Result<Self, InputError> {
         let validity = driver.check_ttl(ttl)?.validity;
         let every = options
@@ -343,7 +343,7 @@ impl Lock {
     /// # }
     /// ```
     pub fn keep_alive(self) -> Result<KeepAlive, LockError> {
-        self.keep_alive_with(&LockOptions::new())
+        self.keep_alive_with(&LeaseOptions::new())
     }
 
     /// [`keep_alive`](Lock::keep_alive) with the extension interval and cap
@@ -351,7 +351,7 @@ impl Lock {
     /// error the lock is dropped, and so released in the background.
     ///
     /// Needs a tokio runtime ([`InputError::NoRuntime`] otherwise).
-    pub fn keep_alive_with(mut self, options: &LockOptions) -> Result<KeepAlive, LockError> {
+    pub fn keep_alive_with(mut self, options: &LeaseOptions) -> Result<KeepAlive, LockError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| InputError::NoRuntime)?;
         let ttl = Duration::from_millis(self.ttl_ms());
         let keeping = Keeping::new(self.driver(), ttl, options)?;

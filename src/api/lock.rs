@@ -114,7 +114,7 @@ impl Lock {
         self.claim.token()
     }
 
-    /// The fencing token of a lock from [`Redlock::lock_fenced`](crate::Redlock::lock_fenced): larger than
+    /// The fencing token of a lock from [`LockOptions::fenced`](crate::LockOptions::fenced): larger than
     /// that of every earlier holder of the resource. `None` for other locks.
     pub fn fence(&self) -> Option<u64> {
         self.fence

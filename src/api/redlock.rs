@@ -11,12 +11,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::api::lock::Lock;
+use crate::api::nodes::Nodes;
 use crate::engine::claim::{Claim, Keys};
 use crate::engine::driver::{Attempts, Driver, Ttl};
 use crate::proto::error::LockError;
 use crate::proto::input::InputError;
 use crate::proto::keys::KeyLayout;
-use crate::settings::LockOptions;
+use crate::settings::{AcquireOptions, LockOptions};
 
 /// A Redlock client over N independent Redis masters.
 ///
@@ -56,7 +57,7 @@ impl fmt::Debug for Redlock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Redlock")
             .field("nodes", &self.driver.nodes())
-            .field("quorum", &self.quorum())
+            .field("quorum", &self.driver.quorum())
             .field("settings", &self.driver.settings)
             .finish()
     }
@@ -70,56 +71,20 @@ impl Redlock {
         }
     }
 
-    /// The configured nodes' names (passwords masked), in order.
-    pub fn nodes(&self) -> impl Iterator<Item = &str> {
-        self.driver.nodes().iter().map(|n| &**n.name())
-    }
-
-    /// Per node (name, in configured order): the calls queued or awaiting an
-    /// answer right now. Never above [`Builder::max_in_flight`](crate::Builder::max_in_flight); a node near
-    /// the bound is slow or frozen.
+    /// The client's nodes: names, quorum, calls in flight, which are
+    /// degraded, the deployment record agreed with them, and a probe
+    /// ([`Nodes`]).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-    /// # let redlock = redquorum::Redlock::builder().nodes(["redis://127.0.0.1:1"]).build().await.unwrap();
-    /// for (node, calls) in redlock.in_flight() {
-    ///     println!("{node}: {calls} calls in flight");
-    /// }
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// let names: Vec<&str> = redlock.nodes().iter().map(|node| node.name()).collect();
+    /// assert_eq!(names.len(), 5);
+    /// assert_eq!(redlock.nodes().quorum(), 3);
     /// # }
     /// ```
-    pub fn in_flight(&self) -> impl Iterator<Item = (&str, usize)> {
-        self.driver
-            .nodes()
-            .iter()
-            .map(|node| (&**node.name(), node.in_flight()))
-    }
-
-    /// The nodes degraded right now, in configured order: their last calls
-    /// (at least two in a row) timed out, found no connection, hit the
-    /// in-flight bound or got an error reply. A node leaves the list at its
-    /// next answer. The client logs one `WARN` when a node enters it and
-    /// one `INFO` when it leaves (see `docs/operations.md`).
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-    /// let redlock = redquorum::Redlock::builder()
-    ///     .nodes(["redis://127.0.0.1:1", "redis://127.0.0.1:2", "redis://127.0.0.1:3"])
-    ///     .build()
-    ///     .await
-    ///     .unwrap();
-    /// // Nothing listens on those ports: two refused rounds make every node degraded.
-    /// for _ in 0..2 {
-    ///     let _ = redlock.try_lock("job", std::time::Duration::from_secs(1)).await;
-    /// }
-    /// assert_eq!(redlock.degraded().count(), 3);
-    /// # }
-    /// ```
-    pub fn degraded(&self) -> impl Iterator<Item = &str> {
-        self.driver
-            .nodes()
-            .iter()
-            .filter(|node| node.degraded())
-            .map(|node| &**node.name())
+    pub fn nodes(&self) -> Nodes<'_> {
+        Nodes::new(self)
     }
 
     /// How this client maps resources to Redis keys
@@ -202,11 +167,6 @@ impl Redlock {
         self.driver.shutdown().await;
     }
 
-    /// How many nodes must agree: `N / 2 + 1` of the configured `N`.
-    pub fn quorum(&self) -> usize {
-        self.driver.quorum()
-    }
-
     /// One round: the lock if a quorum grants it in time, else the reason.
     ///
     /// On failure every key this round may have set is released before it
@@ -281,50 +241,9 @@ impl Redlock {
         self.lock_with(resource, ttl, &LockOptions::new()).await
     }
 
-    /// A lock carrying a fencing token ([`Lock::fence`]) that is larger than
-    /// that of every earlier holder of `resource`, retrying per policy.
-    ///
-    /// Two rounds: the first takes the lease and increments a per-node
-    /// counter, the second writes the largest counter seen back to the nodes
-    /// that granted. The token is granted only when a quorum confirmed the
-    /// write-back before the deadline. Hand the token to the resource you
-    /// protect and have it reject writes carrying a smaller one: that stops a
-    /// holder that paused past its validity. See `docs/fencing.md`.
-    ///
-    /// # Errors
-    ///
-    /// [`LockError::Taken`] when another holder has the lock (a wait that
-    /// ends first: [`LockError::Timeout`], with the last round's error);
-    /// [`LockError::Unavailable`] when too few nodes answered;
-    /// [`LockError::Busy`] when this client's own bound on calls in flight kept
-    /// the quorum out of reach; [`LockError::Expired`] when the quorum came after
-    /// the validity window; [`LockError::Input`] for a name or TTL the protocol
-    /// refuses (nothing sent); [`LockError::ShutDown`] once
-    /// [`Redlock::shutdown`](crate::Redlock::shutdown) began.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping this future at any poll takes back, in the background, what its
-    /// round set on every node it reached, and a waiter's place in line: no key
-    /// is left behind for a lock nobody holds.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redquorum::LockError> {
-    /// # let redlock = redquorum::testing::redlock(5).await;
-    /// let lock = redlock.lock_fenced("ledger", std::time::Duration::from_secs(10)).await?;
-    /// let token: u64 = lock.fence().expect("fenced locks carry a token");
-    /// // storage.write_if_newer(token, ...)
-    /// lock.release().await
-    /// # }
-    /// ```
-    pub async fn lock_fenced(&self, resource: &str, ttl: Duration) -> Result<Lock, LockError> {
-        self.lock_with(resource, ttl, &LockOptions::new().fenced())
-            .await
-    }
-
     /// A lock with explicit [`LockOptions`]: how long to wait
-    /// ([`LockOptions::wait`]), whether to carry a fencing token.
+    /// ([`LockOptions::wait`]), a fencing token ([`LockOptions::fenced`]), a
+    /// label, a hold of at least some time ([`LockOptions::hold_at_least`]).
     ///
     /// # Errors
     ///
@@ -361,7 +280,14 @@ impl Redlock {
         options: &LockOptions,
     ) -> Result<Lock, LockError> {
         let keys = Keys::single(self.driver.layout(), resource, options.is_fenced())?;
-        self.lock_keys(keys, None, ttl, options).await
+        let at_least = options.min_hold();
+        if let Some(at_least) = at_least
+            && at_least > ttl
+        {
+            return Err(InputError::HoldAtLeastAboveTtl { at_least, ttl }.into());
+        }
+        self.lock_keys(keys, None, ttl, options.acquire(), at_least)
+            .await
     }
 
     /// One lock over several resources, retrying per policy: on each node
@@ -397,78 +323,55 @@ impl Redlock {
     /// # }
     /// ```
     pub async fn lock_many(&self, resources: &[&str], ttl: Duration) -> Result<Lock, LockError> {
-        let keys = Keys::many(self.driver.layout(), resources)?;
-        self.lock_keys(keys, None, ttl, &LockOptions::new()).await
+        self.lock_many_with(resources, ttl, &AcquireOptions::new())
+            .await
     }
 
-    /// A reentrant lock, retrying per policy: `owner` may take `resource`
-    /// again while it holds it (each hold adds one to a per-owner count and
-    /// refreshes the TTL), another owner is refused with
-    /// [`LockError::Taken`], and each [`Lock::release`] gives one hold back;
-    /// the key goes when the count reaches zero.
-    ///
-    /// The owner name is the identity: give every process (or task) that must
-    /// exclude the others a distinct one. Quorum and validity rules are those
-    /// of plain locks; each returned `Lock` has its own deadline.
+    /// [`lock_many`](Self::lock_many) with [`AcquireOptions`]: how long to
+    /// wait, a label.
     ///
     /// # Errors
     ///
-    /// [`LockError::Taken`] when another holder has the lock (a wait that
-    /// ends first: [`LockError::Timeout`], with the last round's error);
-    /// [`LockError::Unavailable`] when too few nodes answered;
-    /// [`LockError::Busy`] when this client's own bound on calls in flight kept
-    /// the quorum out of reach; [`LockError::Expired`] when the quorum came after
-    /// the validity window; [`LockError::Input`] for a name or TTL the protocol
-    /// refuses (nothing sent); [`LockError::ShutDown`] once
-    /// [`Redlock::shutdown`](crate::Redlock::shutdown) began.
+    /// As [`lock_many`](Self::lock_many).
     ///
     /// # Cancel safety
     ///
-    /// Dropping this future at any poll takes back, in the background, what its
-    /// round set on every node it reached, and a waiter's place in line: no key
-    /// is left behind for a lock nobody holds.
+    /// As [`lock_many`](Self::lock_many).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redquorum::LockError> {
     /// # let redlock = redquorum::testing::redlock(5).await;
     /// use std::time::Duration;
-    /// let outer = redlock.lock_reentrant("job", Duration::from_secs(10), "worker-7").await?;
-    /// let inner = redlock.lock_reentrant("job", Duration::from_secs(10), "worker-7").await?;
-    /// inner.release().await?; // still held by `outer`
-    /// outer.release().await
+    /// use redquorum::AcquireOptions;
+    /// let wait = AcquireOptions::new().wait(Duration::from_secs(5));
+    /// let lock = redlock.lock_many_with(&["a", "b"], Duration::from_secs(5), &wait).await?;
+    /// lock.release().await
     /// # }
     /// ```
-    pub async fn lock_reentrant(
+    pub async fn lock_many_with(
         &self,
-        resource: &str,
+        resources: &[&str],
         ttl: Duration,
-        owner: &str,
+        options: &AcquireOptions,
     ) -> Result<Lock, LockError> {
-        let keys = Keys::reentrant(self.driver.layout(), resource)?;
-        self.lock_keys(keys, Some(owner), ttl, &LockOptions::new())
-            .await
+        let keys = Keys::many(self.driver.layout(), resources)?;
+        self.lock_keys(keys, None, ttl, options, None).await
     }
 
     /// The body of every lock on one claim's `keys` (a mutex's, a reentrant
     /// owner's, several resources', a reader's, a writer's): rounds per
-    /// policy, or until `options`' wait is over.
+    /// policy, or until `options`' wait is over; kept `at_least` from the
+    /// grant where given (checked against the TTL by the caller).
     pub(crate) async fn lock_keys(
         &self,
         keys: Keys,
         owner: Option<&str>,
         ttl: Duration,
-        options: &LockOptions,
+        options: &AcquireOptions,
+        at_least: Option<Duration>,
     ) -> Result<Lock, LockError> {
-        let at_least = options.min_hold();
-        if let Some(at_least) = at_least {
-            if !keys.restorable() {
-                return Err(InputError::HoldAtLeastUnsupported.into());
-            }
-            if at_least > ttl {
-                return Err(InputError::HoldAtLeastAboveTtl { at_least, ttl }.into());
-            }
-        }
+        debug_assert!(at_least.is_none() || keys.restorable());
         let ttl = self.driver.admit(&keys, ttl)?;
         let label = self.driver.label(options.label_given())?;
         let attempts = options.attempts();

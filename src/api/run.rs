@@ -1,7 +1,8 @@
 //! Work under a lock: acquire, keep the lease alive while the work runs,
 //! drop the work the moment the lease can no longer be kept, release at the
-//! end ([`Redlock::run`] and its forms; [`Semaphore::run`](crate::Semaphore::run)
-//! and the read/write locks' share the body).
+//! end ([`Redlock::run`] and [`Redlock::run_with`];
+//! [`Semaphore::run`](crate::Semaphore::run), [`RwLock::run_read`](crate::RwLock::run_read)
+//! and the others share the body).
 
 use std::future::Future;
 use std::time::Duration;
@@ -10,7 +11,7 @@ use crate::api::lease::{EndOnDrop, Keeping, Lease, keep};
 use crate::api::lock::Lock;
 use crate::api::redlock::Redlock;
 use crate::proto::error::LockError;
-use crate::settings::LockOptions;
+use crate::settings::{LeaseOptions, LockOptions};
 
 impl Redlock {
     /// Runs `work` under an auto-extended lease on `resource`, and returns
@@ -60,13 +61,24 @@ impl Redlock {
         F: FnOnce(Lease) -> Fut,
         Fut: Future<Output = T>,
     {
-        self.run_with(resource, ttl, &LockOptions::new(), work)
-            .await
+        self.run_with(
+            resource,
+            ttl,
+            &LockOptions::new(),
+            &LeaseOptions::new(),
+            work,
+        )
+        .await
     }
 
-    /// [`run`](Redlock::run) with [`LockOptions`]: wait up to a deadline for
-    /// the lock, carry a fencing token ([`Lease::fence`]), set the extension
-    /// interval (default `ttl / 3`) or cap the number of extensions.
+    /// [`run`](Redlock::run) with [`LockOptions`] (wait up to a deadline for
+    /// the lock, carry a fencing token ([`Lease::fence`]), hold at least a
+    /// time) and [`LeaseOptions`] (the extension interval, default `ttl /
+    /// 3`, and a cap on the number of extensions).
+    ///
+    /// Work that can fail returns its own `Result`: the call's is then
+    /// `Result<Result<T, E>, LockError>`, the outer for the lock (not had,
+    /// lost), the inner for the work.
     ///
     /// # Errors
     ///
@@ -86,17 +98,17 @@ impl Redlock {
     /// # async fn main() -> Result<(), redquorum::LockError> {
     /// # let redlock = redquorum::testing::redlock(5).await;
     /// use std::time::Duration;
-    /// use redquorum::LockOptions;
-    /// let options = LockOptions::new()
-    ///     .wait(Duration::from_secs(60))
-    ///     .fenced()
-    ///     .extend_every(Duration::from_secs(5));
-    /// redlock
-    ///     .run_with("ledger", Duration::from_secs(15), &options, |lease| async move {
+    /// use redquorum::{LeaseOptions, LockOptions};
+    /// let options = LockOptions::new().wait(Duration::from_secs(60)).fenced();
+    /// let lease = LeaseOptions::new().extend_every(Duration::from_secs(5));
+    /// let written = redlock
+    ///     .run_with("ledger", Duration::from_secs(15), &options, &lease, |lease| async move {
     ///         let token = lease.fence().unwrap();
-    ///         // store.write(token, ...)
+    ///         std::fs::metadata(".").map(|_| token) // store.write(token, ...)
     ///     })
     ///     .await?;
+    /// let token: u64 = written.expect("the work's own error");
+    /// # let _ = token;
     /// # Ok(()) }
     /// ```
     pub async fn run_with<F, Fut, T>(
@@ -104,265 +116,15 @@ impl Redlock {
         resource: &str,
         ttl: Duration,
         options: &LockOptions,
+        lease: &LeaseOptions,
         work: F,
     ) -> Result<T, LockError>
     where
         F: FnOnce(Lease) -> Fut,
         Fut: Future<Output = T>,
     {
-        let keeping = Keeping::new(self.driver(), ttl, options)?;
+        let keeping = Keeping::new(self.driver(), ttl, lease)?;
         let lock = self.lock_with(resource, ttl, options).await?;
-        run_kept(lock, keeping, work).await
-    }
-
-    /// [`run`](Redlock::run) for fallible work: the work's own `Result`,
-    /// with a lock error (not had, lost) converted into the work's error
-    /// type — one `?` for both, instead of `Ok(Ok(x))`.
-    ///
-    /// The work's error type must be named once, where the closure cannot
-    /// tell it (`Ok::<_, MyError>(…)` at its end): Rust infers nothing from
-    /// a `?` alone.
-    ///
-    /// # Errors
-    ///
-    /// The acquisition's errors (as the waiting lock calls: `Taken`, `Timeout`,
-    /// `Unavailable`, …), and [`LockError::Lost`] when the lease could not be
-    /// kept: the work was dropped. An error of the work itself is returned as it
-    /// is where the work is fallible.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping this future drops the work and gives the lock back (in the
-    /// background). Work the future does not own goes on (a task the work
-    /// spawned): await it within the work if the lock must cover it.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let redlock = redquorum::testing::redlock(5).await;
-    /// use std::time::Duration;
-    ///
-    /// #[derive(Debug)]
-    /// enum JobError {
-    ///     Lock(redquorum::LockError),
-    ///     Io(std::io::Error),
-    /// }
-    /// impl From<redquorum::LockError> for JobError {
-    ///     fn from(e: redquorum::LockError) -> Self { JobError::Lock(e) }
-    /// }
-    /// impl From<std::io::Error> for JobError {
-    ///     fn from(e: std::io::Error) -> Self { JobError::Io(e) }
-    /// }
-    ///
-    /// async fn job(redlock: &redquorum::Redlock) -> Result<u64, JobError> {
-    ///     redlock
-    ///         .run_fallible("nightly", Duration::from_secs(30), |lease| async move {
-    ///             let rows = std::fs::metadata(".")?.len(); // std::io::Error -> JobError
-    ///             assert!(lease.is_valid());
-    ///             Ok::<_, JobError>(rows)
-    ///         })
-    ///         .await
-    /// }
-    /// # job(&redlock).await.map_err(|e| format!("{e:?}"))?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn run_fallible<F, Fut, T, E>(
-        &self,
-        resource: &str,
-        ttl: Duration,
-        work: F,
-    ) -> Result<T, E>
-    where
-        F: FnOnce(Lease) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: From<LockError>,
-    {
-        self.run_fallible_with(resource, ttl, &LockOptions::new(), work)
-            .await
-    }
-
-    /// [`run_fallible`](Redlock::run_fallible) with [`LockOptions`], as
-    /// [`run_with`](Redlock::run_with).
-    ///
-    /// # Errors
-    ///
-    /// The acquisition's errors (as the waiting lock calls: `Taken`, `Timeout`,
-    /// `Unavailable`, …), and [`LockError::Lost`] when the lease could not be
-    /// kept: the work was dropped. An error of the work itself is returned as it
-    /// is where the work is fallible.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping this future drops the work and gives the lock back (in the
-    /// background). Work the future does not own goes on (a task the work
-    /// spawned): await it within the work if the lock must cover it.
-    pub async fn run_fallible_with<F, Fut, T, E>(
-        &self,
-        resource: &str,
-        ttl: Duration,
-        options: &LockOptions,
-        work: F,
-    ) -> Result<T, E>
-    where
-        F: FnOnce(Lease) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: From<LockError>,
-    {
-        self.run_with(resource, ttl, options, work).await?
-    }
-
-    /// Runs `work` as one of `resource`'s readers (a read/write lock, see
-    /// [`read_lock`](Redlock::read_lock)), under a lease kept as
-    /// [`run`](Redlock::run) keeps one: extended every third of `ttl`, the
-    /// work dropped at once and [`LockError::Lost`] returned if it cannot be
-    /// kept, released when the work ends.
-    ///
-    /// # Errors
-    ///
-    /// The acquisition's errors (as the waiting lock calls: `Taken`, `Timeout`,
-    /// `Unavailable`, …), and [`LockError::Lost`] when the lease could not be
-    /// kept: the work was dropped. An error of the work itself is returned as it
-    /// is where the work is fallible.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping this future drops the work and gives the lock back (in the
-    /// background). Work the future does not own goes on (a task the work
-    /// spawned): await it within the work if the lock must cover it.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redquorum::LockError> {
-    /// # let redlock = redquorum::testing::redlock(5).await;
-    /// use std::time::Duration;
-    /// let prices = redlock
-    ///     .run_read("catalog", Duration::from_secs(30), |lease| async move {
-    ///         // read the catalog while lease.is_valid(): other readers too
-    ///         assert!(lease.is_valid());
-    ///         3
-    ///     })
-    ///     .await?;
-    /// assert_eq!(prices, 3);
-    /// # Ok(()) }
-    /// ```
-    pub async fn run_read<F, Fut, T>(
-        &self,
-        resource: &str,
-        ttl: Duration,
-        work: F,
-    ) -> Result<T, LockError>
-    where
-        F: FnOnce(Lease) -> Fut,
-        Fut: Future<Output = T>,
-    {
-        self.run_read_with(resource, ttl, &LockOptions::new(), work)
-            .await
-    }
-
-    /// [`run_read`](Redlock::run_read) with [`LockOptions`]: wait for the
-    /// lock, set the extension interval or cap the extensions.
-    ///
-    /// # Errors
-    ///
-    /// The acquisition's errors (as the waiting lock calls: `Taken`, `Timeout`,
-    /// `Unavailable`, …), and [`LockError::Lost`] when the lease could not be
-    /// kept: the work was dropped. An error of the work itself is returned as it
-    /// is where the work is fallible.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping this future drops the work and gives the lock back (in the
-    /// background). Work the future does not own goes on (a task the work
-    /// spawned): await it within the work if the lock must cover it.
-    pub async fn run_read_with<F, Fut, T>(
-        &self,
-        resource: &str,
-        ttl: Duration,
-        options: &LockOptions,
-        work: F,
-    ) -> Result<T, LockError>
-    where
-        F: FnOnce(Lease) -> Fut,
-        Fut: Future<Output = T>,
-    {
-        let keeping = Keeping::new(self.driver(), ttl, options)?;
-        let lock = self.read_lock_with(resource, ttl, options).await?;
-        run_kept(lock, keeping, work).await
-    }
-
-    /// Runs `work` as `resource`'s writer (a read/write lock, see
-    /// [`write_lock`](Redlock::write_lock)), under a lease kept as
-    /// [`run`](Redlock::run) keeps one.
-    ///
-    /// # Errors
-    ///
-    /// The acquisition's errors (as the waiting lock calls: `Taken`, `Timeout`,
-    /// `Unavailable`, …), and [`LockError::Lost`] when the lease could not be
-    /// kept: the work was dropped. An error of the work itself is returned as it
-    /// is where the work is fallible.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping this future drops the work and gives the lock back (in the
-    /// background). Work the future does not own goes on (a task the work
-    /// spawned): await it within the work if the lock must cover it.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redquorum::LockError> {
-    /// # let redlock = redquorum::testing::redlock(5).await;
-    /// use std::time::Duration;
-    /// redlock
-    ///     .run_write("catalog", Duration::from_secs(30), |lease| async move {
-    ///         // rewrite the catalog, alone, while lease.is_valid()
-    ///         assert!(lease.is_valid());
-    ///     })
-    ///     .await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn run_write<F, Fut, T>(
-        &self,
-        resource: &str,
-        ttl: Duration,
-        work: F,
-    ) -> Result<T, LockError>
-    where
-        F: FnOnce(Lease) -> Fut,
-        Fut: Future<Output = T>,
-    {
-        self.run_write_with(resource, ttl, &LockOptions::new(), work)
-            .await
-    }
-
-    /// [`run_write`](Redlock::run_write) with [`LockOptions`]: wait for the
-    /// lock (a waiting writer keeps new readers off), set the extension
-    /// interval or cap the extensions.
-    ///
-    /// # Errors
-    ///
-    /// The acquisition's errors (as the waiting lock calls: `Taken`, `Timeout`,
-    /// `Unavailable`, …), and [`LockError::Lost`] when the lease could not be
-    /// kept: the work was dropped. An error of the work itself is returned as it
-    /// is where the work is fallible.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping this future drops the work and gives the lock back (in the
-    /// background). Work the future does not own goes on (a task the work
-    /// spawned): await it within the work if the lock must cover it.
-    pub async fn run_write_with<F, Fut, T>(
-        &self,
-        resource: &str,
-        ttl: Duration,
-        options: &LockOptions,
-        work: F,
-    ) -> Result<T, LockError>
-    where
-        F: FnOnce(Lease) -> Fut,
-        Fut: Future<Output = T>,
-    {
-        let keeping = Keeping::new(self.driver(), ttl, options)?;
-        let lock = self.write_lock_with(resource, ttl, options).await?;
         run_kept(lock, keeping, work).await
     }
 }

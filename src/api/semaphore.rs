@@ -17,11 +17,11 @@
 //! hold is refused ([`LockError::PermitCount`]), so that `N` means `N` for
 //! everyone.
 //!
-//! Waiting ([`LockOptions::wait`]) retries the slots as a lock waits, in
+//! Waiting ([`AcquireOptions::wait`]) retries the slots as a lock waits, in
 //! line: a permit given back while others wait is kept for the one that
 //! waited longest; it is woken early when a slot is released (release
 //! notifications, [`Builder::notify_waiters`], for up to
-//! [`MAX_WATCHED_SLOTS`] slots; past that it polls).
+//! 64 slots; past that it polls).
 //!
 //! [`Builder::notify_waiters`]: crate::Builder::notify_waiters
 
@@ -32,15 +32,12 @@ use crate::api::lease::{Keeping, Lease};
 use crate::api::lock::Lock;
 use crate::api::redlock::Redlock;
 use crate::api::run::run_kept;
-use crate::api::wait::{GiveUp, Waiting};
+use crate::api::wait::{GiveUp, MAX_WATCHED_SLOTS, Waiting};
 use crate::engine::claim::{Claim, InLine, Keys};
 use crate::proto::error::LockError;
 use crate::proto::error::Subject;
 use crate::proto::input::InputError;
-use crate::settings::LockOptions;
-
-/// The most slots a waiter listens to for releases.
-pub const MAX_WATCHED_SLOTS: u32 = 64;
+use crate::settings::{AcquireOptions, LeaseOptions};
 
 pub use crate::proto::input::MAX_PERMITS;
 
@@ -108,6 +105,37 @@ impl Semaphore {
     /// How many permits it has.
     pub fn permits(&self) -> u32 {
         self.permits
+    }
+
+    /// The permit count of the semaphore `name` as its nodes store it
+    /// (every holder of a semaphore names one count, kept on the nodes while
+    /// any permit is held): the count most answering nodes report, or
+    /// `None` where no node has one (no permit is held, or `name` is no
+    /// semaphore). For tools that inspect a semaphore by name alone.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Unavailable`] when fewer than a quorum of nodes answered;
+    /// [`LockError::Input`] for a name the protocol refuses.
+    ///
+    /// # Cancel safety
+    ///
+    /// It only reads: dropping this future changes nothing on the nodes.
+    ///
+    /// ```
+    /// # use redquorum::Semaphore;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// # let redlock = redquorum::testing::redlock(5).await;
+    /// let api = Semaphore::new(&redlock, "partner-api", 2)?;
+    /// assert_eq!(Semaphore::stored_permits(&redlock, "partner-api").await?, None);
+    /// let permit = api.try_acquire(std::time::Duration::from_secs(10)).await?;
+    /// assert_eq!(Semaphore::stored_permits(&redlock, "partner-api").await?, Some(2));
+    /// permit.release().await
+    /// # }
+    /// ```
+    pub async fn stored_permits(redlock: &Redlock, name: &str) -> Result<Option<u32>, LockError> {
+        redlock.semaphore_permits(name).await
     }
 
     /// The client it runs on.
@@ -243,16 +271,14 @@ impl Semaphore {
     /// round set on every node it reached, and a waiter's place in line: no key
     /// is left behind for a lock nobody holds.
     pub async fn acquire(&self, ttl: Duration) -> Result<Permit, LockError> {
-        self.acquire_with(ttl, &LockOptions::new()).await
+        self.acquire_with(ttl, &AcquireOptions::new()).await
     }
 
-    /// [`acquire`](Self::acquire), or with [`LockOptions::wait`] passes until
-    /// a permit is had or the wait is over ([`LockError::Timeout`] with the
-    /// last pass's error), in line: a permit given back while others wait
-    /// goes to the one that waited longest (docs/design.md, "Fair
-    /// waiting"). Extension settings do not apply; fenced options are
-    /// refused ([`InputError::FencedPermit`]): a permit has no fencing
-    /// token.
+    /// [`acquire`](Self::acquire), or with [`AcquireOptions::wait`] passes
+    /// until a permit is had or the wait is over ([`LockError::Timeout`]
+    /// with the last pass's error), in line: a permit given back while
+    /// others wait goes to the one that waited longest (docs/design.md,
+    /// "Fair waiting").
     ///
     /// # Errors
     ///
@@ -279,10 +305,10 @@ impl Semaphore {
     /// # async fn main() -> Result<(), redquorum::LockError> {
     /// # let redlock = redquorum::testing::redlock(5).await;
     /// use std::time::Duration;
-    /// use redquorum::LockOptions;
+    /// use redquorum::AcquireOptions;
     /// let workers = Semaphore::new(&redlock, "workers", 1)?;
     /// let held = workers.acquire(Duration::from_millis(200)).await?;
-    /// let wait = LockOptions::new().wait(Duration::from_secs(5));
+    /// let wait = AcquireOptions::new().wait(Duration::from_secs(5));
     /// let next = workers.acquire_with(Duration::from_secs(10), &wait).await?; // after expiry
     /// assert!(!held.is_valid());
     /// next.release().await
@@ -291,14 +317,8 @@ impl Semaphore {
     pub async fn acquire_with(
         &self,
         ttl: Duration,
-        options: &LockOptions,
+        options: &AcquireOptions,
     ) -> Result<Permit, LockError> {
-        if options.is_fenced() {
-            return Err(InputError::FencedPermit.into());
-        }
-        if options.min_hold().is_some() {
-            return Err(InputError::HoldAtLeastUnsupported.into());
-        }
         let driver = self.redlock.driver();
         let attempts = options.attempts();
         // A waiter listens to every slot's releases (up to a bound).
@@ -369,13 +389,13 @@ impl Semaphore {
         F: FnOnce(Lease) -> Fut,
         Fut: Future<Output = T>,
     {
-        self.run_with(ttl, &LockOptions::new(), work).await
+        self.run_with(ttl, &AcquireOptions::new(), &LeaseOptions::new(), work)
+            .await
     }
 
-    /// [`run`](Self::run) with [`LockOptions`]: wait for a permit
-    /// ([`LockOptions::wait`], as [`acquire_with`](Self::acquire_with)), set
-    /// the extension interval or cap the extensions. Fenced options are
-    /// refused ([`InputError::FencedPermit`]).
+    /// [`run`](Self::run) with [`AcquireOptions`] (wait for a permit, as
+    /// [`acquire_with`](Self::acquire_with)) and [`LeaseOptions`] (the
+    /// extension interval, a cap on extensions).
     ///
     /// # Errors
     ///
@@ -396,11 +416,11 @@ impl Semaphore {
     /// # async fn main() -> Result<(), redquorum::LockError> {
     /// # let redlock = redquorum::testing::redlock(5).await;
     /// use std::time::Duration;
-    /// use redquorum::LockOptions;
+    /// use redquorum::{AcquireOptions, LeaseOptions};
     /// let workers = Semaphore::new(&redlock, "workers", 2)?;
-    /// let options = LockOptions::new().wait(Duration::from_secs(60));
+    /// let options = AcquireOptions::new().wait(Duration::from_secs(60));
     /// workers
-    ///     .run_with(Duration::from_secs(15), &options, |lease| async move {
+    ///     .run_with(Duration::from_secs(15), &options, &LeaseOptions::new(), |lease| async move {
     ///         // work while lease.is_valid()
     ///     })
     ///     .await?;
@@ -409,14 +429,15 @@ impl Semaphore {
     pub async fn run_with<F, Fut, T>(
         &self,
         ttl: Duration,
-        options: &LockOptions,
+        options: &AcquireOptions,
+        lease: &LeaseOptions,
         work: F,
     ) -> Result<T, LockError>
     where
         F: FnOnce(Lease) -> Fut,
         Fut: Future<Output = T>,
     {
-        let keeping = Keeping::new(self.redlock.driver(), ttl, options)?;
+        let keeping = Keeping::new(self.redlock.driver(), ttl, lease)?;
         let permit = self.acquire_with(ttl, options).await?;
         run_kept(permit.lock, keeping, work).await
     }

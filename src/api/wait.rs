@@ -21,6 +21,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The most slots a semaphore's waiter listens to for releases; past
+/// that it polls.
+pub const MAX_WATCHED_SLOTS: u32 = 64;
+
 use tokio::time::Instant;
 
 use crate::engine::claim::{Claim, InLine, Keys};

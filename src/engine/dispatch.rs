@@ -56,7 +56,7 @@ use crate::transport::node::Node;
 pub(crate) type Outcome = Result<Reply, NodeError>;
 
 /// The default bound on calls in flight per node.
-pub const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
+pub(crate) const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
 
 /// Releases and undos may take calls in flight up to this many times the
 /// bound (see [`Dispatcher::call`]).

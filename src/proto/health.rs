@@ -14,14 +14,14 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 /// Failed calls in a row that make a node degraded.
-pub const FAILURES_TO_DEGRADE: u32 = 2;
+pub(crate) const FAILURES_TO_DEGRADE: u32 = 2;
 
 /// A node's degradation is announced at most once per this long.
-pub const QUIET: Duration = Duration::from_secs(10);
+pub(crate) const QUIET: Duration = Duration::from_secs(10);
 
 /// How a call failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Failure {
+pub(crate) enum Failure {
     /// No answer within the node timeout.
     TimedOut,
     /// No connection: refused, reset, or dropped after the grace.
@@ -45,7 +45,7 @@ impl fmt::Display for Failure {
 
 /// A change of a node's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Change {
+pub(crate) enum Change {
     /// The node is degraded now.
     Degraded {
         /// How its last call failed.
@@ -68,7 +68,7 @@ pub enum Change {
 
 /// One node's state, fed with the outcome of every call.
 #[derive(Debug, Clone, Default)]
-pub struct Tracker {
+pub(crate) struct Tracker {
     in_a_row: u32,
     degraded: Option<Degraded>,
     last_announced: Option<Instant>,
@@ -83,13 +83,13 @@ struct Degraded {
 
 impl Tracker {
     /// Whether the node is degraded now.
-    pub fn is_degraded(&self) -> bool {
+    pub(crate) fn is_degraded(&self) -> bool {
         self.degraded.is_some()
     }
 
     /// A call ended at `now`: answered (`None`) or failed. Returns the
     /// change of state, if any.
-    pub fn on(&mut self, failure: Option<Failure>, now: Instant) -> Option<Change> {
+    pub(crate) fn on(&mut self, failure: Option<Failure>, now: Instant) -> Option<Change> {
         let Some(why) = failure else {
             self.in_a_row = 0;
             let was = self.degraded.take()?;

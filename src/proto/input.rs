@@ -57,10 +57,6 @@ pub enum InputError {
         /// The TTL given.
         ttl: Duration,
     },
-    /// [`LockOptions::hold_at_least`](crate::LockOptions::hold_at_least) on
-    /// a lock other than a plain or fenced one (a reentrant, multi-resource,
-    /// read or write lock, a permit).
-    HoldAtLeastUnsupported,
     /// The resource name is empty.
     EmptyResource,
     /// A multi-resource lock over no resources.
@@ -68,12 +64,6 @@ pub enum InputError {
     /// A semaphore with 0 permits or more than
     /// [`MAX_PERMITS`].
     InvalidPermits(u32),
-    /// [`LockOptions::fenced`](crate::LockOptions::fenced) asked of a read or
-    /// write lock, which carry no fencing token.
-    FencedReadWrite,
-    /// [`LockOptions::fenced`](crate::LockOptions::fenced) asked of a
-    /// semaphore's permit, which carries no fencing token.
-    FencedPermit,
     /// A key prefix ([`Builder::key_prefix`](crate::Builder::key_prefix))
     /// that holds `{` or `}`, or is longer than
     /// [`MAX_KEY_PREFIX`](crate::proto::keys::MAX_KEY_PREFIX) bytes.
@@ -135,18 +125,11 @@ impl fmt::Display for InputError {
                 "hold at least {at_least:?} is longer than the TTL {ttl:?}: a lock is never \
                  held past its TTL by a holder that stops"
             ),
-            InputError::HoldAtLeastUnsupported => {
-                write!(f, "hold at least is for plain and fenced locks only")
-            }
             InputError::EmptyResource => write!(f, "resource name is empty"),
             InputError::NoResources => write!(f, "no resources given"),
             InputError::InvalidPermits(n) => {
                 write!(f, "a semaphore needs 1 to {MAX_PERMITS} permits, not {n}")
             }
-            InputError::FencedReadWrite => {
-                write!(f, "read and write locks carry no fencing token")
-            }
-            InputError::FencedPermit => write!(f, "a semaphore's permits carry no fencing token"),
             InputError::InvalidKeyPrefix(prefix) => write!(
                 f,
                 "key prefix {prefix:?} must hold no '{{' or '}}' and be at most {} bytes",

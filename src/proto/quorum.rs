@@ -196,7 +196,7 @@ pub fn remaining(validity: Duration, elapsed: Duration) -> Duration {
 ///
 /// ```
 /// use std::time::Duration;
-/// use redquorum::quorum::node_timeout;
+/// use redquorum::internals::node_timeout;
 /// let v = Duration::from_millis(9_898);
 /// assert_eq!(node_timeout(None, 10_000, v), Duration::from_millis(50));
 /// assert_eq!(node_timeout(None, 200, Duration::from_millis(196)), Duration::from_millis(10));
@@ -239,7 +239,7 @@ pub enum Vote {
 /// sequence of `n` votes decides, for odd and even `n`.
 ///
 /// ```
-/// use redquorum::quorum::{Decision, Count, Vote};
+/// use redquorum::internals::{Decision, Count, Vote};
 /// let mut round = Count::new(5);
 /// assert_eq!(round.record(Vote::Yes), Decision::Pending);
 /// assert_eq!(round.record(Vote::No), Decision::Pending);
@@ -299,21 +299,25 @@ impl Count {
     }
 
     /// Nodes that said yes so far.
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn yes(&self) -> usize {
         self.yes
     }
 
     /// Nodes that said no (or failed) so far.
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn no(&self) -> usize {
         self.no
     }
 
     /// Nodes not heard from yet.
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn pending(&self) -> usize {
         self.n - self.yes - self.no
     }
 
     /// The number of nodes in the round.
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn nodes(&self) -> usize {
         self.n
     }

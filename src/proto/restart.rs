@@ -25,7 +25,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use redquorum::restart::{quarantine, Facts, Reason};
+//! use redquorum::internals::restart::{quarantine, Facts, Reason};
 //!
 //! let max_ttl = Duration::from_secs(60);
 //! let fresh = Facts {
@@ -80,7 +80,7 @@ impl Facts {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use redquorum::restart::Facts;
+    /// use redquorum::internals::restart::Facts;
     ///
     /// let info = "# Server\r\nrun_id:ab\r\nuptime_in_seconds:12\r\n# Persistence\r\naof_enabled:1\r\n";
     /// let facts = Facts::from_info(info, Some("always"));
@@ -111,7 +111,7 @@ impl Facts {
 /// empty.
 ///
 /// ```
-/// use redquorum::restart::info_field;
+/// use redquorum::internals::restart::info_field;
 /// assert_eq!(info_field("a:1\r\nmaxmemory_policy:noeviction\r\n", "maxmemory_policy"), Some("noeviction"));
 /// assert_eq!(info_field("a:1\r\n", "b"), None);
 /// ```
@@ -145,7 +145,7 @@ impl Reason {
     /// The words the logs and the CLI use.
     ///
     /// ```
-    /// use redquorum::restart::Reason;
+    /// use redquorum::internals::restart::Reason;
     /// assert_eq!(Reason::FirstSeen.describe(), "first seen, up for less than the longest TTL");
     /// ```
     pub fn describe(self) -> &'static str {
@@ -171,7 +171,7 @@ pub struct Quarantine {
 ///
 /// ```
 /// use std::time::Duration;
-/// use redquorum::restart::{dataset_quarantine, Reason};
+/// use redquorum::internals::restart::{dataset_quarantine, Reason};
 ///
 /// let max_ttl = Duration::from_secs(60);
 /// let q = dataset_quarantine(Duration::from_secs(45), max_ttl).unwrap();
@@ -248,7 +248,7 @@ pub fn quarantine(
 /// `volatile-*` one: lock keys have a TTL).
 ///
 /// ```
-/// use redquorum::restart::evicting;
+/// use redquorum::internals::restart::evicting;
 /// let info = |limit, policy| format!("maxmemory:{limit}\r\nmaxmemory_policy:{policy}\r\n");
 /// assert_eq!(evicting(&info(1000, "volatile-lru")), Some("volatile-lru"));
 /// assert_eq!(evicting(&info(0, "allkeys-lru")), None); // no limit

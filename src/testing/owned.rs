@@ -7,7 +7,7 @@ use crate::proto::op::{Op, Waiter};
 ///
 /// ```
 /// use redquorum::node::Op;
-/// use redquorum::testing::OwnedOp;
+/// use redquorum::internals::OwnedOp;
 ///
 /// let op = Op::Release { key: "{r}:lock", token: "t", line: &[], waiter: None };
 /// let queued = OwnedOp::new(op);

@@ -14,7 +14,7 @@
 //!
 //! ```
 //! use redquorum::node::{Op, Reply};
-//! use redquorum::testing::Store;
+//! use redquorum::internals::Store;
 //!
 //! let mut store = Store::new();
 //! let acquire = |token| Op::Acquire {

@@ -56,6 +56,19 @@ pub fn release_script() -> &'static str {
 /// driven to its end whether or not the round still waits for it (by the
 /// round, or by the client's delivery task for the node); it is dropped
 /// only after the client's grace (a few node timeouts).
+///
+/// **Why every [`Op`], and not a smaller trait.** Each operation is one
+/// atomic step of the protocol on one node (take a lock key, extend it,
+/// release it, join a line, add a reader, take a permit's slot…); the
+/// safety argument of every lock kind rests on each being atomic where it
+/// runs. A smaller trait (a get and a compare-and-set, say) would move that
+/// atomicity into the client, where a node between two calls breaks it. So
+/// a custom node implements the vocabulary whole: match the operations it
+/// serves and answer [`NodeError::Server`] for the rest (those lock kinds then
+/// fail on it with a typed error, never unsafely). The in-memory reference,
+/// whose answers are checked against Redis's (`tests/redis_model`), is
+/// [`MemoryNode`](crate::testing::MemoryNode) (feature `testing`): wrap it
+/// to add faults or a transport.
 pub trait Node: Send + Sync + fmt::Debug + 'static {
     /// A name for logs and errors (for Redis: the URL with the password
     /// masked).
@@ -89,7 +102,7 @@ pub trait Node: Send + Sync + fmt::Debug + 'static {
     /// Whether the node may have forgotten keys it held less than the
     /// longest TTL ago (it restarted without persisting its writes): its
     /// yes then counts toward no new grant, though it still gets every
-    /// call ([`restart`](crate::restart)). Asked as each call is made.
+    /// call (`docs/operations.md` §8). Asked as each call is made.
     /// Default: `false` (the node keeps what it is told).
     fn quarantined(&self) -> bool {
         false

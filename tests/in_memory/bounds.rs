@@ -31,7 +31,12 @@ async fn cluster(limit: usize) -> (Vec<Arc<MemoryNode>>, Redlock) {
 }
 
 fn in_flight(redlock: &Redlock) -> Vec<usize> {
-    redlock.in_flight().map(|(_, n)| n).collect()
+    redlock
+        .nodes()
+        .iter()
+        .map(|n| (n.name(), n.in_flight()))
+        .map(|(_, n)| n)
+        .collect()
 }
 
 #[tokio::test(start_paused = true)]

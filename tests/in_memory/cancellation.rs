@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use crate::support::memory::{MemoryNode, Until};
 use crate::support::settled;
+use redquorum::ReentrantLock;
+use redquorum::RwLock;
 use redquorum::node::Node;
 use redquorum::{Lock, Redlock, Retry, Semaphore};
 
@@ -116,15 +118,23 @@ fn futures_are_send() {
         let semaphore = Semaphore::new(&r, "s", 3).unwrap();
         send(&semaphore.try_acquire(Duration::from_secs(1)));
         send(&semaphore.acquire(Duration::from_secs(1)));
-        send(&semaphore.acquire_with(Duration::from_secs(1), &redquorum::LockOptions::new()));
+        send(&semaphore.acquire_with(Duration::from_secs(1), &redquorum::AcquireOptions::new()));
         send(&semaphore.run(Duration::from_secs(1), |_| async {}));
-        let options = redquorum::LockOptions::new();
-        send(&r.read_lock("r", Duration::from_secs(1)));
-        send(&r.write_lock("r", Duration::from_secs(1)));
-        send(&r.read_lock_with("r", Duration::from_secs(1), &options));
-        send(&r.write_lock_with("r", Duration::from_secs(1), &options));
-        send(&r.try_read_lock("r", Duration::from_secs(1)));
-        send(&r.try_write_lock("r", Duration::from_secs(1)));
+        let options = redquorum::AcquireOptions::new();
+        let doc = RwLock::new(&r, "r").unwrap();
+        send(&doc.read(Duration::from_secs(1)));
+        send(&doc.write(Duration::from_secs(1)));
+        send(&doc.read_with(Duration::from_secs(1), &options));
+        send(&doc.write_with(Duration::from_secs(1), &options));
+        send(&doc.try_read(Duration::from_secs(1)));
+        send(&doc.try_write(Duration::from_secs(1)));
+        send(&doc.run_read(Duration::from_secs(1), |_| async {}));
+        send(&doc.inspect());
+        let job = redquorum::ReentrantLock::new(&r, "job", "me").unwrap();
+        send(&job.lock(Duration::from_secs(1)));
+        send(&r.nodes().probe(Duration::from_secs(1)));
+        send(&r.inspect("r"));
+        send(&r.shutdown());
     }
     let lock: Option<Lock> = None;
     if let Some(mut l) = lock {
@@ -137,6 +147,8 @@ fn futures_are_send() {
     sync::<redquorum::LockError>();
     sync::<redquorum::Semaphore>();
     sync::<redquorum::Permit>();
+    sync::<redquorum::RwLock>();
+    sync::<redquorum::ReentrantLock>();
 }
 
 /// A client over five memory nodes that tries once (refusals come back at
@@ -165,8 +177,16 @@ fn holds(nodes: &[Arc<MemoryNode>]) -> Vec<usize> {
 async fn cancelled_reentrant_release_gives_back_one_hold() {
     let (nodes, redlock) = patient_cluster().await;
     let ttl = Duration::from_secs(60);
-    let outer = redlock.lock_reentrant("job", ttl, "A").await.unwrap();
-    let inner = redlock.lock_reentrant("job", ttl, "A").await.unwrap();
+    let outer = ReentrantLock::new(&redlock, "job", "A")
+        .unwrap()
+        .lock(ttl)
+        .await
+        .unwrap();
+    let inner = ReentrantLock::new(&redlock, "job", "A")
+        .unwrap()
+        .lock(ttl)
+        .await
+        .unwrap();
     settled(&redlock).await;
     assert_eq!(holds(&nodes), [2; 5]);
     // Cancelled after its first poll: the requests have left.
@@ -176,7 +196,10 @@ async fn cancelled_reentrant_release_gives_back_one_hold() {
     settled(&redlock).await;
     assert_eq!(holds(&nodes), [1; 5], "exactly one hold given back");
     assert!(outer.is_valid());
-    let other = redlock.lock_reentrant("job", ttl, "B").await;
+    let other = ReentrantLock::new(&redlock, "job", "B")
+        .unwrap()
+        .lock(ttl)
+        .await;
     assert!(other.is_err(), "another owner got a lock A still holds");
     outer.release().await.unwrap();
     settled(&redlock).await;
@@ -188,8 +211,16 @@ async fn cancelled_reentrant_release_gives_back_one_hold() {
 async fn cancelled_keep_alive_release_gives_back_one_hold() {
     let (nodes, redlock) = patient_cluster().await;
     let ttl = Duration::from_secs(60);
-    let outer = redlock.lock_reentrant("job", ttl, "A").await.unwrap();
-    let inner = redlock.lock_reentrant("job", ttl, "A").await.unwrap();
+    let outer = ReentrantLock::new(&redlock, "job", "A")
+        .unwrap()
+        .lock(ttl)
+        .await
+        .unwrap();
+    let inner = ReentrantLock::new(&redlock, "job", "A")
+        .unwrap()
+        .lock(ttl)
+        .await
+        .unwrap();
     let watchdog = inner.keep_alive().unwrap();
     // Cancelled wherever its polls land: stopping the watchdog, then the
     // release of the lock it hands back.
@@ -260,7 +291,13 @@ async fn cancelled_acquisitions_leave_nothing_behind() {
             // A reentrant owner already holds once: a cancelled re-entry
             // must leave exactly that hold.
             let outer = match op {
-                Op::Reentrant => Some(redlock.lock_reentrant("job", ttl, "A").await.unwrap()),
+                Op::Reentrant => Some(
+                    ReentrantLock::new(&redlock, "job", "A")
+                        .unwrap()
+                        .lock(ttl)
+                        .await
+                        .unwrap(),
+                ),
                 _ => None,
             };
             settled(&redlock).await;
@@ -268,11 +305,20 @@ async fn cancelled_acquisitions_leave_nothing_behind() {
                 match op {
                     Op::TryLock => redlock.try_lock("job", ttl).await,
                     Op::Lock => redlock.lock("job", ttl).await,
-                    Op::Fenced => redlock.lock_fenced("job", ttl).await,
+                    Op::Fenced => {
+                        redlock
+                            .lock_with("job", ttl, &redquorum::LockOptions::new().fenced())
+                            .await
+                    }
                     Op::Many => redlock.lock_many(&["job", "job2"], ttl).await,
-                    Op::Reentrant => redlock.lock_reentrant("job", ttl, "A").await,
-                    Op::Read => redlock.read_lock("job", ttl).await,
-                    Op::Write => redlock.write_lock("job", ttl).await,
+                    Op::Reentrant => {
+                        ReentrantLock::new(&redlock, "job", "A")
+                            .unwrap()
+                            .lock(ttl)
+                            .await
+                    }
+                    Op::Read => RwLock::new(&redlock, "job").unwrap().read(ttl).await,
+                    Op::Write => RwLock::new(&redlock, "job").unwrap().write(ttl).await,
                     Op::Permit => {
                         let semaphore = Semaphore::new(&redlock, "job", 1).unwrap();
                         semaphore

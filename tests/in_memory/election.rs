@@ -8,9 +8,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use redquorum::AcquireOptions;
+use redquorum::LeaseOptions;
 use redquorum::election::{Election, LeaderState, Leadership};
 use redquorum::testing::{self, MemoryNode};
-use redquorum::{InputError, LockError, LockOptions};
+use redquorum::{InputError, LockError};
 
 const TTL: Duration = Duration::from_secs(2);
 /// Every wait in these tests is bounded by this.
@@ -38,7 +40,7 @@ async fn a_resignation_hands_over_to_the_next_candidate_with_a_larger_term() {
     assert_eq!(election.leader().await.unwrap(), LeaderState::Vacant);
 
     let a = election
-        .campaign(TTL, &LockOptions::new().label("a"))
+        .campaign_with(TTL, &AcquireOptions::new().label("a"), &LeaseOptions::new())
         .await
         .unwrap();
     let LeaderState::Leading(leader) = election.leader().await.unwrap() else {
@@ -51,11 +53,19 @@ async fn a_resignation_hands_over_to_the_next_candidate_with_a_larger_term() {
     // b waits for as long as a leads.
     let b = tokio::spawn({
         let election = election.clone();
-        async move { election.campaign(TTL, &LockOptions::new().label("b")).await }
+        async move {
+            election
+                .campaign_with(TTL, &AcquireOptions::new().label("b"), &LeaseOptions::new())
+                .await
+        }
     });
     // A candidate with a wait is refused while a leads.
     let refused = election
-        .campaign(TTL, &LockOptions::new().wait(Duration::from_millis(50)))
+        .campaign_with(
+            TTL,
+            &AcquireOptions::new().wait(Duration::from_millis(50)),
+            &LeaseOptions::new(),
+        )
         .await;
     assert!(
         matches!(refused, Err(LockError::Timeout { .. })),
@@ -83,10 +93,7 @@ async fn without_a_majority_the_leader_is_unknown_and_the_leadership_lost() {
     let nodes: Vec<_> = (0..5).map(MemoryNode::new).collect();
     let redlock = testing::redlock_over(&nodes).await;
     let election = Election::new(&redlock, "cron").unwrap();
-    let leadership = election
-        .campaign(Duration::from_millis(600), &LockOptions::new())
-        .await
-        .unwrap();
+    let leadership = election.campaign(Duration::from_millis(600)).await.unwrap();
     for node in &nodes[..3] {
         node.freeze();
     }
@@ -105,7 +112,7 @@ async fn lead_runs_the_work_with_the_term_and_resigns() {
     let redlock = testing::redlock(5).await;
     let election = Election::new(&redlock, "report").unwrap();
     let term = election
-        .lead(TTL, &LockOptions::new(), |lease| async move {
+        .lead(TTL, |lease| async move {
             assert!(lease.is_valid());
             lease.fence().unwrap()
         })
@@ -115,9 +122,7 @@ async fn lead_runs_the_work_with_the_term_and_resigns() {
     // Resigned at the end: vacant, and the next leader's term is larger.
     assert_eq!(election.leader().await.unwrap(), LeaderState::Vacant);
     let next = election
-        .lead(TTL, &LockOptions::new(), |lease| async move {
-            lease.fence().unwrap()
-        })
+        .lead(TTL, |lease| async move { lease.fence().unwrap() })
         .await;
     assert!(next.unwrap() > term);
 }
@@ -129,16 +134,12 @@ async fn lead_stops_the_work_when_the_leadership_is_lost() {
     let election = Election::new(&redlock, "payments").unwrap();
     let frozen = nodes.clone();
     let out = election
-        .lead(
-            Duration::from_millis(600),
-            &LockOptions::new(),
-            |_lease| async move {
-                frozen[0].freeze();
-                frozen[1].freeze();
-                // Work that would outlive the leadership.
-                std::future::pending::<()>().await
-            },
-        )
+        .lead(Duration::from_millis(600), |_lease| async move {
+            frozen[0].freeze();
+            frozen[1].freeze();
+            // Work that would outlive the leadership.
+            std::future::pending::<()>().await
+        })
         .await;
     assert!(matches!(out, Err(LockError::Lost { .. })), "{out:?}");
     for node in &nodes {
@@ -155,7 +156,7 @@ async fn observe_reports_each_change_of_leader() {
         bounded("the first state", changes.next()).await,
         Some(LeaderState::Vacant)
     );
-    let a = election.campaign(TTL, &LockOptions::new()).await.unwrap();
+    let a = election.campaign(TTL).await.unwrap();
     let Some(LeaderState::Leading(seen)) = bounded("a's term", changes.next()).await else {
         panic!("a leader")
     };
@@ -165,7 +166,7 @@ async fn observe_reports_each_change_of_leader() {
         bounded("the vacancy", changes.next()).await,
         Some(LeaderState::Vacant)
     );
-    let b = election.campaign(TTL, &LockOptions::new()).await.unwrap();
+    let b = election.campaign(TTL).await.unwrap();
     let Some(LeaderState::Leading(seen)) = bounded("b's term", changes.next()).await else {
         panic!("a leader")
     };
@@ -207,7 +208,7 @@ async fn contest(
             let (election, tenures, record) = (election.clone(), tenures.clone(), record.clone());
             tokio::spawn(async move {
                 for _ in 0..10 {
-                    let leadership = election.campaign(TTL, &LockOptions::new()).await.unwrap();
+                    let leadership = election.campaign(TTL).await.unwrap();
                     let (from, to) = record(&leadership);
                     tenures.lock().unwrap().push(Tenure {
                         term: leadership.term(),
@@ -267,9 +268,11 @@ async fn a_campaign_with_options_that_cannot_keep_it_is_refused_before_standing(
     let nodes: Vec<_> = (0..3).map(MemoryNode::new).collect();
     let redlock = testing::redlock_over(&nodes).await;
     let election = Election::new(&redlock, "cron").unwrap();
-    let bad = LockOptions::new().extend_every(Duration::from_secs(10));
+    let bad = LeaseOptions::new().extend_every(Duration::from_secs(10));
     let applied: Vec<u64> = nodes.iter().map(|n| n.applied()).collect();
-    let refused = election.campaign(Duration::from_secs(3), &bad).await;
+    let refused = election
+        .campaign_with(Duration::from_secs(3), &AcquireOptions::new(), &bad)
+        .await;
     assert!(
         matches!(
             refused,
@@ -284,9 +287,6 @@ async fn a_campaign_with_options_that_cannot_keep_it_is_refused_before_standing(
     for n in &nodes {
         assert_eq!(n.live_keys(), 0, "set before refusing");
     }
-    let leadership = election
-        .campaign(Duration::from_secs(3), &LockOptions::new())
-        .await
-        .unwrap();
+    let leadership = election.campaign(Duration::from_secs(3)).await.unwrap();
     leadership.resign().await.unwrap();
 }

@@ -65,7 +65,13 @@ fn run(counters: [u64; 5], grants: Vec<Grant>) -> Result<(), TestCaseError> {
                     .unwrap();
                 nodes[frozen_now.remove(i)].thaw();
             }
-            let lock = redlock.lock_fenced("r", Duration::from_secs(10)).await;
+            let lock = redlock
+                .lock_with(
+                    "r",
+                    Duration::from_secs(10),
+                    &redquorum::LockOptions::new().fenced(),
+                )
+                .await;
             let lock = lock.map_err(|e| TestCaseError::fail(format!("no grant: {e}")))?;
             let t = lock.fence().unwrap();
             prop_assert!(t > last, "token {} after {} (grants {:?})", t, last, grants);

@@ -11,7 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::memory::{MemoryNode, client_with};
-use redquorum::{LockOptions, Redlock, Semaphore, election::Election};
+use redquorum::AcquireOptions;
+use redquorum::LockOptions;
+use redquorum::RwLock;
+use redquorum::{Redlock, Semaphore, election::Election};
 
 /// How long every node stays quarantined.
 const QUARANTINE: Duration = Duration::from_secs(4);
@@ -51,21 +54,22 @@ async fn through(kind: Kind, notify: bool) -> Through {
     let waiter = {
         let redlock = redlock.clone();
         tokio::spawn(async move {
-            let wait = LockOptions::new().wait(Duration::from_secs(60));
+            let wait = AcquireOptions::new().wait(Duration::from_secs(60));
             match kind {
                 Kind::Plain => redlock
-                    .lock_with("job", TTL, &wait)
+                    .lock_with("job", TTL, &wait.into())
                     .await
                     .map(|l| l.fence()),
                 Kind::Fenced => {
-                    let options = wait.fenced();
+                    let options = LockOptions::from(wait).fenced();
                     redlock
                         .lock_with("job", TTL, &options)
                         .await
                         .map(|l| l.fence())
                 }
-                Kind::Write => redlock
-                    .write_lock_with("doc", TTL, &wait)
+                Kind::Write => RwLock::new(&redlock, "doc")
+                    .unwrap()
+                    .write_with(TTL, &wait)
                     .await
                     .map(|l| l.fence()),
                 Kind::Permit => {
@@ -77,7 +81,7 @@ async fn through(kind: Kind, notify: bool) -> Through {
                 }
                 Kind::Campaign => {
                     let election = Election::new(&redlock, "leader").unwrap();
-                    let leadership = election.campaign(TTL, &LockOptions::new()).await?;
+                    let leadership = election.campaign(TTL).await?;
                     let term = leadership.term();
                     std::mem::forget(leadership);
                     Ok(Some(term))

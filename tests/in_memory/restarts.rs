@@ -8,6 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::memory::{MemoryNode, Until, client_over, five};
+use redquorum::LeaseOptions;
+use redquorum::ReentrantLock;
+use redquorum::RwLock;
 use redquorum::node::Node;
 use redquorum::{Answer, LockError, Redlock, Semaphore, election::Election};
 
@@ -31,18 +34,42 @@ async fn a_quarantined_majority_grants_nothing_of_any_kind() {
     }
     let mut refusals = Vec::new();
     refusals.push(redlock.try_lock("job", TTL).await.map(drop));
-    refusals.push(redlock.lock_fenced("job", TTL).await.map(drop));
-    refusals.push(redlock.lock_reentrant("job", TTL, "me").await.map(drop));
+    refusals.push(
+        redlock
+            .lock_with("job", TTL, &redquorum::LockOptions::new().fenced())
+            .await
+            .map(drop),
+    );
+    refusals.push(
+        ReentrantLock::new(&redlock, "job", "me")
+            .unwrap()
+            .lock(TTL)
+            .await
+            .map(drop),
+    );
     refusals.push(redlock.lock_many(&["a", "b"], TTL).await.map(drop));
-    refusals.push(redlock.try_read_lock("doc", TTL).await.map(drop));
-    refusals.push(redlock.try_write_lock("doc", TTL).await.map(drop));
+    refusals.push(
+        RwLock::new(&redlock, "doc")
+            .unwrap()
+            .try_read(TTL)
+            .await
+            .map(drop),
+    );
+    refusals.push(
+        RwLock::new(&redlock, "doc")
+            .unwrap()
+            .try_write(TTL)
+            .await
+            .map(drop),
+    );
     let semaphore = Semaphore::new(&redlock, "api", 2).unwrap();
     refusals.push(semaphore.try_acquire(TTL).await.map(drop));
     let election = Election::new(&redlock, "leader").unwrap();
-    let options = redquorum::LockOptions::new();
+    let options = redquorum::AcquireOptions::new();
     // A campaign stands until elected: it must not be within its first
     // rounds (a bounded wait; the nodes are in memory, rounds take µs).
-    let campaign = election.campaign(TTL, &options);
+    let lease = LeaseOptions::new();
+    let campaign = election.campaign_with(TTL, &options, &lease);
     let elected = tokio::time::timeout(Duration::from_millis(500), campaign).await;
     assert!(
         !matches!(elected, Ok(Ok(_))),

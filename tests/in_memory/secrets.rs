@@ -140,7 +140,7 @@ async fn a_client_and_its_errors_hide_passwords() {
         .await
         .expect("down nodes are no error");
     assert_hidden(pw, "Redlock Debug", &format!("{redlock:?}"));
-    let names: Vec<&str> = redlock.nodes().collect();
+    let names: Vec<&str> = redlock.nodes().iter().map(|node| node.name()).collect();
     assert_hidden(pw, "node names", &names.join(","));
     let error = redlock
         .try_lock("r", std::time::Duration::from_secs(1))

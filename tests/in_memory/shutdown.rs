@@ -8,6 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::memory::{MemoryNode, Until, five};
+use redquorum::AcquireOptions;
+use redquorum::ReentrantLock;
+use redquorum::RwLock;
 use redquorum::{LockError, LockOptions, Semaphore, election::Election};
 
 const TTL: Duration = Duration::from_secs(30);
@@ -40,18 +43,33 @@ async fn dropped_keep_alives_leave_nothing_after_shutdown() {
 async fn holds_of_every_kind_owned_by_running_tasks_are_released() {
     let (nodes, redlock) = five().await;
     let plain = redlock.lock("plain", TTL).await.unwrap();
-    let fenced = redlock.lock_fenced("fenced", TTL).await.unwrap();
-    let reentrant = redlock.lock_reentrant("re", TTL, "me").await.unwrap();
+    let fenced = redlock
+        .lock_with("fenced", TTL, &redquorum::LockOptions::new().fenced())
+        .await
+        .unwrap();
+    let reentrant = ReentrantLock::new(&redlock, "re", "me")
+        .unwrap()
+        .lock(TTL)
+        .await
+        .unwrap();
     let many = redlock.lock_many(&["m1", "m2"], TTL).await.unwrap();
-    let read = redlock.read_lock("doc", TTL).await.unwrap();
-    let write = redlock.write_lock("other-doc", TTL).await.unwrap();
+    let read = RwLock::new(&redlock, "doc")
+        .unwrap()
+        .read(TTL)
+        .await
+        .unwrap();
+    let write = RwLock::new(&redlock, "other-doc")
+        .unwrap()
+        .write(TTL)
+        .await
+        .unwrap();
     let permit = Semaphore::new(&redlock, "api", 2)
         .unwrap()
         .try_acquire(TTL)
         .await
         .unwrap();
     let election = Election::new(&redlock, "leader").unwrap();
-    let leadership = election.campaign(TTL, &LockOptions::new()).await.unwrap();
+    let leadership = election.campaign(TTL).await.unwrap();
     let leadership_lost = tokio::spawn(leadership.lost());
     let (started_tx, mut started) = tokio::sync::mpsc::channel(3);
     let worker = {
@@ -82,7 +100,7 @@ async fn holds_of_every_kind_owned_by_running_tasks_are_released() {
         let election = Election::new(&redlock, "leader-2").unwrap();
         tokio::spawn(async move {
             election
-                .lead(TTL, &LockOptions::new(), |lease| async move {
+                .lead(TTL, |lease| async move {
                     let _ = started_tx.send(()).await;
                     lease.lost().await;
                 })
@@ -208,9 +226,11 @@ async fn acquisitions_racing_a_shutdown_are_settled() {
         .unwrap();
     let bound = Duration::from_secs(10);
     // 'static: the tasks borrow them.
-    let wait: &'static LockOptions =
-        Box::leak(Box::new(LockOptions::new().wait(Duration::from_secs(600))));
+    let wait: &'static AcquireOptions = Box::leak(Box::new(
+        AcquireOptions::new().wait(Duration::from_secs(600)),
+    ));
     let at_least: &'static LockOptions = Box::leak(Box::new(LockOptions::new().hold_at_least(TTL)));
+    let plain_wait: &'static LockOptions = Box::leak(Box::new(wait.clone().into()));
     let kept: Kept = Arc::default();
     let mut tasks: Vec<(&str, tokio::task::JoinHandle<Result<(), LockError>>)> = Vec::new();
     macro_rules! task {
@@ -234,7 +254,11 @@ async fn acquisitions_racing_a_shutdown_are_settled() {
         .await
         .unwrap();
     // Holders, and waiters for what they hold: parked between attempts.
-    let reader = redlock.read_lock("doc", TTL).await.unwrap();
+    let reader = RwLock::new(&redlock, "doc")
+        .unwrap()
+        .read(TTL)
+        .await
+        .unwrap();
     let held = redlock.lock("held", TTL).await.unwrap();
     let permit = Semaphore::new(&redlock, "api", 1)
         .unwrap()
@@ -243,17 +267,19 @@ async fn acquisitions_racing_a_shutdown_are_settled() {
         .unwrap();
     let leadership = Election::new(&redlock, "leader")
         .unwrap()
-        .campaign(TTL, &LockOptions::new())
+        .campaign(TTL)
         .await
         .unwrap();
-    task!("waiting writer", |r| r.write_lock_with("doc", TTL, wait));
-    task!("waiting lock", |r| r.lock_with("held", TTL, wait));
+    task!("waiting writer", |r| RwLock::new(&r, "doc")
+        .unwrap()
+        .write_with(TTL, wait));
+    task!("waiting lock", |r| r.lock_with("held", TTL, plain_wait));
     task!("waiting permit", |r| Semaphore::new(&r, "api", 1)
         .unwrap()
         .acquire_with(TTL, wait));
     task!("waiting candidate", |r| Election::new(&r, "leader")
         .unwrap()
-        .campaign(TTL, &LockOptions::new()));
+        .campaign(TTL));
     for line in [
         "{held}:lock:line",
         "{doc}:rw:line",
@@ -268,25 +294,43 @@ async fn acquisitions_racing_a_shutdown_are_settled() {
     for node in &nodes {
         node.freeze();
     }
-    let before: usize = redlock.in_flight().map(|(_, calls)| calls).sum();
+    let before: usize = redlock
+        .nodes()
+        .iter()
+        .map(|n| (n.name(), n.in_flight()))
+        .map(|(_, calls)| calls)
+        .sum();
     task!("lock", |r| r.lock("plain", TTL));
-    task!("fenced", |r| r.lock_fenced("fenced", TTL));
-    task!("reentrant", |r| r.lock_reentrant("re", TTL, "me"));
+    task!("fenced", |r| r.lock_with(
+        "fenced",
+        TTL,
+        &redquorum::LockOptions::new().fenced()
+    ));
+    task!("reentrant", |r| ReentrantLock::new(&r, "re", "me")
+        .unwrap()
+        .lock(TTL));
     task!("many", |r| r.lock_many(&["m1", "m2"], TTL));
-    task!("read", |r| r.read_lock("doc-2", TTL));
-    task!("write", |r| r.write_lock("doc-3", TTL));
+    task!("read", |r| RwLock::new(&r, "doc-2").unwrap().read(TTL));
+    task!("write", |r| RwLock::new(&r, "doc-3").unwrap().write(TTL));
     task!("permit", |r| Semaphore::new(&r, "api-2", 2)
         .unwrap()
         .acquire(TTL));
     task!("campaign", |r| Election::new(&r, "leader-2")
         .unwrap()
-        .campaign(TTL, &LockOptions::new()));
+        .campaign(TTL));
     task!("waiting lock in flight", |r| r
-        .lock_with("plain-2", TTL, wait));
+        .lock_with("plain-2", TTL, plain_wait));
     task!("hold_at_least", |r| r.lock_with("kept", TTL, at_least));
     // Each of the ten makes its first round on every node.
     tokio::time::timeout(bound, async {
-        while redlock.in_flight().map(|(_, calls)| calls).sum::<usize>() < before + 50 {
+        while redlock
+            .nodes()
+            .iter()
+            .map(|n| (n.name(), n.in_flight()))
+            .map(|(_, calls)| calls)
+            .sum::<usize>()
+            < before + 50
+        {
             tokio::task::yield_now().await;
         }
     })

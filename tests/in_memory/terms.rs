@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use crate::support::memory::{Until, five};
-use redquorum::LockOptions;
+use redquorum::AcquireOptions;
+use redquorum::LeaseOptions;
 use redquorum::election::{Election, LeaderState};
 
 const TTL: Duration = Duration::from_secs(10);
@@ -14,7 +15,10 @@ const TTL: Duration = Duration::from_secs(10);
 #[tokio::test]
 async fn inspection_reports_the_holders_fence_after_counters_moved_on() {
     let (nodes, redlock) = five().await;
-    let lock = redlock.lock_fenced("ledger", TTL).await.unwrap();
+    let lock = redlock
+        .lock_with("ledger", TTL, &redquorum::LockOptions::new().fenced())
+        .await
+        .unwrap();
     let fence = lock.fence().unwrap();
     // Other candidates' rounds took nodes 1 and 5 for a moment, many times,
     // each drawing a counter there (the holder's key stays).
@@ -32,7 +36,11 @@ async fn the_leaders_term_is_its_own_after_counters_moved_on() {
     let (nodes, redlock) = five().await;
     let election = Election::new(&redlock, "scheduler").unwrap();
     let leadership = election
-        .campaign(TTL, &LockOptions::new().label("replica-1"))
+        .campaign_with(
+            TTL,
+            &AcquireOptions::new().label("replica-1"),
+            &LeaseOptions::new(),
+        )
         .await
         .unwrap();
     let term = leadership.term();
@@ -52,7 +60,10 @@ async fn the_leaders_term_is_its_own_after_counters_moved_on() {
 #[tokio::test]
 async fn a_restored_key_carries_the_holders_fence() {
     let (nodes, redlock) = five().await;
-    let mut lock = redlock.lock_fenced("restored", TTL).await.unwrap();
+    let mut lock = redlock
+        .lock_with("restored", TTL, &redquorum::LockOptions::new().fenced())
+        .await
+        .unwrap();
     let fence = lock.fence().unwrap();
     let fence_key = redlock.key_layout().fence_key("restored");
     // Nodes 1 and 2 lose everything (restarted empty, counters included),

@@ -8,7 +8,8 @@
 use std::time::Duration;
 
 use crate::support::memory::{Until, five};
-use redquorum::{LockOptions, Semaphore};
+use redquorum::AcquireOptions;
+use redquorum::Semaphore;
 
 const TTL: Duration = Duration::from_secs(30);
 const BOUND: Duration = Duration::from_secs(5);
@@ -27,7 +28,7 @@ async fn a_gone_semaphore_waiter_keeps_no_permit() {
         let waiter = {
             let api = api.clone();
             tokio::spawn(async move {
-                let wait = LockOptions::new().wait(Duration::from_secs(30));
+                let wait = AcquireOptions::new().wait(Duration::from_secs(30));
                 api.acquire_with(TTL, &wait).await
             })
         };

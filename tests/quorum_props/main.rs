@@ -36,10 +36,8 @@ mod validity;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use redquorum::quorum::{
-    Count, DEFAULT_NODE_TIMEOUT, DRIFT_FLOOR_MS, Decision, MAX_TTL_MS, Vote, drift, node_timeout,
-    quorum, remaining, validity,
-};
+use redquorum::internals::{Count, DRIFT_FLOOR_MS, Decision, Vote, node_timeout};
+use redquorum::quorum::{DEFAULT_NODE_TIMEOUT, MAX_TTL_MS, drift, quorum, remaining, validity};
 
 const MS: Duration = Duration::from_millis(1);
 

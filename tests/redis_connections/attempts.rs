@@ -52,7 +52,7 @@ async fn kicked_during_a_stalled_attempt(
     // refuses them at once). Then it goes on in a task.
     let mut probe = Box::pin({
         let redlock = redlock.clone();
-        async move { redlock.probe(Duration::from_secs(5)).await }
+        async move { redlock.nodes().probe(Duration::from_secs(5)).await }
     });
     assert!(futures::poll!(probe.as_mut()).is_pending());
     (redlock, tokio::spawn(probe), before)
@@ -165,7 +165,7 @@ async fn probe_reports_nodes_back_within_one_attempt() {
         // Down, and backing off: a few failed attempts.
         let start = Instant::now();
         loop {
-            let health = redlock.probe(Duration::from_millis(50)).await;
+            let health = redlock.nodes().probe(Duration::from_millis(50)).await;
             if health.iter().all(|h| !h.is_reachable()) && start.elapsed() > Duration::from_secs(2)
             {
                 break;
@@ -178,7 +178,7 @@ async fn probe_reports_nodes_back_within_one_attempt() {
         let back = Instant::now();
         // Room for the reconnection and its handshake, far below the
         // reconnect backoff that a probe waiting for it would meet.
-        let health = redlock.probe(Duration::from_millis(300)).await;
+        let health = redlock.nodes().probe(Duration::from_millis(300)).await;
         let took = back.elapsed();
         println!("round {round}: probe after the nodes came back: {took:?}");
         if health.iter().all(|h| h.is_reachable()) {

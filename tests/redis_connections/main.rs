@@ -78,9 +78,10 @@ async fn proxies(latency: Duration) -> Vec<Proxy> {
 fn in_flight_to(redlock: &Redlock, proxy: &Proxy) -> usize {
     let url = proxy.url();
     redlock
-        .in_flight()
-        .find(|(node, _)| *node == url)
-        .map_or(0, |(_, calls)| calls)
+        .nodes()
+        .iter()
+        .find(|node| node.name() == url)
+        .map_or(0, |node| node.in_flight())
 }
 
 /// Waits until every node answered `redlock`'s `PING`, and returns how
@@ -90,7 +91,7 @@ fn in_flight_to(redlock: &Redlock, proxy: &Proxy) -> usize {
 /// calls wait for a connection until the attempt's timeout, never late on
 /// one.
 async fn connected(redlock: &Redlock, proxy: &Proxy) -> u64 {
-    let health = redlock.probe(Duration::from_secs(10)).await;
+    let health = redlock.nodes().probe(Duration::from_secs(10)).await;
     assert!(
         health.iter().all(redquorum::NodeHealth::is_reachable),
         "{health:?}"
@@ -101,7 +102,12 @@ async fn connected(redlock: &Redlock, proxy: &Proxy) -> u64 {
 /// Whether `redlock` shows `proxy`'s node degraded.
 fn shows_degraded(redlock: &Redlock, proxy: &Proxy) -> bool {
     let url = proxy.url();
-    redlock.degraded().any(|node| node == url)
+    redlock
+        .nodes()
+        .iter()
+        .filter(|n| n.is_degraded())
+        .map(|n| n.name())
+        .any(|node| node == url)
 }
 
 /// How many nodes hold `resource`'s lock key.
@@ -157,7 +163,7 @@ async fn connections_closed_while_idle_cost_no_round() {
     // machine room: at 200 ms a suite run saw three nodes time out, two of
     // them still answering the release.
     settled(&redlock).await;
-    let health = redlock.probe(Duration::from_secs(2)).await;
+    let health = redlock.nodes().probe(Duration::from_secs(2)).await;
     assert!(health.iter().all(|h| h.is_reachable()), "{health:?}");
 }
 

@@ -1,4 +1,4 @@
-//! The in-memory model of a node (`redquorum::testing::Store`, which the
+//! The in-memory model of a node (`redquorum::internals::Store`, which the
 //! in-memory nodes and the simulation run on) against a real Redis master:
 //! every operation kind, on both of its branches, through the scripts as a
 //! lock round sends them, must get the same reply (times within a
@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redquorum::NodeError;
+use redquorum::internals::{Store, redis_node};
 use redquorum::node::{Node, Op, Reply, Snapshot, Stored, Waiter};
-use redquorum::testing::{Store, redis_node};
 
 /// How far apart two times may be (the model's clock is the node's, read
 /// once and then followed on this machine's).

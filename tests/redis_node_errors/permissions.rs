@@ -3,6 +3,8 @@
 //! load scripts they go as `EVAL`.
 
 use super::*;
+use redquorum::ReentrantLock;
+use redquorum::RwLock;
 use redquorum::Semaphore;
 
 /// Returns once node 1 has a waiter in the line `key`.
@@ -107,11 +109,15 @@ async fn least_privilege_acl_user_can_lock() {
     let mut lock = redlock.try_lock(&r, ttl).await.expect("plain");
     lock.extend(ttl).await.expect("extend");
     lock.release().await.expect("release");
-    let lock = redlock.lock_fenced(&r, ttl).await.expect("fenced");
+    let lock = redlock
+        .lock_with(&r, ttl, &redquorum::LockOptions::new().fenced())
+        .await
+        .expect("fenced");
     assert!(lock.fence().is_some());
     lock.release().await.expect("release fenced");
-    let lock = redlock
-        .lock_reentrant(&r, ttl, "owner")
+    let lock = ReentrantLock::new(&redlock, &r, "owner")
+        .unwrap()
+        .lock(ttl)
         .await
         .expect("reentrant");
     // Inspection reads every kind of key with the same rights.
@@ -127,20 +133,32 @@ async fn least_privilege_acl_user_can_lock() {
     lock.release().await.expect("release many");
     // Read/write locks, through every script path: a reader, a writer
     // refused by it (marking its intent), the writer once it is gone.
-    let mut reader = redlock.read_lock(&r, ttl).await.expect("read");
+    let mut reader = RwLock::new(&redlock, &r)
+        .unwrap()
+        .read(ttl)
+        .await
+        .expect("read");
     reader.extend(ttl).await.expect("extend read");
-    let seen = redlock.inspect_rw(&r).await.expect("inspect_rw");
+    let seen = RwLock::new(&redlock, &r)
+        .unwrap()
+        .inspect()
+        .await
+        .expect("inspect_rw");
     assert!(
         seen.nodes().iter().all(|n| n.read.is_ok()),
         "{:?}",
         seen.nodes()
     );
     assert!(matches!(
-        redlock.try_write_lock(&r, ttl).await,
+        RwLock::new(&redlock, &r).unwrap().try_write(ttl).await,
         Err(redquorum::LockError::Taken { .. })
     ));
     reader.release().await.expect("release read");
-    let mut writer = redlock.write_lock(&r, ttl).await.expect("write");
+    let mut writer = RwLock::new(&redlock, &r)
+        .unwrap()
+        .write(ttl)
+        .await
+        .expect("write");
     writer.extend(ttl).await.expect("extend write");
     writer.release().await.expect("release write");
     // A waiter woken by a release (SUBSCRIBE / PUBLISH on the lock channel).
@@ -190,7 +208,7 @@ async fn least_privilege_acl_user_can_lock() {
     let waiting = {
         let semaphore = semaphore.clone();
         tokio::spawn(async move {
-            let wait = redquorum::LockOptions::new().wait(Duration::from_secs(10));
+            let wait = redquorum::AcquireOptions::new().wait(Duration::from_secs(10));
             semaphore.acquire_with(ttl, &wait).await
         })
     };
@@ -208,12 +226,18 @@ async fn least_privilege_acl_user_can_lock() {
     ));
     permit.release().await.expect("release permit");
     // A writer in line behind a writer, and a reader behind it.
-    let held = redlock.try_write_lock(&r, ttl).await.expect("writer");
-    let wait = redquorum::LockOptions::new().wait(Duration::from_secs(10));
+    let held = RwLock::new(&redlock, &r)
+        .unwrap()
+        .try_write(ttl)
+        .await
+        .expect("writer");
+    let wait = redquorum::AcquireOptions::new().wait(Duration::from_secs(10));
     let (w, rd) = (redlock.clone(), redlock.clone());
     let (r1, r2, wait1, wait2) = (r.clone(), r.clone(), wait.clone(), wait.clone());
-    let writer = tokio::spawn(async move { w.write_lock_with(&r1, ttl, &wait1).await });
-    let reader = tokio::spawn(async move { rd.read_lock_with(&r2, ttl, &wait2).await });
+    let writer =
+        tokio::spawn(async move { RwLock::new(&w, &r1).unwrap().write_with(ttl, &wait1).await });
+    let reader =
+        tokio::spawn(async move { RwLock::new(&rd, &r2).unwrap().read_with(ttl, &wait2).await });
     // Both in line (the writer alone in it, released, would go before a
     // reader not in line yet, which would then wait for it).
     in_line(&format!("{{{r}}}:rw:line"), 2).await;
@@ -341,13 +365,18 @@ async fn without_script_load_rights_scripts_go_as_eval() {
     };
     let before = evals().await;
     let mut lock = redlock
-        .lock_fenced(&resource, Duration::from_secs(5))
+        .lock_with(
+            &resource,
+            Duration::from_secs(5),
+            &redquorum::LockOptions::new().fenced(),
+        )
         .await
         .unwrap();
     lock.extend(Duration::from_secs(5)).await.unwrap();
     lock.release().await.unwrap();
-    let lock = redlock
-        .lock_reentrant(&resource, Duration::from_secs(5), "owner")
+    let lock = ReentrantLock::new(&redlock, &resource, "owner")
+        .unwrap()
+        .lock(Duration::from_secs(5))
         .await
         .unwrap();
     lock.release().await.unwrap();

@@ -121,7 +121,7 @@ async fn wrong_password_is_an_auth_error() {
         other => panic!("expected Auth, got {other:?}"),
     }
     let rl = ok.expect("right password connects");
-    assert_eq!(rl.quorum(), 1);
+    assert_eq!(rl.nodes().quorum(), 1);
 }
 
 /// One server under two names would vote twice: refused at connect, naming
@@ -160,7 +160,7 @@ async fn one_server_under_two_names_is_refused() {
 #[tokio::test]
 async fn probe_reports_every_node_with_its_server() {
     let redlock = redlock().await;
-    let health = redlock.probe(Duration::from_secs(2)).await;
+    let health = redlock.nodes().probe(Duration::from_secs(2)).await;
     assert_eq!(health.len(), 5);
     for (h, url) in health.iter().zip(node_urls()) {
         assert_eq!(h.node, url);
@@ -213,6 +213,7 @@ async fn require_quorum_refuses_a_client_without_a_quorum() {
         .expect("a quorum is reachable");
     assert!(
         redlock
+            .nodes()
             .probe(Duration::from_secs(2))
             .await
             .iter()

@@ -37,16 +37,16 @@ async fn tokens_and_terms_never_go_back_across_empty_restarts() {
         let resource = resource.clone();
         async move {
             until_counted(&redlock).await;
-            let lock = redlock.lock_fenced(&resource, max_ttl).await.unwrap();
+            let lock = redlock
+                .lock_with(&resource, max_ttl, &redquorum::LockOptions::new().fenced())
+                .await
+                .unwrap();
             let token = lock.fence().unwrap();
             lock.release().await.unwrap();
             let election =
                 redquorum::election::Election::new(&redlock, &format!("{resource}:election"))
                     .unwrap();
-            let leadership = election
-                .campaign(max_ttl, &redquorum::LockOptions::new())
-                .await
-                .unwrap();
+            let leadership = election.campaign(max_ttl).await.unwrap();
             let term = leadership.term();
             leadership.resign().await.unwrap();
             (token, term)

@@ -66,7 +66,7 @@ async fn until_health(
 ) -> Vec<redquorum::NodeHealth> {
     let start = Instant::now();
     loop {
-        let health = redlock.probe(Duration::from_secs(1)).await;
+        let health = redlock.nodes().probe(Duration::from_secs(1)).await;
         if done(&health) {
             return health;
         }
@@ -150,7 +150,7 @@ async fn a_quarantine_lasts_max_ttl_from_the_restart_wherever_the_second_falls()
         until_wall_ms(50).await;
         proxy.set_down(false);
         until_quarantined(&redlock, &[node]).await;
-        let health = redlock.probe(Duration::from_secs(1)).await;
+        let health = redlock.nodes().probe(Duration::from_secs(1)).await;
         let seen = Instant::now();
         let left = health[node - 1]
             .quarantined_for
@@ -422,7 +422,7 @@ async fn an_evicting_policy_is_named_at_connect_and_refused_when_strict() {
     set(&mut conn, "maxmemory", "1gb").await;
     set(&mut conn, "maxmemory-policy", "volatile-lru").await;
     let redlock = redlock().await;
-    let health = redlock.probe(Duration::from_secs(1)).await;
+    let health = redlock.nodes().probe(Duration::from_secs(1)).await;
     let strict = patient()
         .strict(true)
         .connect_timeout(Duration::from_secs(5))

@@ -2,6 +2,7 @@
 //! rule, with a leader, a quota and a once-per-period job running.
 
 use super::*;
+use redquorum::LeaseOptions;
 
 /// Times a hold was seen valid, `[first, last]`, per holder.
 type Tenures = std::sync::Mutex<Vec<(usize, Instant, Instant)>>;
@@ -72,9 +73,9 @@ async fn a_rolling_restart_by_the_runbook_keeps_one_leader_the_quota_and_the_per
             redquorum::election::Election::new(&redlock, &format!("{name}:leader")).unwrap();
         tasks.push(tokio::spawn(async move {
             while !stop.load(Ordering::Acquire) {
-                let wait = redquorum::LockOptions::new().wait(Duration::from_secs(5));
+                let wait = redquorum::AcquireOptions::new().wait(Duration::from_secs(5));
                 let _ = election
-                    .lead(max_ttl, &wait, |lease| {
+                    .lead_with(max_ttl, &wait, &LeaseOptions::new(), |lease| {
                         let leaders = leaders.clone();
                         async move {
                             if let Some((from, to)) =
@@ -93,7 +94,7 @@ async fn a_rolling_restart_by_the_runbook_keeps_one_leader_the_quota_and_the_per
         let quota = redquorum::Semaphore::new(&redlock, &format!("{name}:quota"), 2).unwrap();
         tasks.push(tokio::spawn(async move {
             while !stop.load(Ordering::Acquire) {
-                let wait = redquorum::LockOptions::new().wait(Duration::from_secs(5));
+                let wait = redquorum::AcquireOptions::new().wait(Duration::from_secs(5));
                 if let Ok(permit) = quota.acquire_with(max_ttl, &wait).await {
                     if let Some((from, to)) =
                         seen_valid(|| permit.is_valid(), Duration::from_millis(300)).await
@@ -126,7 +127,7 @@ async fn a_rolling_restart_by_the_runbook_keeps_one_leader_the_quota_and_the_per
         // The runbook: the next node only once this one counts again.
         let start = Instant::now();
         loop {
-            let health = watcher.probe(Duration::from_secs(1)).await;
+            let health = watcher.nodes().probe(Duration::from_secs(1)).await;
             let h = &health[node - 1];
             if h.is_reachable()
                 && h.quarantined_for.is_none()

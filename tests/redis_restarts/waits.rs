@@ -2,6 +2,7 @@
 //! count again, rather than spin.
 
 use super::*;
+use redquorum::LeaseOptions;
 
 /// Script calls (`EVAL`, `EVALSHA`, `FCALL` and their read-only forms)
 /// each node has run, from `INFO commandstats`.
@@ -51,13 +52,14 @@ struct Through {
 /// fence and the term they were granted.
 async fn wait_through(redlock: &Redlock, ttl: Duration) -> Through {
     let wait = redquorum::LockOptions::new().wait(Duration::from_secs(120));
-    let (fenced_wait, campaign) = (wait.clone().fenced(), redquorum::LockOptions::new());
+    let (fenced_wait, campaign) = (wait.clone().fenced(), redquorum::AcquireOptions::new());
     let (plain, fenced) = (unique("quarantine-plain"), unique("quarantine-fenced"));
     let election = redquorum::election::Election::new(redlock, &unique("quarantine-term")).unwrap();
+    let lease = LeaseOptions::new();
     let (plain, fenced, leader) = tokio::join!(
         redlock.lock_with(&plain, ttl, &wait),
         redlock.lock_with(&fenced, ttl, &fenced_wait),
-        election.campaign(ttl, &campaign),
+        election.campaign_with(ttl, &campaign, &lease),
     );
     let (plain, fenced, leader) = (plain.unwrap(), fenced.unwrap(), leader.unwrap());
     let through = Through {
@@ -103,7 +105,7 @@ async fn waiters_sleep_through_a_quarantine_of_every_node() {
     let (off, on) = (client(false).await.unwrap(), client(true).await.unwrap());
     until_quarantined(&off, &[1, 2, 3, 4, 5]).await;
     until_quarantined(&on, &[1, 2, 3, 4, 5]).await;
-    let blocked = off.probe(Duration::from_secs(1)).await[2]
+    let blocked = off.nodes().probe(Duration::from_secs(1)).await[2]
         .quarantined_for
         .expect("node 3 quarantined");
     let before = script_calls().await;

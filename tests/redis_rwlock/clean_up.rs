@@ -4,6 +4,9 @@
 //! Also: bad input is a typed error.
 
 use super::*;
+use redquorum::AcquireOptions;
+use redquorum::LeaseOptions;
+use redquorum::RwLock;
 
 #[tokio::test]
 async fn released_locks_leave_nothing_on_the_nodes() {
@@ -15,8 +18,16 @@ async fn released_locks_leave_nothing_on_the_nodes() {
         .map(|role| format!("{{{resource}}}:{role}"))
         .collect();
     let mut conns = raw_all().await;
-    let a = redlock.read_lock(&resource, ttl).await.unwrap();
-    let b = redlock.read_lock(&resource, ttl).await.unwrap();
+    let a = RwLock::new(&redlock, &resource)
+        .unwrap()
+        .read(ttl)
+        .await
+        .unwrap();
+    let b = RwLock::new(&redlock, &resource)
+        .unwrap()
+        .read(ttl)
+        .await
+        .unwrap();
     settled(&redlock).await;
     for conn in &mut conns {
         let readers: Vec<String> = conn.zrange(&keys[1], 0, -1).await.unwrap();
@@ -40,7 +51,11 @@ async fn released_locks_leave_nothing_on_the_nodes() {
     }
     a.release().await.unwrap();
     b.release().await.unwrap();
-    let writer = redlock.write_lock(&resource, ttl).await.unwrap();
+    let writer = RwLock::new(&redlock, &resource)
+        .unwrap()
+        .write(ttl)
+        .await
+        .unwrap();
     settled(&redlock).await;
     for conn in &mut conns {
         let holder: Option<String> = conn.get(&keys[0]).await.unwrap();
@@ -75,7 +90,11 @@ async fn a_writer_refused_on_one_node_clears_its_intent_there_on_release() {
     let until = secs * 1000 + micros / 1000 + 10_000;
     let _: () = node5.zadd(&readers, "straggler", until).await.unwrap();
 
-    let writer = redlock.try_write_lock(&resource, ttl).await.unwrap();
+    let writer = RwLock::new(&redlock, &resource)
+        .unwrap()
+        .try_write(ttl)
+        .await
+        .unwrap();
     settled(&redlock).await;
     let marked: Option<String> = node5.get(&intent).await.unwrap();
     assert_eq!(
@@ -96,7 +115,11 @@ async fn a_writer_refused_on_one_node_clears_its_intent_there_on_release() {
     // at its quorum: its call to node 5, which clears the intent where it
     // grants, is waited for before the other writer's intent is set, or it
     // would clear it.)
-    let writer = redlock.try_write_lock(&resource, ttl).await.unwrap();
+    let writer = RwLock::new(&redlock, &resource)
+        .unwrap()
+        .try_write(ttl)
+        .await
+        .unwrap();
     settled(&redlock).await;
     let _: () = node5.set_ex(&intent, "another-writer", 10).await.unwrap();
     writer.release().await.unwrap();
@@ -108,7 +131,7 @@ async fn a_writer_refused_on_one_node_clears_its_intent_there_on_release() {
 
 /// A waiting writer that gives up takes its intent back, so readers are not
 /// turned away for a writer no longer coming; a single refused
-/// `try_write_lock` leaves it (documented: a caller retrying by hand is not
+/// `RwLock::try_write` leaves it (documented: a caller retrying by hand is not
 /// starved), which is also the control that the intent was there to take.
 #[tokio::test]
 async fn a_writer_that_gives_up_takes_its_intent_back() {
@@ -116,7 +139,11 @@ async fn a_writer_that_gives_up_takes_its_intent_back() {
     let resource = unique("rw-give-up");
     let ttl = Duration::from_secs(10);
     let intent = format!("{{{resource}}}:intent");
-    let reader = redlock.read_lock(&resource, ttl).await.unwrap();
+    let reader = RwLock::new(&redlock, &resource)
+        .unwrap()
+        .read(ttl)
+        .await
+        .unwrap();
     let marked = |conns: Vec<redis::aio::MultiplexedConnection>| {
         let intent = intent.clone();
         async move {
@@ -129,7 +156,10 @@ async fn a_writer_that_gives_up_takes_its_intent_back() {
         }
     };
 
-    let refused = redlock.try_write_lock(&resource, ttl).await;
+    let refused = RwLock::new(&redlock, &resource)
+        .unwrap()
+        .try_write(ttl)
+        .await;
     assert!(
         matches!(refused, Err(LockError::Taken { .. })),
         "{refused:?}"
@@ -140,8 +170,11 @@ async fn a_writer_that_gives_up_takes_its_intent_back() {
         let _: () = conn.del(&intent).await.unwrap();
     }
 
-    let wait = LockOptions::new().wait(Duration::from_millis(300));
-    let gave_up = redlock.write_lock_with(&resource, ttl, &wait).await;
+    let wait = AcquireOptions::new().wait(Duration::from_millis(300));
+    let gave_up = RwLock::new(&redlock, &resource)
+        .unwrap()
+        .write_with(ttl, &wait)
+        .await;
     assert!(
         matches!(gave_up, Err(LockError::Timeout { .. })),
         "{gave_up:?}"
@@ -152,7 +185,11 @@ async fn a_writer_that_gives_up_takes_its_intent_back() {
         0,
         "the intent outlived its writer"
     );
-    let other = redlock.try_read_lock(&resource, ttl).await.unwrap();
+    let other = RwLock::new(&redlock, &resource)
+        .unwrap()
+        .try_read(ttl)
+        .await
+        .unwrap();
     other.release().await.unwrap();
     reader.release().await.unwrap();
 }
@@ -161,34 +198,37 @@ async fn a_writer_that_gives_up_takes_its_intent_back() {
 async fn extend_keeps_a_reader_and_a_writer() {
     let redlock = redlock().await;
     let resource = unique("rw-extend");
-    let mut reader = redlock
-        .read_lock(&resource, Duration::from_millis(500))
+    let mut reader = RwLock::new(&redlock, &resource)
+        .unwrap()
+        .read(Duration::from_millis(500))
         .await
         .unwrap();
     reader.extend(Duration::from_secs(10)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert!(reader.is_valid());
     assert!(
-        redlock
-            .try_write_lock(&resource, Duration::from_secs(1))
+        RwLock::new(&redlock, &resource)
+            .unwrap()
+            .try_write(Duration::from_secs(1))
             .await
             .is_err(),
         "the extended reader still excludes writers"
     );
     reader.release().await.unwrap();
-    let mut writer = redlock
-        .write_lock_with(
-            &resource,
+    let mut writer = RwLock::new(&redlock, &resource)
+        .unwrap()
+        .write_with(
             Duration::from_millis(500),
-            &LockOptions::new().wait(Duration::from_secs(5)),
+            &AcquireOptions::new().wait(Duration::from_secs(5)),
         )
         .await
         .unwrap();
     writer.extend(Duration::from_secs(10)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert!(
-        redlock
-            .try_read_lock(&resource, Duration::from_secs(1))
+        RwLock::new(&redlock, &resource)
+            .unwrap()
+            .try_read(Duration::from_secs(1))
             .await
             .is_err()
     );
@@ -200,17 +240,14 @@ async fn bad_input_is_a_typed_error() {
     let redlock = redlock().await;
     let ttl = Duration::from_secs(1);
     assert!(matches!(
-        redlock.read_lock("", ttl).await,
+        RwLock::new(&redlock, "").unwrap().read(ttl).await,
         Err(LockError::Input(InputError::EmptyResource))
     ));
     assert!(matches!(
-        redlock
-            .write_lock_with("r", ttl, &LockOptions::new().fenced())
+        RwLock::new(&redlock, "r")
+            .unwrap()
+            .try_write(Duration::ZERO)
             .await,
-        Err(LockError::Input(InputError::FencedReadWrite))
-    ));
-    assert!(matches!(
-        redlock.try_write_lock("r", Duration::ZERO).await,
         Err(LockError::Input(_))
     ));
 }
@@ -224,7 +261,11 @@ async fn shutdown_before_the_runtime_ends_loses_no_clean_up() {
     let resource = unique("rw-shutdown");
     let ttl = Duration::from_secs(10);
     let intent = format!("{{{resource}}}:intent");
-    let reader = redlock.read_lock(&resource, ttl).await.unwrap();
+    let reader = RwLock::new(&redlock, &resource)
+        .unwrap()
+        .read(ttl)
+        .await
+        .unwrap();
     let plain = unique("shutdown-plain");
     {
         let (resource, plain) = (resource.clone(), plain.clone());
@@ -238,8 +279,9 @@ async fn shutdown_before_the_runtime_ends_loses_no_clean_up() {
                 let redlock = support::patient().build().await.unwrap();
                 let lock = redlock.lock(&plain, ttl).await.unwrap();
                 drop(lock); // released in the background
-                let wait = LockOptions::new().wait(Duration::from_secs(30));
-                let writer = redlock.write_lock_with(&resource, ttl, &wait);
+                let wait = AcquireOptions::new().wait(Duration::from_secs(30));
+                let doc = RwLock::new(&redlock, &resource).unwrap();
+                let writer = doc.write_with(ttl, &wait);
                 // Dropped while it waits, its intent marked on every node.
                 let _ = tokio::time::timeout(Duration::from_millis(300), writer).await;
                 redlock.shutdown().await;
@@ -275,8 +317,9 @@ async fn run_read_and_run_write_keep_their_leases() {
             both_in_tx.clone(),
         );
         tokio::spawn(async move {
-            redlock
-                .run_read(&resource, ttl, |lease| async move {
+            RwLock::new(&redlock, &resource)
+                .unwrap()
+                .run_read(ttl, |lease| async move {
                     inside.lock().unwrap().0 += 1;
                     tx.send_modify(|k| *k += 1);
                     // Longer than the TTL: kept alive meanwhile.
@@ -291,9 +334,10 @@ async fn run_read_and_run_write_keep_their_leases() {
     let (a, b) = (reader(1), reader(2));
     let mut both_in = both_in;
     both_in.wait_for(|k| *k == 2).await.unwrap();
-    let wait = LockOptions::new().wait(Duration::from_secs(10));
-    let written = redlock
-        .run_write_with(&resource, ttl, &wait, |lease| {
+    let wait = AcquireOptions::new().wait(Duration::from_secs(10));
+    let written = RwLock::new(&redlock, &resource)
+        .unwrap()
+        .run_write_with(ttl, &wait, &LeaseOptions::new(), |lease| {
             let inside = inside.clone();
             async move {
                 let now = *inside.lock().unwrap();
@@ -308,7 +352,11 @@ async fn run_read_and_run_write_keep_their_leases() {
     a.await.unwrap().unwrap();
     b.await.unwrap().unwrap();
     settled(&redlock).await;
-    let seen = redlock.inspect_rw(&resource).await.unwrap();
+    let seen = RwLock::new(&redlock, &resource)
+        .unwrap()
+        .inspect()
+        .await
+        .unwrap();
     assert_eq!(
         (seen.readers_held(), seen.intent_nodes()),
         (0, 0),

@@ -19,7 +19,9 @@ use std::time::Duration;
 
 use rand::RngExt;
 use redis::AsyncCommands;
-use redquorum::{InputError, Lock, LockError, LockOptions, Redlock, Retry};
+use redquorum::AcquireOptions;
+use redquorum::RwLock;
+use redquorum::{InputError, Lock, LockError, Redlock, Retry};
 use support::*;
 use tokio::time::Instant;
 
@@ -71,13 +73,19 @@ async fn contend(redlock: &Redlock, resource: &str, ttl: Duration, run: Duration
             let (redlock, census, resource) =
                 (redlock.clone(), census.clone(), resource.to_owned());
             tokio::spawn(async move {
-                let wait = LockOptions::new().wait(Duration::from_secs(10));
+                let wait = AcquireOptions::new().wait(Duration::from_secs(10));
                 while Instant::now() < end {
                     let write = rand::rng().random_ratio(1, 4);
                     let lock = if write {
-                        redlock.write_lock_with(&resource, ttl, &wait).await
+                        RwLock::new(&redlock, &resource)
+                            .unwrap()
+                            .write_with(ttl, &wait)
+                            .await
                     } else {
-                        redlock.read_lock_with(&resource, ttl, &wait).await
+                        RwLock::new(&redlock, &resource)
+                            .unwrap()
+                            .read_with(ttl, &wait)
+                            .await
                     }
                     .expect("a lock within 10 s");
                     census.lock().unwrap().enter(write);
@@ -170,12 +178,24 @@ async fn a_waiting_writer_holds_new_readers_off() {
     let redlock = redlock().await;
     let resource = unique("rw-intent");
     let ttl = Duration::from_secs(10);
-    let first = redlock.read_lock(&resource, ttl).await.unwrap();
-    match redlock.try_write_lock(&resource, ttl).await {
+    let first = RwLock::new(&redlock, &resource)
+        .unwrap()
+        .read(ttl)
+        .await
+        .unwrap();
+    match RwLock::new(&redlock, &resource)
+        .unwrap()
+        .try_write(ttl)
+        .await
+    {
         Err(LockError::Taken { .. }) => {}
         other => panic!("the writer got in past a reader: {other:?}"),
     }
-    match redlock.try_read_lock(&resource, ttl).await {
+    match RwLock::new(&redlock, &resource)
+        .unwrap()
+        .try_read(ttl)
+        .await
+    {
         Err(LockError::Taken { .. }) => {}
         other => panic!("a new reader got in past the writer's intent: {other:?}"),
     }
@@ -184,7 +204,11 @@ async fn a_waiting_writer_holds_new_readers_off() {
     for mut conn in raw_all().await {
         let _: () = conn.del(&intent).await.unwrap();
     }
-    let second = redlock.try_read_lock(&resource, ttl).await.unwrap();
+    let second = RwLock::new(&redlock, &resource)
+        .unwrap()
+        .try_read(ttl)
+        .await
+        .unwrap();
     first.release().await.unwrap();
     second.release().await.unwrap();
 }
@@ -209,13 +233,21 @@ async fn a_steady_stream_of_readers_does_not_starve_a_writer() {
             let handed_over = handed_over.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(Duration::from_millis(10 * i)).await;
-                let wait = LockOptions::new().wait(Duration::from_secs(20));
-                let mut held = redlock.read_lock_with(&resource, ttl, &wait).await.unwrap();
+                let wait = AcquireOptions::new().wait(Duration::from_secs(20));
+                let mut held = RwLock::new(&redlock, &resource)
+                    .unwrap()
+                    .read_with(ttl, &wait)
+                    .await
+                    .unwrap();
                 let mut since = Instant::now();
                 let mut grants = 1u32;
                 while !stop.load(Ordering::SeqCst) {
                     tokio::time::sleep(Duration::from_millis(30)).await;
-                    match redlock.try_read_lock(&resource, ttl).await {
+                    match RwLock::new(&redlock, &resource)
+                        .unwrap()
+                        .try_read(ttl)
+                        .await
+                    {
                         Ok(next) => {
                             held.release().await.unwrap();
                             (held, since) = (next, Instant::now());
@@ -223,7 +255,11 @@ async fn a_steady_stream_of_readers_does_not_starve_a_writer() {
                         }
                         Err(_) if since.elapsed() > Duration::from_millis(200) => {
                             held.release().await.unwrap();
-                            held = redlock.read_lock_with(&resource, ttl, &wait).await.unwrap();
+                            held = RwLock::new(&redlock, &resource)
+                                .unwrap()
+                                .read_with(ttl, &wait)
+                                .await
+                                .unwrap();
                             since = Instant::now();
                             grants += 1;
                         }
@@ -243,8 +279,11 @@ async fn a_steady_stream_of_readers_does_not_starve_a_writer() {
         .expect("the readers never got streaming")
         .unwrap();
     let started = Instant::now();
-    let wait = LockOptions::new().wait(Duration::from_secs(15));
-    let writer = redlock.write_lock_with(&resource, ttl, &wait).await;
+    let wait = AcquireOptions::new().wait(Duration::from_secs(15));
+    let writer = RwLock::new(&redlock, &resource)
+        .unwrap()
+        .write_with(ttl, &wait)
+        .await;
     let waited = started.elapsed();
     stop.store(true, Ordering::SeqCst);
     let mut grants = 0;
@@ -273,15 +312,22 @@ async fn waiters_are_woken_by_a_release() {
     let resource = unique("rw-wake");
     let writer_key = format!("{{{resource}}}:writer");
     let ttl = Duration::from_secs(30);
-    let wait = LockOptions::new().wait(Duration::from_secs(25));
+    let wait = AcquireOptions::new().wait(Duration::from_secs(25));
     let mut conns = raw_all().await;
 
     // A writer waiting behind a reader.
-    let reader = holder.read_lock(&resource, ttl).await.unwrap();
+    let reader = RwLock::new(&holder, &resource)
+        .unwrap()
+        .read(ttl)
+        .await
+        .unwrap();
     let waiting = {
         let (waiter, resource, wait) = (waiter.clone(), resource.clone(), wait.clone());
         tokio::spawn(async move {
-            let lock = waiter.write_lock_with(&resource, ttl, &wait).await;
+            let lock = RwLock::new(&waiter, &resource)
+                .unwrap()
+                .write_with(ttl, &wait)
+                .await;
             (Instant::now(), lock)
         })
     };
@@ -300,7 +346,10 @@ async fn waiters_are_woken_by_a_release() {
     let waiting = {
         let (waiter, resource) = (waiter.clone(), resource.clone());
         tokio::spawn(async move {
-            let lock = waiter.read_lock_with(&resource, ttl, &wait).await;
+            let lock = RwLock::new(&waiter, &resource)
+                .unwrap()
+                .read_with(ttl, &wait)
+                .await;
             (Instant::now(), lock)
         })
     };
@@ -325,19 +374,24 @@ async fn readers_releasing_together_wake_the_writer() {
     let holder = redlock().await;
     let waiter = slow_poller().await;
     let ttl = Duration::from_secs(30);
-    let wait = LockOptions::new().wait(Duration::from_secs(20));
+    let wait = AcquireOptions::new().wait(Duration::from_secs(20));
     let mut conns = raw_all().await;
     for (round, readers) in [6, 6, 64, 64, 1000].into_iter().enumerate() {
         let resource = unique("rw-wake-many");
         let writer_key = format!("{{{resource}}}:writer");
-        let readers =
-            futures::future::try_join_all((0..readers).map(|_| holder.read_lock(&resource, ttl)))
-                .await
-                .unwrap();
+        let doc = RwLock::new(&holder, &resource).unwrap();
+        let readers = futures::future::try_join_all((0..readers).map(|_| doc.read(ttl)))
+            .await
+            .unwrap();
         let count = readers.len();
         let waiting = {
             let (waiter, resource, wait) = (waiter.clone(), resource.clone(), wait.clone());
-            tokio::spawn(async move { waiter.write_lock_with(&resource, ttl, &wait).await })
+            tokio::spawn(async move {
+                RwLock::new(&waiter, &resource)
+                    .unwrap()
+                    .write_with(ttl, &wait)
+                    .await
+            })
         };
         wait_subscribed(&mut conns, &writer_key).await;
         let released = Instant::now();

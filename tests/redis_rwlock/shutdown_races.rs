@@ -7,6 +7,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use redquorum::AcquireOptions;
+use redquorum::LeaseOptions;
+use redquorum::LockOptions;
+use redquorum::ReentrantLock;
+use redquorum::RwLock;
 use redquorum::Semaphore;
 use redquorum::election::Election;
 
@@ -38,13 +43,26 @@ async fn one_round(
 ) -> Result<(), LockError> {
     let ttl = Duration::from_secs(20);
     let p = &shared.prefix;
-    let wait = LockOptions::new().wait(Duration::from_secs(2));
+    let wait = AcquireOptions::new().wait(Duration::from_secs(2));
     let held: Result<Box<dyn std::any::Any + Send>, LockError> = match (task + round) % KINDS {
-        0 => boxed(redlock.lock_with(&format!("{p}:plain"), ttl, &wait).await),
-        1 => boxed(redlock.lock_fenced(&format!("{p}:fenced"), ttl).await),
-        2 => boxed(
+        0 => boxed(
             redlock
-                .lock_reentrant(&format!("{p}:re"), ttl, &format!("owner-{task}"))
+                .lock_with(&format!("{p}:plain"), ttl, &wait.clone().into())
+                .await,
+        ),
+        1 => boxed(
+            redlock
+                .lock_with(
+                    &format!("{p}:fenced"),
+                    ttl,
+                    &redquorum::LockOptions::new().fenced(),
+                )
+                .await,
+        ),
+        2 => boxed(
+            ReentrantLock::new(redlock, &format!("{p}:re"), &format!("owner-{task}"))
+                .unwrap()
+                .lock(ttl)
                 .await,
         ),
         3 => boxed(
@@ -53,13 +71,15 @@ async fn one_round(
                 .await,
         ),
         4 => boxed(
-            redlock
-                .read_lock_with(&format!("{p}:doc"), ttl, &wait)
+            RwLock::new(redlock, &format!("{p}:doc"))
+                .unwrap()
+                .read_with(ttl, &wait)
                 .await,
         ),
         5 => boxed(
-            redlock
-                .write_lock_with(&format!("{p}:doc"), ttl, &wait)
+            RwLock::new(redlock, &format!("{p}:doc"))
+                .unwrap()
+                .write_with(ttl, &wait)
                 .await,
         ),
         6 => {
@@ -68,7 +88,11 @@ async fn one_round(
         }
         7 => {
             let election = Election::new(redlock, &format!("{p}:leader")).unwrap();
-            boxed(election.campaign(ttl, &wait).await)
+            boxed(
+                election
+                    .campaign_with(ttl, &wait, &LeaseOptions::new())
+                    .await,
+            )
         }
         _ => {
             let resource = format!("{p}:at-least:{task}:{round}");

@@ -7,6 +7,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rand::RngExt;
+use redquorum::AcquireOptions;
+use redquorum::LeaseOptions;
+use redquorum::ReentrantLock;
+use redquorum::RwLock;
 use redquorum::{LockError, LockOptions, Redlock, Semaphore, election::Election};
 use tokio::time::Instant;
 
@@ -78,8 +82,17 @@ pub async fn client(
                         .await
                 }
                 Kind::Plain => redlock.try_lock(RESOURCE, ttl).await,
-                Kind::Fenced => redlock.lock_fenced(RESOURCE, ttl).await,
-                Kind::Reentrant => redlock.lock_reentrant(RESOURCE, ttl, &owner).await,
+                Kind::Fenced => {
+                    redlock
+                        .lock_with(RESOURCE, ttl, &redquorum::LockOptions::new().fenced())
+                        .await
+                }
+                Kind::Reentrant => {
+                    ReentrantLock::new(&redlock, RESOURCE, &owner)
+                        .unwrap()
+                        .lock(ttl)
+                        .await
+                }
                 // Odd clients take both resources at once, even ones the
                 // first alone: the sets overlap.
                 Kind::Many if id % 2 == 1 => redlock.lock_many(&[RESOURCE, OTHER], ttl).await,
@@ -88,7 +101,7 @@ pub async fn client(
                     let semaphore =
                         Semaphore::new(&redlock, RESOURCE, plan.permits).expect("semaphore");
                     let permit = if waits {
-                        let wait = redquorum::LockOptions::new().wait(max_wait);
+                        let wait = redquorum::AcquireOptions::new().wait(max_wait);
                         semaphore.acquire_with(ttl, &wait).await
                     } else {
                         semaphore.try_acquire(ttl).await
@@ -97,12 +110,29 @@ pub async fn client(
                 }
                 // Half the time a waiter, as for plain locks.
                 Kind::ReadWrite => {
-                    let wait = LockOptions::new().wait(max_wait);
+                    let wait = AcquireOptions::new().wait(max_wait);
                     match (write, waits) {
-                        (true, true) => redlock.write_lock_with(RESOURCE, ttl, &wait).await,
-                        (true, false) => redlock.try_write_lock(RESOURCE, ttl).await,
-                        (false, true) => redlock.read_lock_with(RESOURCE, ttl, &wait).await,
-                        (false, false) => redlock.try_read_lock(RESOURCE, ttl).await,
+                        (true, true) => {
+                            RwLock::new(&redlock, RESOURCE)
+                                .unwrap()
+                                .write_with(ttl, &wait)
+                                .await
+                        }
+                        (true, false) => {
+                            RwLock::new(&redlock, RESOURCE)
+                                .unwrap()
+                                .try_write(ttl)
+                                .await
+                        }
+                        (false, true) => {
+                            RwLock::new(&redlock, RESOURCE)
+                                .unwrap()
+                                .read_with(ttl, &wait)
+                                .await
+                        }
+                        (false, false) => {
+                            RwLock::new(&redlock, RESOURCE).unwrap().try_read(ttl).await
+                        }
                     }
                 }
             }
@@ -136,7 +166,11 @@ pub async fn client(
                     // A second hold inside the first, given back before it.
                     let first = world.between(Duration::ZERO, hold);
                     tokio::time::sleep(first).await;
-                    if let Ok(inner) = redlock.lock_reentrant(RESOURCE, ttl, &owner).await {
+                    if let Ok(inner) = ReentrantLock::new(&redlock, RESOURCE, &owner)
+                        .unwrap()
+                        .lock(ttl)
+                        .await
+                    {
                         nested.fetch_add(1, Ordering::Relaxed);
                         tokio::time::sleep(world.between(Duration::ZERO, hold / 4)).await;
                         let _ = inner.release().await;
@@ -216,7 +250,7 @@ async fn lease_round(
 ) {
     let ttl = Duration::from_millis(plan.ttl_ms);
     let steps = world.with_rng(|r| r.random_range(1..=12u32));
-    let options = LockOptions::new().extend_every(ttl / 3);
+    let lease = LeaseOptions::new().extend_every(ttl / 3);
     let election = plan.kind == Kind::Election;
     let work = |lease: redquorum::Lease| {
         let (world, windows) = (world.clone(), windows.clone());
@@ -249,11 +283,13 @@ async fn lease_round(
     let run = async {
         if election {
             // A candidate waits in line for up to two TTLs, then leads.
-            let wait = options.clone().wait(world.between(Duration::ZERO, ttl * 2));
+            let wait = AcquireOptions::new().wait(world.between(Duration::ZERO, ttl * 2));
             let election = Election::new(redlock, RESOURCE).expect("election");
-            election.lead(ttl, &wait, work).await
+            election.lead_with(ttl, &wait, &lease, work).await
         } else {
-            redlock.run_with(RESOURCE, ttl, &options, work).await
+            redlock
+                .run_with(RESOURCE, ttl, &LockOptions::new(), &lease, work)
+                .await
         }
     };
     let outcome = if world.chance(plan.cancel_p) {

@@ -20,7 +20,7 @@
 //!   that long (default soak 300 s).
 //!
 //! A seventh of the schedules each take plain locks, fenced ones
-//! (`lock_fenced`), reentrant ones (`lock_reentrant`, often a second hold
+//! (`LockOptions::fenced`), reentrant ones (`ReentrantLock`, often a second hold
 //! inside the first), multi-resource ones (`lock_many` over the resource and
 //! a second one, against clients taking the first alone), leases (work
 //! under `run_with`, extended every third of the TTL, each step of it

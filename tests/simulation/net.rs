@@ -29,8 +29,8 @@ use futures::future::BoxFuture;
 use rand::RngExt;
 use rand::rngs::StdRng;
 use redquorum::NodeError;
+use redquorum::internals::OwnedOp;
 use redquorum::node::{Listener, Node, Notice, Op, Reply};
-use redquorum::testing::OwnedOp;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 

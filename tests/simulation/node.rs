@@ -1,7 +1,7 @@
 //! Simulated lock nodes: Redis masters on the simulation's virtual time
 //! (the network between them and the clients is in `net.rs`).
 //!
-//! - A [`SimNode`] keeps its keys in a `redquorum::testing::Store`, the one
+//! - A [`SimNode`] keeps its keys in a `redquorum::internals::Store`, the one
 //!   model of what a node does with each operation (checked against Redis
 //!   by `tests/redis_model.rs`). Its clock runs at `rate` (1.0 = true time), in
 //!   whole milliseconds: a TTL of `t` ms lasts `t / rate` ms of true time,
@@ -31,8 +31,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redquorum::NodeError;
+use redquorum::internals::Store;
 use redquorum::node::{Op, Reply};
-use redquorum::testing::Store;
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 
@@ -250,7 +250,7 @@ impl SimNode {
     }
 
     /// Nodes that restart empty are quarantined for `longest` (the clients
-    /// keep the delayed restart: `redquorum::restart`).
+    /// keep the delayed restart: `redquorum::internals::restart`).
     pub fn quarantine_restarts(&self, longest: Duration) {
         lock(&self.state).quarantine = Some(longest);
     }

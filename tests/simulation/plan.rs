@@ -65,9 +65,9 @@ pub enum Control {
 pub enum Kind {
     /// `try_lock`.
     Plain,
-    /// `lock_fenced`.
+    /// `LockOptions::fenced`.
     Fenced,
-    /// `lock_reentrant`, sometimes a second hold inside the first.
+    /// `ReentrantLock`, sometimes a second hold inside the first.
     Reentrant,
     /// `lock_many` over the resource and a second one, which other clients
     /// sometimes take alone.
@@ -79,8 +79,8 @@ pub enum Kind {
     /// `acquire_with`): at most that many valid holders at once.
     Semaphore,
     /// Read/write locks on the resource: each round a read lock or, with
-    /// [`WRITE_P`], a write lock (`try_read_lock`/`try_write_lock`, or
-    /// waiting with `read_lock_with`/`write_lock_with`): readers together,
+    /// [`WRITE_P`], a write lock (`RwLock::try_read`/`RwLock::try_write`, or
+    /// waiting with `RwLock::read_with`/`RwLock::write_with`): readers together,
     /// a writer alone.
     ReadWrite,
     /// An election on the resource: each round a candidate campaigns

@@ -228,7 +228,12 @@ pub async fn snapshot(
 /// stays in flight until its key's TTL).
 pub async fn settled(redlock: &Redlock) {
     tokio::time::timeout(Duration::from_secs(5), async {
-        while redlock.in_flight().any(|(_, n)| n > 0) {
+        while redlock
+            .nodes()
+            .iter()
+            .map(|n| (n.name(), n.in_flight()))
+            .any(|(_, n)| n > 0)
+        {
             tokio::task::yield_now().await;
         }
     })

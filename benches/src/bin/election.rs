@@ -16,8 +16,10 @@
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use redquorum::AcquireOptions;
+use redquorum::LeaseOptions;
 use redquorum::election::{Election, LeaderState};
-use redquorum::{LockOptions, Redlock, Retry};
+use redquorum::{Redlock, Retry};
 use redquorum_bench::proxy::Proxy;
 
 const TTL: Duration = Duration::from_secs(2);
@@ -52,16 +54,19 @@ async fn client(urls: &[String], retry: Retry) -> (Vec<Proxy>, Redlock) {
 /// Time from `resign()` returning to the waiting candidate's leadership,
 /// `rounds` times (the two clients take turns).
 async fn hand_overs(a: &Election, b: &Election, rounds: usize) -> Vec<Duration> {
-    let options = LockOptions::new();
+    let options = AcquireOptions::new();
     let mut samples = Vec::with_capacity(rounds);
-    let mut leader = a.campaign(TTL, &options).await.expect("first leader");
+    let mut leader = a
+        .campaign_with(TTL, &options, &LeaseOptions::new())
+        .await
+        .expect("first leader");
     let mut next_is_b = true;
     for _ in 0..rounds {
         let next = if next_is_b { b.clone() } else { a.clone() };
         let (tx, rx) = tokio::sync::oneshot::channel();
         let candidate = tokio::spawn(async move {
             let _ = tx.send(());
-            next.campaign(TTL, &LockOptions::new()).await
+            next.campaign(TTL).await
         });
         rx.await.expect("candidate started");
         // Let the candidate be refused once and listen.
@@ -87,12 +92,12 @@ async fn after_kill(urls: &[String], rounds: usize) -> Vec<Duration> {
         let (proxies, doomed) = client(urls, Retry::default()).await;
         let leadership = Election::new(&doomed, &name)
             .expect("name")
-            .campaign(TTL, &LockOptions::new())
+            .campaign(TTL)
             .await
             .expect("leader");
         let waiting = tokio::spawn({
             let standby = standby.clone();
-            async move { standby.campaign(TTL, &LockOptions::new()).await }
+            async move { standby.campaign(TTL).await }
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
         for p in &proxies {
@@ -114,10 +119,7 @@ async fn observe_delays(election: &Election, rounds: usize) -> Vec<Duration> {
     assert_eq!(changes.next().await, Some(LeaderState::Vacant));
     let mut samples = Vec::with_capacity(rounds * 2);
     for _ in 0..rounds {
-        let leadership = election
-            .campaign(TTL, &LockOptions::new())
-            .await
-            .expect("leader");
+        let leadership = election.campaign(TTL).await.expect("leader");
         let granted = Instant::now();
         let Some(LeaderState::Leading(_)) = changes.next().await else {
             panic!("a leader")

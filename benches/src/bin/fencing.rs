@@ -48,7 +48,11 @@ fn main() {
             let plain_cycle = start.elapsed();
             let start = Instant::now();
             let lock = redlock
-                .lock_fenced("bench:fencing:fenced", ttl)
+                .lock_with(
+                    "bench:fencing:fenced",
+                    ttl,
+                    &redquorum::LockOptions::new().fenced(),
+                )
                 .await
                 .expect("fenced");
             lock.release().await.expect("release");
@@ -63,7 +67,7 @@ fn main() {
         let (p99, f99) = (percentile(&mut plain, 99), percentile(&mut fenced, 99));
         println!(
             "lock+release over {cycles} interleaved cycles each, {} nodes",
-            redlock.nodes().count()
+            redlock.nodes().len()
         );
         println!(
             "  plain   p50 {:>8.0} us   p99 {:>8.0} us",

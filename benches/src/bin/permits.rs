@@ -2,7 +2,7 @@
 //! client waits (`acquire_with` + `LockOptions::wait`); the time from the
 //! release to the waiter's permit, healthy and with node 3 frozen. Then the
 //! same for a read/write lock: three readers release together while a
-//! writer waits (`write_lock_with`); the time from the last release to the
+//! writer waits (`RwLock::write_with`); the time from the last release to the
 //! writer's lock.
 //!
 //! ```text
@@ -14,7 +14,9 @@
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use redquorum::{KeyLayout, LockOptions, Redlock, Semaphore};
+use redquorum::AcquireOptions;
+use redquorum::RwLock;
+use redquorum::{KeyLayout, Redlock, Semaphore};
 use redquorum_bench::listening;
 
 const HANDOFFS: usize = 100;
@@ -86,20 +88,27 @@ async fn rw_handoffs(
     for _ in 0..HANDOFFS {
         let mut readers = Vec::new();
         for _ in 0..3 {
-            readers.push(holder.read_lock(&name, ttl).await.expect("read lock"));
+            readers.push(
+                RwLock::new(holder, &name)
+                    .unwrap()
+                    .read(ttl)
+                    .await
+                    .expect("read lock"),
+            );
         }
         let (waiter, resource) = (waiter.clone(), name.clone());
         let waiting = tokio::spawn(async move {
-            let wait = LockOptions::new().wait(Duration::from_secs(10));
-            let writer = waiter
-                .write_lock_with(&resource, ttl, &wait)
+            let wait = AcquireOptions::new().wait(Duration::from_secs(10));
+            let writer = RwLock::new(&waiter, &resource)
+                .unwrap()
+                .write_with(ttl, &wait)
                 .await
                 .expect("the writer's lock");
             let got = Instant::now();
             writer.release().await.expect("release");
             got
         });
-        listening::until_listening(conns, &writer_key, holder.quorum()).await;
+        listening::until_listening(conns, &writer_key, holder.nodes().quorum()).await;
         futures::future::try_join_all(readers.into_iter().map(redquorum::Lock::release))
             .await
             .expect("release");
@@ -134,7 +143,7 @@ async fn handoffs(
         let held = ours.acquire(Duration::from_secs(10)).await.expect("permit");
         let theirs = theirs.clone();
         let waiting = tokio::spawn(async move {
-            let wait = LockOptions::new().wait(Duration::from_secs(10));
+            let wait = AcquireOptions::new().wait(Duration::from_secs(10));
             let permit = theirs
                 .acquire_with(Duration::from_secs(10), &wait)
                 .await
@@ -143,7 +152,7 @@ async fn handoffs(
             permit.release().await.expect("release");
             got
         });
-        listening::until_listening(conns, &slot_key, holder.quorum()).await;
+        listening::until_listening(conns, &slot_key, holder.nodes().quorum()).await;
         let released = Instant::now();
         held.release().await.expect("release");
         let got = waiting.await.expect("waiter");

@@ -173,7 +173,12 @@ async fn frozen(urls: &[String], healthy_secs: u64) {
     let (c1, t1) = (cycles.load(Ordering::Relaxed), Instant::now());
     tokio::time::sleep(Duration::from_secs(10)).await;
     let rss10 = rss_mib();
-    let in_flight10: Vec<usize> = redlock.in_flight().map(|(_, n)| n).collect();
+    let in_flight10: Vec<usize> = redlock
+        .nodes()
+        .iter()
+        .map(|n| (n.name(), n.in_flight()))
+        .map(|(_, n)| n)
+        .collect();
     tokio::time::sleep(Duration::from_secs(20)).await;
     let rss30 = rss_mib();
     let rate = (cycles.load(Ordering::Relaxed) - c1) as f64 / t1.elapsed().as_secs_f64();

@@ -35,7 +35,7 @@ pub struct Reader {
 
 /// What every node holds for a read/write lock: the writer (as a plain
 /// lock's [`Inspection`]), the readers and a waiting writer's intent. See
-/// [`Redlock::inspect_rw`].
+/// [`RwLock::inspect`](crate::RwLock::inspect).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use]
 pub struct RwInspection {
