@@ -5,8 +5,9 @@
 //!   timeout, the votes of one round and its decision;
 //! - [`error`]: a round's votes and the error of a lock operation, and
 //!   [`input`]: input the protocol refuses;
-//! - [`keys`]: which Redis keys a lock uses, and [`slot`]: which cluster
-//!   slot a key lives in;
+//! - [`keys`]: which Redis keys a lock uses, [`call_keys`]: the keys one
+//!   call takes, by kind, checked, and [`slot`]: which cluster slot a key
+//!   lives in;
 //! - [`keeper`]: keeping a lease — when to extend next, when it is gone;
 //! - [`op`]: the operations a node performs and its replies;
 //! - [`round`]: one round's tally — replies and timeouts in, the decision,
@@ -33,6 +34,7 @@
 //! what the clock says, and does what they say.
 
 pub(crate) mod acquire;
+pub(crate) mod call_keys;
 pub mod deployment;
 pub(crate) mod error;
 pub(crate) mod health;

@@ -6,6 +6,21 @@
 //! round once, when it may stop listening: a round is one allocation and
 //! one wake-up, not one per call. Answers cast after the round stopped
 //! listening are logged in its span and otherwise dropped.
+//!
+//! # One round, one ballot
+//!
+//! A round's calls cast their answers into one `Ballot` (`src/engine/ballot.rs`): the link's
+//! loop casts each as it parses the reply, and a call refused before it was sent casts
+//! its refusal at once. The ballot counts with the round's pure `Round` and wakes the
+//! round once, when it may stop listening (the decision, or every node it waits for).
+//! A round is one allocation and one wake-up, not one per call. Answers cast after the
+//! round stopped listening are logged in its span and otherwise dropped, except an
+//! extension's late `NotHeld`, which is handed to its restore (docs/design.md docs/design.md §4). The ballot lives in
+//! the round's `RoundCalls` (`src/engine/dispatch.rs`, one allocation per round), the errand
+//! every call of the round carries: the link says, as it writes a call, whether the node
+//! is quarantined on that connection and keeps that with the call; the errand encodes
+//! its operation for it (an extension restores there, `Claim::op_on`), reads the reply
+//! as it was written, and casts the answer with it (docs/design.md docs/design.md §4b).
 
 use std::future::poll_fn;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};

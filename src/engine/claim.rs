@@ -6,11 +6,10 @@ use crate::proto::input::InputError;
 use crate::proto::op::{Op, Waiter};
 use crate::proto::round::Step;
 
-mod call_keys;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use call_keys::{Flavor, Keys};
+pub(crate) use crate::proto::call_keys::{Flavor, Keys};
 
 /// One holder's claim on some keys: a fresh random token per acquisition
 /// round, a reentrant owner's name with a fresh random token for this hold,
@@ -234,7 +233,7 @@ impl Claim {
     /// The channels a release of this claim may report on (its lock keys)
     /// and the nonce it reports there ([`wakeup`](crate::engine::wakeup)).
     pub(crate) fn notices(&self) -> (&[String], &str) {
-        (self.keys.lock.as_slice(), self.hold())
+        (self.keys.lock_keys(), self.hold())
     }
 
     /// The token of this hold (a reentrant claim's own; otherwise the token).
@@ -252,8 +251,8 @@ impl Claim {
     /// Whether its acquire is an attempt of a wait in its lock's line.
     pub(crate) fn waits_in_line(&self) -> bool {
         self.waiter.is_some()
-            && match self.keys.flavor {
-                Flavor::Plain | Flavor::Fenced => !self.keys.line.is_empty(),
+            && match self.keys.flavor() {
+                Flavor::Plain | Flavor::Fenced => !self.keys.line().is_empty(),
                 Flavor::Read | Flavor::Write | Flavor::Permit => true,
                 Flavor::Reentrant | Flavor::Many | Flavor::Inspect => false,
             }
@@ -297,20 +296,20 @@ impl Claim {
     }
 
     pub(crate) fn op(&self, step: Step, ttl_ms: u64) -> Op<'_> {
-        let keys = self.keys.lock.as_slice();
+        let keys = self.keys.lock_keys();
         let key = keys[0].as_str();
         let token = self.token();
         let hold = self.hold();
-        let fence_key = self.keys.fence.as_deref().unwrap_or_default();
-        let line = &self.keys.line[..];
-        let label = match (&self.label, self.keys.labeled) {
+        let fence_key = self.keys.fence_key().unwrap_or_default();
+        let line = self.keys.line();
+        let label = match (&self.label, self.keys.labeled()) {
             (Some(label), true) => &**label,
             _ => "",
         };
         // A lock with no line waits without one.
         let waiter = self.waiter.as_ref().map(InLine::waiter);
         let in_line = if line.is_empty() { None } else { waiter };
-        match (self.keys.flavor, step) {
+        match (self.keys.flavor(), step) {
             (Flavor::Inspect, _) | (_, Step::Inspect) => Op::Inspect { keys },
             (Flavor::Plain, Step::Acquire { holder_ttl }) => Op::Acquire {
                 key,
@@ -454,7 +453,7 @@ impl Claim {
                 token,
                 label,
                 ttl_ms,
-                permits: self.keys.permits,
+                permits: self.keys.permits(),
                 waiter,
             },
             (Flavor::Permit, Step::Extend { .. }) => Op::ExtendPermit {

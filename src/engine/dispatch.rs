@@ -27,6 +27,72 @@
 //! any rate and any TTL. Nodes of your own ([`Node`]) are called through
 //! their boxed futures: each is polled once when made and then driven by
 //! one delivery task per node.
+//!
+//! # Delivery and bounds
+//!
+//! - `Dispatcher::call` is synchronous: it refuses the call at once — the client was shut
+//!   down (`NotConnected`), the node's in-flight bound is reached and no place was
+//!   reserved for the call (`Overloaded` for a node whose calls pile up: degraded or not
+//!   ready; `Saturated` for a healthy one), the link is down (`NotConnected`) — or pushes
+//!   it onto the node's queue. From then on the link delivers it and casts its answer,
+//!   whatever becomes of the round.
+//! - **In flight.** At most `max_in_flight` calls per node (default 1024,
+//!   `Builder::max_in_flight`) are queued or awaiting an answer; a call holds its slot
+//!   until it ends. A release or a refused round's undo may take the count up to three
+//!   times the bound (`CLEANUP_ROOM`): it pairs with an acquire that was made (at most
+//!   two per acquire), and refusing it would leave that acquire's key for its TTL.
+//!   `NodeStatus::in_flight` (from `Redlock::nodes`) shows the count per node.
+//! - **Room** (`Driver::room`; `Dispatcher::room`, `Dispatcher::reserve`). The client's
+//!   own bound must not look like a node's failure, and every reachable node must get
+//!   every call. An acquire reserves, before its clock starts, a place for its call on
+//!   every node at once; where a healthy node (connected, not degraded, not closed) is at
+//!   its bound, it gives back every place, waits for one of that node's calls to end and
+//!   tries again — no hold-and-wait — for at most the node timeout (the configured one,
+//!   else 50 ms). An extension waits likewise, within its lease's validity. A node that
+//!   is down, degraded (its calls unanswered) or closed is not waited for: a frozen
+//!   node's calls end only at their grace. A healthy node still full by then is not sent
+//!   the call and votes `Saturated(limit)`, which does not count against its health; a
+//!   round whose yes votes and `Saturated` refusals together reach `Q` fails with `Busy`,
+//!   never `Unavailable` (docs/design.md docs/design.md §12). Free when there is room. Releases, write-backs and
+//!   inspection take their place when made, without waiting
+//!   (`tests/in_memory/backpressure.rs`, `tests/redis_backpressure.rs`).
+//! - **Turns** (`src/engine/turns.rs`). One acquire round per resource at a time from one
+//!   client, for locks only one holder can have (plain, fenced, multi-resource, writer,
+//!   permit; not readers, not a reentrant owner's holds): a round waits, before its clock starts, while another round of the same
+//!   client for the same resource (by its first key) is in flight — with its fenced
+//!   write-back and a refusal's clean-up. Two rounds of one client for one lock can only
+//!   refuse each other (at most one wins; split votes leave neither); in turn, each is
+//!   one round trip. Holding is not a turn, only the round. The table has one entry per
+//!   resource with a round running or waiting, so it is bounded by the rounds in flight;
+//!   uncontended, a turn costs one hash, one lookup and one small allocation.
+//! - **Holds** (`src/engine/holds.rs`). The client keeps a table of its live locks: a weak
+//!   reference to each lock's claim, added when the lock is made and removed when it is
+//!   released or dropped; freed slots are used again, so the table is bounded by the
+//!   locks held at once. `shutdown` releases, from it, every lock whose release has not
+//!   begun (below).
+//! - **Grace.** A call waits at most four node timeouts, and at least 1 s, for its answer
+//!   (the node timeout here is the configured one, else 50 ms). A node that lets a call
+//!   pass its grace is unresponsive: its connection is dropped and a new attempt starts;
+//!   calls queue during that attempt (at most the connect timeout) and are refused at
+//!   once once it fails. So a frozen node costs at most three times `max_in_flight`
+//!   calls' worth of memory, for at most the grace plus one connect timeout, then only
+//!   the releases kept for resending (within that count, each until it is sent or its
+//!   key's TTL has passed), at any lock rate and any TTL; no task or round state
+//!   outlives its operation (`tests/in_memory/bounds.rs`; figures:
+//!   `cargo run --profile bench -p redquorum-bench --bin promises`).
+//! - **Nodes of your own** (`Node`): each call's future is polled once on the spot (which
+//!   sends it, in the order calls are made), then driven by one delivery task per node,
+//!   bounded by the grace.
+//! - `Redlock::shutdown` (`Driver::shutdown`) marks the client closing — every lease
+//!   (`run`, keep-alive, leadership, permit lease) ends at once as lost: its work sees
+//!   `LockError::Lost`, its `lost()` resolves — then releases, on every node, every lock
+//!   in the holds table whose release has not begun: dropped keep-alives whose aborted
+//!   task has not yet dropped its lock, and locks, permits, read/write holds and
+//!   leaderships owned by tasks that run on. Then it refuses every later call and waits
+//!   until every call made has ended, or until no call of a node has ended for a whole
+//!   node timeout (so at most each node's grace). A `release()` of a lock the shutdown
+//!   released returns `Ok`; a lock granted by a round racing the shutdown is released
+//!   when dropped, if the nodes still take calls (`tests/in_memory/shutdown.rs`).
 
 use std::fmt;
 use std::future::Future;

@@ -29,6 +29,34 @@
 //! at most once per [`MIN_REFRESH_GAP`], and every [`REFRESH_EVERY`]
 //! otherwise; the member's calls in flight are bounded by the dispatcher
 //! like any node's.
+//!
+//! # A cluster member
+//!
+//! A `redis+cluster://` member is one vote backed by one link per master of a Redis
+//! Cluster (at most 1024 masters), each with the connection, reconnects and grace above.
+//!
+//! - **The map.** The seed's own link (no function library) is asked `CLUSTER SLOTS`
+//!   (then each known master, 1 s each, when the seed does not answer). The map of 16 384
+//!   slots is learnt at start, every 30 s, and when a call asks (a `MOVED`, a master down,
+//!   a slot with no owner), at most once per 250 ms. The member is recognised by its
+//!   smallest master node ID: two seeds of one cluster are `ConfigError::SameServer`.
+//! - **Routing.** A call computes its slot (CRC16 of the hash tag `{R}`, shared by every
+//!   key of one lock) and goes to that slot's master as one message, so order and
+//!   delivery are as for a single node. A call for a slot that still has calls
+//!   outstanding follows them to the master the first of them went to, even when the map
+//!   has changed meanwhile; only once none is outstanding does a call go where the map
+//!   says.
+//! - **Redirections.** A `MOVED` answer (the command did nothing) or an `ASK` (the slot is
+//!   migrating) is handed to the new master by the old master's I/O loop as it reads the
+//!   reply; replies come in the order calls were written, so the calls of one slot reach
+//!   the new master in the order they were made. `ASK` sends `ASKING` first; `MOVED` also
+//!   updates the map's entry and asks for a refresh. A call follows at most 3
+//!   redirections. A master it is sent to that is not connected yet is connected, the
+//!   call waiting in its queue.
+//! - A member is ready when its map is known and every master is connected. The
+//!   dispatcher's bounds apply to the member as a whole; a frozen master costs only its
+//!   slots' calls. Failover inside a member is an empty restart of that member
+//!   (operations.md docs/design.md §5c).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};

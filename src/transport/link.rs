@@ -28,6 +28,81 @@
 //! dispatcher's `max_in_flight` (a call holds its slot until it ends); a call
 //! waits at most its grace; one connection attempt at most the connect
 //! timeout, with jittered exponential backoff between failed ones.
+//!
+//! # The link, state by state
+//!
+//! ```text
+//!            attempt ok                     connection fails
+//!  First ───────────────▶ Up ─────────────────────────────▶ Reconnecting
+//!    │                    ▲ ◀──────────── attempt ok ──────────┘   │
+//!    │ attempt fails      │ attempt ok                             │ attempt fails
+//!    └──────────────────▶ Down ◀───────────────────────────────────┘
+//!                          (backoff, attempts again; calls refused)
+//! ```
+//!
+//! - **First**: no attempt has ended yet; calls queue (and a round waits for first
+//!   connections before its clock starts, docs/design.md §2). **Up**: calls queue and are written.
+//!   **Reconnecting**: the connection closed or failed after working; a new attempt
+//!   starts at once, and calls queue for it. **Down**: the last attempt failed; calls are
+//!   refused at once with `NotConnected` and the reason, costing a round nothing, and
+//!   every call still queued is refused the same way — but releases and undos, which
+//!   are kept for the next connection while their key may live (the acquire they pair
+//!   with may have landed on the connection that died; "Resends" below). Attempts go on with full-jitter
+//!   backoff from 10 ms, doubling to 1 s; a connection that dies within 100 ms of opening
+//!   counts as a failed attempt. `Nodes::probe` asks a down link for an attempt at
+//!   once.
+//! - **One attempt** (`open.rs`), bounded as a whole by the connect timeout
+//!   (`Builder::connect_timeout`, default 1 s, at most 1 h): TCP (`TCP_NODELAY`, kernel
+//!   keepalive after 10 s idle, then every 5 s) or a Unix socket; TLS over TCP for
+//!   `rediss://`; then the handshake, in one pipelined write: `AUTH` and `SELECT` where
+//!   the URL asks, `PING`, `INFO server` (the server's version and `run_id`); on lock
+//!   connections `INFO` whole instead (also the uptime, persistence, memory policy and
+//!   role), `CONFIG GET appendfsync`, `FUNCTION LOAD` of the script library and the
+//!   permission probe; then, in a second write, the probe by `EVAL` where the library
+//!   could not be loaded, and the dataset mark (docs/design.md docs/design.md §4b). Two round trips however far the
+//!   node is. A refusal is the error it means (`NodeError::from_reply`): a wrong password
+//!   or user `Auth`, `NOPERM` `NoPermission`, `LOADING` `Loading`, and so on (*Checks at
+//!   connect*, below). A node at its `maxclients` answers `max number of clients
+//!   reached` and closes: that is `MaxClients`, not a closed connection.
+//! - **The I/O loop** (`io.rs`) is one task per link and one hand-written poll over four
+//!   things, each taken as far as it goes before the task sleeps:
+//!   - *the queue*, taken whole: every call made since the last turn, encoded into one
+//!     output buffer (`FCALL` where this connection loaded the library, else `EVAL`;
+//!     docs/design.md §14). This is auto-pipelining, with no window and no option: calls made while a
+//!     write or replies are outstanding go in the next write, and an idle link writes a
+//!     call at once. When calls wait behind others in flight, the task yields once
+//!     before taking the queue, so that rounds ready to run make their calls and they go
+//!     in the same write;
+//!   - *the write half*: the buffer in as few writes as the socket takes;
+//!   - *the read half*, always polled, so a peer's close is seen at once: read in bulk
+//!     into a 16 KiB buffer (grown only for a larger reply), every whole reply parsed and
+//!     matched to the oldest call written, whose answer is cast into its round's ballot;
+//!   - *one timer*. Calls to a node are answered in order, so one timer serves them all.
+//!     It fires at the node timeout of the oldest call not yet counted late (that call
+//!     then counts against the node's health, and goes on), at the oldest call's grace
+//!     (the node is unresponsive: the connection is dropped), and on a link idle for 1 s,
+//!     when it sends a `PING`.
+//! - **Abandon.** When a connection fails (an I/O error, the peer's close, a malformed
+//!   reply, the grace), its calls are settled in the order they were made: a call of
+//!   which no byte was written goes back to the front of the queue, for the next
+//!   connection; a release or a refused round's undo that may have left goes back too,
+//!   to be sent again (*Resends*); any other call that may have left fails once —
+//!   `TimedOut` after the grace, `Connection` otherwise. No other call is sent twice.
+//! - **Resends** (`MAX_RESENDS`, `Pending::resendable` in `link.rs`; `abandon` in `io.rs`,
+//!   `down`, `up` in `link.rs`). A release or undo is idempotent — a compare-and-delete; a
+//!   reentrant release names its hold — so sending it twice changes nothing, while not
+//!   sending it leaves its key for the TTL. One whose connection failed before its answer
+//!   (it may or may not have reached the node) is sent again on the node's next
+//!   connection, in the order calls were made, at most 3 times, and only while its key
+//!   may still live (its TTL counted from when the call was first made); its clocks start
+//!   again. If the next connection attempt fails too, such releases are kept while every
+//!   other queued call is refused; each keeps its place among the node's calls in
+//!   flight, so they are bounded by the in-flight bound, and they go first when a
+//!   connection is up again. A resend that arrives after the key expired and another
+//!   holder set it leaves that key alone (it compares the token). Counted in
+//!   `redquorum_node_resends_total` (`tests/redis_resends.rs`).
+//! - A link whose tokio runtime has ended (a client kept in a `static` across test
+//!   runtimes) is started again on the runtime of the next call made.
 
 mod call;
 mod checks;

@@ -3,6 +3,15 @@
 //! Each connection asks the server who it is (`INFO server`'s `run_id`), so
 //! that two members that are one server — `localhost:7001` and
 //! `127.0.0.1:7001` — never count as two votes ([`Servers`]).
+//!
+//! # One server, one vote
+//!
+//! Each connection's handshake reads `INFO server`'s `run_id`, and `Servers` records
+//! which member is which server. Two members reporting the same one (`localhost:7001`
+//! and `127.0.0.1:7001`, or two databases of one server) fail `build()` with
+//! `ConfigError::SameServer`; a member found to be a duplicate later has its connection
+//! refused (logged once at `ERROR`) and votes `NotConnected`. Where `INFO` is not allowed
+//! (an ACL without `+info`) the check is skipped for that node.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;

@@ -8,6 +8,24 @@
 //! client on that node. A listener idle for [`IDLE_PING`] sends a `PING`; one
 //! unanswered within [`PONG_WITHIN`] is dead (a silently dropped
 //! connection), and the hub opens a new one.
+//!
+//! # Listeners
+//!
+//! A listener is one connection per node per client, in subscribed mode, opened as a
+//! lock connection is (TLS with the client's provider, credentials; no function library)
+//! and shared by every waiter of the client on that node. Where the server has sharded
+//! pub/sub (Redis 7+, Valkey; read from `INFO` at connect) it subscribes with
+//! `SSUBSCRIBE`, one command per channel, to match the scripts' `SPUBLISH`; elsewhere
+//! `SUBSCRIBE`, at most 1024 channels per command. Either waits for the node's
+//! confirmations; a confirmation the listener did not ask for (the server dropped a
+//! shard subscription whose slot moved) ends it. A cluster member's listener
+//! (`src/transport/cluster/listen.rs`) subscribes each channel on the master the member's map
+//! names for the channel's slot, over one connection per master it needs: the release,
+//! published on that shard only, reaches it, and no other shard hears it (a
+//! cluster-wide `PUBLISH` costs every other node a cluster-bus message). One master's
+//! connection gone ends the member's listener, and the hub opens a new one. A listener silent for 1 s sends a `PING`; one
+//! unanswered within 1 s is dead, and the hub opens a new one (each attempt bounded by
+//! 1 s, full-jitter backoff from 10 ms to 1 s).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

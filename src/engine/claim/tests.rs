@@ -29,7 +29,7 @@ fn resources_come_back_in_every_layout() {
 fn multi_resource_keys_never_collide() {
     let a = Keys::many(&KeyLayout::default(), &["ab", "c"]).unwrap();
     let b = Keys::many(&KeyLayout::default(), &["a", "bc"]).unwrap();
-    assert_ne!(a.lock, b.lock);
+    assert_ne!(a.lock_keys(), b.lock_keys());
     assert_eq!(a.resources().collect::<Vec<_>>(), ["ab", "c"]);
 }
 

@@ -1,6 +1,21 @@
 //! Why one node did not do what was asked: [`NodeError`], as a node's
 //! error reply or the client's own refusal means it, and what to do about
 //! each.
+//!
+//! # Classification of node errors
+//!
+//! `NodeError::from_reply` reads an error reply by its code: `NOAUTH` and `WRONGPASS`
+//! (or a text naming an invalid password) are `Auth`, `NOPERM` `NoPermission`, `OOM`
+//! `OutOfMemory`, `LOADING` `Loading`, `READONLY` `ReadOnly`, a text with `max number of
+//! clients reached` `MaxClients`; any other error reply (a script error, …) is `Server`
+//! — a `MOVED` or `ASK` from a node not named as a cluster member is `Server` with a hint
+//! to name it `redis+cluster://`. A link that is down for want of permission or
+//! credentials refuses calls with that error (`NoPermission`, `Auth`), not
+//! `NotConnected`: it is no outage. A transport error is `Connection`,
+//! or `Tls` when it is a TLS failure. A reply that breaks the protocol (or its bounds), or
+//! that no call waits for, is `Protocol` and drops the connection; a well-formed reply of
+//! unexpected shape is `Protocol` for that call only. Each round is traced as a
+//! `redquorum.round` debug span that records each node's answer and latency.
 
 use std::fmt;
 use std::sync::Arc;

@@ -2,6 +2,44 @@
 //! delayed restart's quarantine, persistence, memory policy, role — and
 //! what it keeps of them (`crate::proto::restart` decides; the link's task
 //! applies it at each handshake).
+//!
+//! # Checks at connect
+//!
+//! What a lock connection's handshake learnt is checked once per connection, never per
+//! call:
+//!
+//! - **Restarts.** The quarantine rule of docs/design.md §4b (`restart::quarantine`); a node found
+//!   quarantined is logged at `WARN` with its uptime and the quarantine left, and
+//!   counted (`redquorum_node_quarantines_total`, `redquorum_node_quarantine_seconds`).
+//! - **Permissions.** The probe is a script (the function `probe` of the library, or
+//!   `EVAL` of its source where the library cannot be loaded) that calls
+//!   `redis.acl_check_cmd` for every command the scripts call, the native `SET` and
+//!   `INFO` (`scripts::COMMANDS`: set get del exists type time incr pexpire pexpireat pttl
+//!   hdel hexists hgetall hincrby hset hsetnx zadd zcard zincrby zrange zrangebyscore
+//!   zrem zremrangebyscore zscore info) and returns those denied; running it checks
+//!   `FCALL` (or `EVAL`) itself, a `NOPERM` on the probe meaning the script command is
+//!   denied. `SPUBLISH`/`PUBLISH` are not checked: the scripts call them through `pcall`, and where they are
+//!   denied waiters poll instead of being woken. `FUNCTION LOAD` may be denied (then
+//!   `EVAL`). A denied command fails the attempt with `NodeError::NoPermission`: if the
+//!   first attempt ends within the build's wait, `build()` fails with
+//!   `ConfigError::Permission { node, message }`; otherwise every call to that node is
+//!   refused with `NoPermission` until a connection passes. Servers without
+//!   `redis.acl_check_cmd` (before Redis 7) are not probed. Each command is checked with
+//!   arguments of its arity, a lock key of the client's layout (`{prefix}{redquorum:probe}:lock`)
+//!   where it takes a key: the user's key patterns are checked on that key (other keys —
+//!   a fence counter, a line — are a `NOPERM` at the call if denied), and Redis 7.0.15
+//!   crashes (SIGSEGV) when `acl_check_cmd` is handed a keyed command without keys for a
+//!   user with key patterns. Channel patterns are not probed.
+//! - **Eviction.** A memory limit with a policy other than `noeviction`
+//!   (`restart::evicting`) is logged at `WARN` and shown (`redquorum_node_evicting`,
+//!   `NodeHealth::evicting`); with `Builder::strict(true)` the attempt fails: `build()`
+//!   fails with `ConfigError::Evicting { node, policy }` if it was the first attempt and
+//!   ended within the build's wait, and otherwise calls to the node are refused
+//!   (`NotConnected`, naming the policy) until a connection passes.
+//! - **Replicas.** `role:slave` is logged at `WARN` and shown (`NodeHealth::replica`).
+//!
+//! `Nodes::probe` reports what the last connection learnt (`NodeHealth`:
+//! `quarantined_for`, `durable`, `evicting`, `replica`).
 
 use std::sync::Arc;
 use std::time::Duration;

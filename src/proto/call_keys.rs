@@ -1,4 +1,6 @@
-//! A lock call's keys, computed once from its resources and the layout.
+//! A lock call's keys, computed once from its resources and the layout:
+//! which keys each kind of lock takes, checked (names, duplicates, one hash
+//! slot where a cluster needs it) before anything is sent. Pure.
 
 use std::collections::HashSet;
 
@@ -31,33 +33,33 @@ pub(crate) enum Flavor {
 /// The keys of one lock call, computed once; a retry round takes a copy.
 #[derive(Debug, Clone)]
 pub(crate) struct Keys {
-    pub(super) flavor: Flavor,
+    flavor: Flavor,
     /// One lock key per resource, in the order given.
-    pub(super) lock: LockKeys,
+    lock: LockKeys,
     /// The fencing counter, for [`Flavor::Fenced`].
-    pub(super) fence: Option<String>,
+    fence: Option<String>,
     /// A plain or fenced lock's line of waiters, `[line, alive]` (empty:
     /// none).
-    pub(super) line: Box<[String]>,
+    line: Box<[String]>,
     /// A semaphore's permit count, for [`Flavor::Permit`].
-    pub(super) permits: u32,
+    permits: u32,
     /// Whether the keys carry the holder's label (not a plain lock under
     /// interop keys, whose value is the token alone as its peers set it;
     /// not a reader, a member of a sorted set).
-    pub(super) labeled: bool,
+    labeled: bool,
     /// How many bytes come before and after the resource in a lock key.
-    pub(super) around: (usize, usize),
+    around: (usize, usize),
 }
 
 /// The lock keys: one resource's in one allocation, or several.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum LockKeys {
+enum LockKeys {
     One(String),
     Many(Box<[String]>),
 }
 
 impl LockKeys {
-    pub(super) fn as_slice(&self) -> &[String] {
+    fn as_slice(&self) -> &[String] {
         match self {
             LockKeys::One(key) => std::slice::from_ref(key),
             LockKeys::Many(keys) => keys,
@@ -246,6 +248,37 @@ impl Keys {
     /// (plain and fenced locks: docs/design.md §4).
     pub(crate) fn restorable(&self) -> bool {
         matches!(self.flavor, Flavor::Plain | Flavor::Fenced)
+    }
+
+    /// The kind of lock, which decides the scripts used.
+    pub(crate) fn flavor(&self) -> Flavor {
+        self.flavor
+    }
+
+    /// The lock keys, one per resource, in the order given.
+    pub(crate) fn lock_keys(&self) -> &[String] {
+        self.lock.as_slice()
+    }
+
+    /// The fencing counter's key, for a fenced lock.
+    pub(crate) fn fence_key(&self) -> Option<&str> {
+        self.fence.as_deref()
+    }
+
+    /// A plain or fenced lock's line of waiters, `[line, alive]` (empty:
+    /// none).
+    pub(crate) fn line(&self) -> &[String] {
+        &self.line
+    }
+
+    /// A semaphore's permit count (0 for other kinds).
+    pub(crate) fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    /// Whether the keys carry the holder's label.
+    pub(crate) fn labeled(&self) -> bool {
+        self.labeled
     }
 
     /// The first lock key (for logs).
