@@ -90,6 +90,35 @@ async fn contend(
     )
 }
 
+/// Every permit is had at once, and one more is refused: the semaphore is
+/// no stricter than its count, and no looser. (Contention alone need not
+/// reach the count on a loaded machine: holders of 5 ms may never overlap
+/// three deep.)
+async fn all_permits_at_once(redlock: &Redlock) {
+    let semaphore = Semaphore::new(redlock, &unique("sem-all"), PERMITS).unwrap();
+    let wait = AcquireOptions::new().wait(Duration::from_secs(10));
+    let mut held = Vec::new();
+    for _ in 0..PERMITS {
+        held.push(
+            semaphore
+                .acquire_with(Duration::from_secs(30), &wait)
+                .await
+                .unwrap(),
+        );
+    }
+    assert!(held.iter().all(|permit| permit.is_valid()));
+    assert!(
+        semaphore
+            .try_acquire(Duration::from_secs(30))
+            .await
+            .is_err(),
+        "a permit beyond {PERMITS}"
+    );
+    for permit in held {
+        let _ = permit.release().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_tasks_on_three_permits_never_exceed_three_and_reach_three() {
     let _serial = SERIAL.lock().await;
@@ -102,7 +131,11 @@ async fn ten_tasks_on_three_permits_never_exceed_three_and_reach_three() {
     )
     .await;
     println!("healthy: {grants} grants, at most {most} holders, {timeouts} timeouts");
-    assert_eq!(most, PERMITS as usize, "{grants} grants");
+    assert!(
+        most <= PERMITS as usize,
+        "{most} holders at once ({grants} grants)"
+    );
+    all_permits_at_once(&redlock).await;
     assert_eq!(timeouts, 0, "every waiter served within 5 s");
 }
 
@@ -122,7 +155,11 @@ async fn a_frozen_minority_changes_nothing() {
     )
     .await;
     println!("nodes 2 and 4 frozen: {grants} grants, at most {most} holders, {timeouts} timeouts");
-    assert_eq!(most, PERMITS as usize, "{grants} grants");
+    assert!(
+        most <= PERMITS as usize,
+        "{most} holders at once ({grants} grants)"
+    );
+    all_permits_at_once(&redlock).await;
     assert_eq!(timeouts, 0, "every waiter served within 5 s");
 }
 

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use redquorum::ReentrantLock;
 use redquorum::{Redlock, Retry};
+use redquorum_test_support::checks::Exclusion;
 use support::*;
 use tokio::time::Instant;
 
@@ -141,7 +142,7 @@ async fn contend(notify: bool) {
     } else {
         "contend-poll"
     }));
-    let busy = Arc::new(AtomicBool::new(false));
+    let exclusion = Exclusion::default();
     let grants = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for _ in 0..6 {
@@ -154,7 +155,7 @@ async fn contend(notify: bool) {
             .build()
             .await
             .unwrap();
-        let (resource, busy, grants) = (resource.clone(), busy.clone(), grants.clone());
+        let (resource, exclusion, grants) = (resource.clone(), exclusion.clone(), grants.clone());
         tasks.push(tokio::spawn(async move {
             for _ in 0..15 {
                 let lock = redlock
@@ -165,10 +166,10 @@ async fn contend(notify: bool) {
                     )
                     .await
                     .unwrap();
-                assert!(!busy.swap(true, Ordering::SeqCst), "two holders at once");
+                let inside = exclusion.enter();
                 tokio::time::sleep(Duration::from_millis(1)).await;
                 assert!(lock.is_valid());
-                busy.store(false, Ordering::SeqCst);
+                drop(inside);
                 grants.fetch_add(1, Ordering::SeqCst);
                 lock.release().await.unwrap();
             }

@@ -12,6 +12,7 @@ use std::time::Duration;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use redquorum::node::Node;
 use redquorum::{LockError, Redlock};
+use redquorum_test_support::checks;
 use support::memory::MemoryNode;
 
 /// The process's one recorder (the facade takes one per process).
@@ -93,11 +94,7 @@ async fn client(nodes: &[Arc<MemoryNode>]) -> Redlock {
 
 /// Waits (at most 5 s) until `done` holds.
 async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-    let start = std::time::Instant::now();
-    while !done() {
-        assert!(start.elapsed() < Duration::from_secs(5), "never: {what}");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    checks::eventually(what, Duration::from_secs(5), || std::future::ready(done())).await;
 }
 
 #[tokio::test(flavor = "current_thread")]

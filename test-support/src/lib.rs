@@ -1,12 +1,14 @@
 //! What the tests of the library and the CLI, and the benchmarks, share:
 //! the five real nodes (from `REDQUORUM_NODES`, set by `scripts/test`),
 //! fresh resource names, clients over the nodes, direct connections to them
-//! ([`raw`]), a TCP [`proxy`] in front of a node, a [`load`]ed host and a
-//! program run as a [`process`].
+//! ([`raw`]), a TCP [`proxy`] in front of a node, a [`load`]ed host, a
+//! program run as a [`process`], and the [`checks`] the tests share (a
+//! bounded wait, a detector of two holders at once).
 //!
 //! Without `REDQUORUM_NODES` the helpers that need nodes fail loudly: a lock
 //! test that passes without Redis proves nothing.
 
+pub mod checks;
 pub mod load;
 pub mod process;
 pub mod proxy;

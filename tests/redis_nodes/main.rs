@@ -12,11 +12,12 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use redis::AsyncCommands;
 use redquorum::{Answer, ConfigError, InputError, LockError, Redlock, Retry};
+use redquorum_test_support::checks::Exclusion;
 use support::*;
 
 const FOREIGN: &str = "another-holder-token";
@@ -426,14 +427,14 @@ async fn contending_tasks_never_overlap() {
         .await
         .unwrap();
     let resource = Arc::new(unique("contend"));
-    let busy = Arc::new(AtomicBool::new(false));
+    let exclusion = Exclusion::default();
     let grants = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for _ in 0..8 {
-        let (redlock, resource, busy, grants) = (
+        let (redlock, resource, exclusion, grants) = (
             redlock.clone(),
             resource.clone(),
-            busy.clone(),
+            exclusion.clone(),
             grants.clone(),
         );
         tasks.push(tokio::spawn(async move {
@@ -446,10 +447,10 @@ async fn contending_tasks_never_overlap() {
                     )
                     .await
                     .unwrap();
-                assert!(!busy.swap(true, Ordering::SeqCst), "two holders at once");
+                let inside = exclusion.enter();
                 tokio::task::yield_now().await;
                 assert!(lock.is_valid());
-                busy.store(false, Ordering::SeqCst);
+                drop(inside);
                 grants.fetch_add(1, Ordering::SeqCst);
                 lock.release().await.unwrap();
             }

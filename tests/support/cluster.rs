@@ -76,16 +76,12 @@ pub async fn copies(cluster: u16, key: &str) -> usize {
 }
 
 /// Waits, bounded (10 s), until `condition` holds.
-pub async fn eventually<F, Fut>(what: &str, mut condition: F)
+pub async fn eventually<F, Fut>(what: &str, condition: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !condition().await {
-        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    redquorum_test_support::checks::eventually(what, Duration::from_secs(10), condition).await;
 }
 
 /// Waits until `lease` has been extended twice more.
