@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::api::lease::{EndOnDrop, Keeping, Lease, keep};
 use crate::api::lock::Lock;
 use crate::api::redlock::Redlock;
+use crate::engine::driver::Driver;
 use crate::proto::error::LockError;
 use crate::settings::{LeaseOptions, LockOptions};
 
@@ -123,20 +124,36 @@ impl Redlock {
         F: FnOnce(Lease) -> Fut,
         Fut: Future<Output = T>,
     {
-        let keeping = Keeping::new(self.driver(), ttl, lease)?;
-        let lock = self.lock_with(resource, ttl, options).await?;
-        run_kept(lock, keeping, work).await
+        let acquire = self.lock_with(resource, ttl, options);
+        acquire_and_run(self.driver(), ttl, lease, acquire, work).await
     }
+}
+
+/// The body of every `run_with` ([`Redlock::run_with`],
+/// [`Semaphore::run_with`](crate::Semaphore::run_with),
+/// [`RwLock::run_read_with`](crate::RwLock::run_read_with) and
+/// `run_write_with`): checks that a lease of `ttl` can be kept per
+/// `lease` before anything is sent, then takes the lock (`acquire`, not
+/// polled until then) and runs `work` under it ([`run_kept`]).
+pub(crate) async fn acquire_and_run<F, Fut, T>(
+    driver: &Driver,
+    ttl: Duration,
+    lease: &LeaseOptions,
+    acquire: impl Future<Output = Result<Lock, LockError>>,
+    work: F,
+) -> Result<T, LockError>
+where
+    F: FnOnce(Lease) -> Fut,
+    Fut: Future<Output = T>,
+{
+    let keeping = Keeping::new(driver, ttl, lease)?;
+    run_kept(acquire.await?, keeping, work).await
 }
 
 /// Runs `work` under `lock`, kept alive per `keeping`, and releases it: the
 /// body of every `run` ([`Redlock::run_with`],
 /// [`Semaphore::run_with`](crate::api::semaphore::Semaphore::run_with)).
-pub(crate) async fn run_kept<F, Fut, T>(
-    mut lock: Lock,
-    keeping: Keeping,
-    work: F,
-) -> Result<T, LockError>
+async fn run_kept<F, Fut, T>(mut lock: Lock, keeping: Keeping, work: F) -> Result<T, LockError>
 where
     F: FnOnce(Lease) -> Fut,
     Fut: Future<Output = T>,

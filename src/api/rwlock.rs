@@ -4,10 +4,10 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::api::inspect::RwInspection;
-use crate::api::lease::{Keeping, Lease};
+use crate::api::lease::Lease;
 use crate::api::lock::Lock;
 use crate::api::redlock::Redlock;
-use crate::api::run::run_kept;
+use crate::api::run::acquire_and_run;
 use crate::engine::claim::Keys;
 use crate::proto::error::{LockError, Votes};
 use crate::proto::input::InputError;
@@ -389,9 +389,8 @@ impl RwLock {
         F: FnOnce(Lease) -> Fut,
         Fut: Future<Output = T>,
     {
-        let keeping = Keeping::new(self.redlock.driver(), ttl, lease)?;
-        let lock = self.read_with(ttl, options).await?;
-        run_kept(lock, keeping, work).await
+        let acquire = self.read_with(ttl, options);
+        acquire_and_run(self.redlock.driver(), ttl, lease, acquire, work).await
     }
 
     /// Runs `work` as the writer, under a lease kept as [`Redlock::run`]
@@ -469,9 +468,8 @@ impl RwLock {
         F: FnOnce(Lease) -> Fut,
         Fut: Future<Output = T>,
     {
-        let keeping = Keeping::new(self.redlock.driver(), ttl, lease)?;
-        let lock = self.write_with(ttl, options).await?;
-        run_kept(lock, keeping, work).await
+        let acquire = self.write_with(ttl, options);
+        acquire_and_run(self.redlock.driver(), ttl, lease, acquire, work).await
     }
 
     /// What every node holds for this lock: its writer, its live readers

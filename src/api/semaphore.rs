@@ -28,10 +28,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::api::lease::{Keeping, Lease};
+use crate::api::lease::Lease;
 use crate::api::lock::Lock;
 use crate::api::redlock::Redlock;
-use crate::api::run::run_kept;
+use crate::api::run::acquire_and_run;
 use crate::api::wait::{GiveUp, MAX_WATCHED_SLOTS, Waiting};
 use crate::engine::claim::{Claim, InLine, Keys};
 use crate::proto::error::LockError;
@@ -437,9 +437,8 @@ impl Semaphore {
         F: FnOnce(Lease) -> Fut,
         Fut: Future<Output = T>,
     {
-        let keeping = Keeping::new(self.redlock.driver(), ttl, lease)?;
-        let permit = self.acquire_with(ttl, options).await?;
-        run_kept(permit.lock, keeping, work).await
+        let acquire = async { Ok(self.acquire_with(ttl, options).await?.lock) };
+        acquire_and_run(self.redlock.driver(), ttl, lease, acquire, work).await
     }
 }
 
