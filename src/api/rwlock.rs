@@ -503,8 +503,10 @@ impl RwLock {
     }
 
     /// [`Redlock::release_token`] for this lock: where `token` is the
-    /// writer's, its writer key and its intent are deleted; where it is a
-    /// reader's, that reader. Either way each node answers
+    /// writer's, its writer key and the intent it marked are deleted (a
+    /// writer that waited marked its intent with its wait's name, not the
+    /// token: left where it stands, it lapses after the readers' time plus
+    /// the writer's TTL); where it is a reader's, that reader. Either way each node answers
     /// [`Answer::Yes`](crate::Answer::Yes) where something of `token` was
     /// deleted.
     ///

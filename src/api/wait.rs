@@ -29,6 +29,7 @@ use tokio::time::Instant;
 
 use crate::engine::claim::{Claim, InLine, Keys};
 use crate::engine::driver::{Attempts, Driver, Held, Ttl};
+use crate::engine::token::Token;
 use crate::engine::wakeup::Interest;
 use crate::proto::error::{LockError, Votes};
 use crate::proto::retry::{AfterRound, Backoff, Counts, Last, WAKE_SPREAD};
@@ -227,6 +228,13 @@ pub(crate) async fn acquire_repeatedly(
     // Taken back if this future is dropped while it waits (a caller
     // that stops waiting gives up).
     let mut give_up = GiveUp::new(driver, ttl.ms);
+    // A writer marks its intent with one name for the whole wait: its
+    // release then takes the intent back on every node, on one that
+    // missed its later rounds too (each round's own token would leave an
+    // earlier round's there).
+    let intent = keys
+        .marks_refusals()
+        .then(|| Token::from_draws(driver.draw(), driver.draw()));
     let mut keys = Some(keys);
     loop {
         let claim = match owner {
@@ -234,6 +242,7 @@ pub(crate) async fn acquire_repeatedly(
             None => Claim::new(keys.take().expect("keys")), // a fresh token every round
         };
         let claim = claim
+            .marking_intent(intent)
             .in_line(waiting.in_line())
             .labeled(label)
             .held_at_least(at_least);

@@ -18,6 +18,10 @@ pub(crate) use crate::proto::call_keys::{Flavor, Keys};
 pub(crate) struct Claim {
     keys: Keys,
     mark: Mark,
+    /// A writer's intent mark, where it differs from the token: drawn once
+    /// per wait, the same for each of its attempts
+    /// ([`Op::AcquireWrite`]'s `intent`).
+    intent: Option<Token>,
     /// The wait this claim's acquire is an attempt of, if it waits in line.
     waiter: Option<InLine>,
     /// The holder's label, stored with the token where the keys carry one.
@@ -102,6 +106,7 @@ impl Claim {
         Claim {
             keys,
             mark: Mark::Random(Token::random()),
+            intent: None,
             waiter: None,
             label: None,
             stored: std::sync::OnceLock::new(),
@@ -147,6 +152,14 @@ impl Claim {
         self.waiter.is_some_and(|w| w.kept)
     }
 
+    /// The same claim, a writer's attempt of a wait that marks its intent
+    /// with `intent` (the same for each of its attempts), not this
+    /// attempt's token.
+    pub(crate) fn marking_intent(mut self, intent: Option<Token>) -> Self {
+        self.intent = intent;
+        self
+    }
+
     /// The same claim, its acquire an attempt of `wait` in line (where its
     /// lock has a line).
     pub(crate) fn in_line(mut self, wait: Option<InLine>) -> Self {
@@ -166,6 +179,7 @@ impl Claim {
                 owner: owner.into(),
                 hold: Token::random(),
             },
+            intent: None,
             waiter: None,
             label: None,
             stored: std::sync::OnceLock::new(),
@@ -189,6 +203,7 @@ impl Claim {
         Ok(Claim {
             keys,
             mark: Mark::Given(mark.into()),
+            intent: None,
             waiter: None,
             label: None,
             stored: std::sync::OnceLock::new(),
@@ -300,6 +315,7 @@ impl Claim {
         let key = keys[0].as_str();
         let token = self.token();
         let hold = self.hold();
+        let intent = self.intent.as_ref().map_or(token, Token::as_str);
         let fence_key = self.keys.fence_key().unwrap_or_default();
         let line = self.keys.line();
         let label = match (&self.label, self.keys.labeled()) {
@@ -423,6 +439,7 @@ impl Claim {
                 keys,
                 token,
                 label,
+                intent,
                 ttl_ms,
                 waiter,
             },
@@ -438,6 +455,7 @@ impl Claim {
             (Flavor::Write, Step::Release) => Op::ReleaseWrite {
                 keys,
                 token,
+                intent,
                 waiter,
             },
             // A refused round keeps the intent it marked, for its retries;

@@ -214,7 +214,7 @@ pub enum Op<'a> {
     /// key to `token` for `ttl_ms` (and clear any intent). If readers
     /// stand, mark a writer's intent — which refuses new readers — for as
     /// long as they live plus `ttl_ms` (never shorter than it stands),
-    /// holding `token`, and refuse with the readers' longest TTL; if a
+    /// holding `intent`, and refuse with the readers' longest TTL; if a
     /// writer stands, refuse with its TTL. A write lock is extended as a
     /// plain one on the writer key. A `waiter` takes a writer key kept for
     /// it as free, and a refused one stays in line.
@@ -226,6 +226,11 @@ pub enum Op<'a> {
         /// Who holds it, for people (an inspection shows it): stored with
         /// the token, never compared (empty: none; see [`MAX_LABEL`]).
         label: &'a str,
+        /// What the intent holds: the same for every attempt of one wait
+        /// (a node that missed some rounds holds an earlier one's mark, and
+        /// the wait's release takes it back there too); a lone attempt's
+        /// is its token.
+        intent: &'a str,
         /// Time to live in milliseconds.
         ttl_ms: u64,
         /// Who waits in line, if this is a waiter's attempt.
@@ -233,13 +238,15 @@ pub enum Op<'a> {
     },
     /// Release a writer: the writer key if it holds `token` (kept for the
     /// first waiter in line, or deleted) and the writer-intent key if it
-    /// holds `token` (the intent is left on the nodes where readers refused
-    /// the writer). [`Reply::Done`] when either was the writer's.
+    /// holds `intent` (the intent is left on the nodes where readers
+    /// refused the writer). [`Reply::Done`] when either was the writer's.
     ReleaseWrite {
         /// `[writer, readers, intent, line, alive]`.
         keys: &'a [String],
         /// The writer's random token.
         token: &'a str,
+        /// Its wait's intent mark ([`Op::AcquireWrite`]'s `intent`).
+        intent: &'a str,
         /// The writer's wait, if it waited in line: as [`Op::Release`]'s.
         waiter: Option<Waiter<'a>>,
     },

@@ -23,7 +23,7 @@ pub struct OwnedOp {
     line: Vec<String>,
     /// The op's token, owner or other identifying string.
     token: String,
-    /// A reentrant hold's token.
+    /// A reentrant hold's token, or a writer's intent mark.
     hold: String,
     /// An acquire's label.
     label: String,
@@ -209,19 +209,23 @@ impl OwnedOp {
                 keys,
                 token,
                 label,
+                intent,
                 ttl_ms,
                 waiter,
             } => {
                 owned.many(Kind::AcquireWrite, keys, token, ttl_ms);
                 owned.label = label.to_owned();
+                owned.hold = intent.to_owned();
                 owned.waiter = own(waiter);
             }
             Op::ReleaseWrite {
                 keys,
                 token,
+                intent,
                 waiter,
             } => {
                 owned.many(Kind::ReleaseWrite, keys, token, 0);
+                owned.hold = intent.to_owned();
                 owned.waiter = own(waiter);
             }
             Op::AcquirePermit {
@@ -369,12 +373,14 @@ impl OwnedOp {
                 keys,
                 token,
                 label,
+                intent: hold,
                 ttl_ms,
                 waiter,
             },
             Kind::ReleaseWrite => Op::ReleaseWrite {
                 keys,
                 token,
+                intent: hold,
                 waiter,
             },
             Kind::AcquirePermit => Op::AcquirePermit {

@@ -4,12 +4,17 @@
 //! slot keeps for it. Before, only its last round's slot was given back:
 //! a slot kept for it stayed held for a waiter long gone, until its
 //! patience ran out. In-memory nodes.
+//!
+//! A waiting writer takes its intent back on every node, those that missed
+//! some of its rounds too.
 
 use std::time::Duration;
 
-use crate::support::memory::{Until, five};
-use redquorum::AcquireOptions;
-use redquorum::Semaphore;
+use std::sync::Arc;
+
+use crate::support::memory::{LosesWriteAcquires, MemoryNode, Until, five};
+use redquorum::node::Node;
+use redquorum::{AcquireOptions, Redlock, RwLock, Semaphore};
 
 const TTL: Duration = Duration::from_secs(30);
 const BOUND: Duration = Duration::from_secs(5);
@@ -49,5 +54,64 @@ async fn a_gone_semaphore_waiter_keeps_no_permit() {
         });
         a.release().await.unwrap();
         b.release().await.unwrap();
+    }
+}
+
+/// A waiting writer marks its intent on every node that refuses it for
+/// readers; a node that misses its later rounds keeps an earlier round's
+/// mark. Whether the writer gives up or gets the lock and releases it,
+/// its mark goes from every node, that one too: readers are not turned
+/// away there for a writer no longer coming. Before, each round marked
+/// with its own token and only the last round's was taken back: a chaos
+/// run found an intent left on a node whose connection dropped for a
+/// round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_takes_its_intent_back_where_it_missed_rounds() {
+    const INTENT: &str = "{doc}:intent";
+    for gets_it in [false, true] {
+        let nodes: Vec<_> = (0..5).map(MemoryNode::new).collect();
+        let links: Vec<_> = nodes.iter().cloned().map(LosesWriteAcquires::new).collect();
+        let redlock = Redlock::builder()
+            .custom_nodes(links.iter().map(|l| Arc::clone(l) as Arc<dyn Node>))
+            .node_timeout(Duration::from_secs(1))
+            .build()
+            .await
+            .unwrap();
+        let rw = RwLock::new(&redlock, "doc").unwrap();
+        let reader = rw.read(TTL).await.unwrap();
+        let writer = {
+            let rw = rw.clone();
+            tokio::spawn(async move {
+                let wait = AcquireOptions::new().wait(Duration::from_secs(60));
+                rw.write_with(TTL, &wait).await
+            })
+        };
+        for n in &nodes {
+            n.until(BOUND, "the writer's intent", |n| n.holder(INTENT).is_some())
+                .await;
+        }
+        // Node 0 misses the rounds from here on; a later one reaches node 1.
+        links[0].lose_write_acquires(true);
+        let before = nodes[1].applied();
+        nodes[1]
+            .until(BOUND, "a later round", |n| n.applied() > before)
+            .await;
+        if gets_it {
+            reader.release().await.unwrap();
+            let lock = writer.await.unwrap().expect("the writer gets the lock");
+            lock.release().await.unwrap();
+        } else {
+            writer.abort();
+            let _ = writer.await;
+            reader.release().await.unwrap();
+        }
+        crate::support::settled(&redlock).await;
+        for (i, n) in nodes.iter().enumerate() {
+            assert_eq!(
+                n.holder(INTENT),
+                None,
+                "gets it: {gets_it}: node {i} keeps the intent of a writer gone"
+            );
+        }
     }
 }

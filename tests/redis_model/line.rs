@@ -123,6 +123,7 @@ async fn the_model_keeps_a_line_as_redis_does() {
         keys: rw,
         token,
         label: "",
+        intent: token,
         ttl_ms,
         waiter,
     };
@@ -134,6 +135,7 @@ async fn the_model_keeps_a_line_as_redis_does() {
     pair.both(Op::ReleaseWrite {
         keys: rw,
         token: "w1",
+        intent: "w1",
         waiter: None,
     })
     .await
@@ -162,6 +164,7 @@ async fn the_model_keeps_a_line_as_redis_does() {
     pair.both(Op::ReleaseWrite {
         keys: rw,
         token: "w2",
+        intent: "w2",
         waiter: None,
     })
     .await

@@ -244,6 +244,7 @@ fn write_label<'a>(keys: &'a [String], token: &'a str, label: &'a str) -> Op<'a>
         keys,
         token,
         label,
+        intent: token,
         ttl_ms: 10_000,
         waiter: None,
     }
@@ -468,10 +469,13 @@ async fn the_model_answers_every_operation_as_redis_does() {
         ttl_ms,
         waiter: None,
     };
-    let write = |token| Op::AcquireWrite {
+    // A writer's intent is marked with its wait's name, not its token
+    // (`m…` here).
+    let write = |token, intent| Op::AcquireWrite {
         keys: rw,
         token,
         label: "",
+        intent,
         ttl_ms,
         waiter: None,
     };
@@ -480,14 +484,15 @@ async fn the_model_answers_every_operation_as_redis_does() {
         token,
         waiter: None,
     };
-    let unwrite = |token| Op::ReleaseWrite {
+    let unwrite = |token, intent| Op::ReleaseWrite {
         keys: rw,
         token,
+        intent,
         waiter: None,
     };
     pair.both(read("r1")).await.unwrap();
     pair.both(read("r2")).await.unwrap();
-    pair.both(write("w1")).await.unwrap();
+    pair.both(write("w1", "w1")).await.unwrap();
     pair.both(read("r3")).await.unwrap();
     pair.same_keys(rw).await;
     let stay_read = |token, ttl_ms| Op::ExtendRead {
@@ -501,13 +506,16 @@ async fn the_model_answers_every_operation_as_redis_does() {
     for token in ["r1", "r1", "r2"] {
         pair.both(unread(token)).await.unwrap();
     }
-    pair.both(write("w2")).await.unwrap();
+    pair.both(write("w2", "m2")).await.unwrap();
     pair.both(read("r4")).await.unwrap();
-    pair.both(write("w3")).await.unwrap();
+    pair.both(write("w3", "m3")).await.unwrap();
     pair.same_keys(rw).await;
-    for token in ["w1", "w2", "w2"] {
-        pair.both(unwrite(token)).await.unwrap();
+    for (token, intent) in [("w1", "w1"), ("w2", "m2"), ("w2", "m2")] {
+        pair.both(unwrite(token, intent)).await.unwrap();
     }
+    pair.same_keys(rw).await;
+    // A later attempt of the same wait (another token) takes the mark back.
+    pair.both(unwrite("w4", "m3")).await.unwrap();
     pair.same_keys(rw).await;
 
     // Keys of the wrong type: the readers key holding a string fails the
@@ -529,6 +537,7 @@ async fn the_model_answers_every_operation_as_redis_does() {
         keys: &odd,
         token: "w",
         label: "",
+        intent: "w",
         ttl_ms,
         waiter: None,
     };
@@ -601,7 +610,7 @@ async fn the_model_answers_every_operation_as_redis_does() {
         .await
         .unwrap();
     pair.same_keys(rw).await;
-    pair.both(unwrite("wl")).await.unwrap();
+    pair.both(unwrite("wl", "wl")).await.unwrap();
 
     // Expiry: a short key gone on both after its TTL.
     pair.both(Op::Acquire {

@@ -53,3 +53,47 @@ pub async fn five() -> (Vec<std::sync::Arc<MemoryNode>>, redquorum::Redlock) {
     let client = client_over(&nodes).await;
     (nodes, client)
 }
+
+/// An in-memory node whose link loses a writer's acquires while
+/// [`lose_write_acquires`](Self::lose_write_acquires) is on: they fail as
+/// on a connection that is down, and are never applied (every other call
+/// goes through). A node that misses some rounds of a waiting writer.
+#[derive(Debug)]
+pub struct LosesWriteAcquires {
+    inner: std::sync::Arc<MemoryNode>,
+    lose: std::sync::atomic::AtomicBool,
+}
+
+impl LosesWriteAcquires {
+    /// A link to `inner`, losing nothing yet.
+    pub fn new(inner: std::sync::Arc<MemoryNode>) -> std::sync::Arc<Self> {
+        std::sync::Arc::new(LosesWriteAcquires {
+            inner,
+            lose: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    /// Loses a writer's acquires from now on (`true`), or no longer.
+    pub fn lose_write_acquires(&self, on: bool) {
+        self.lose.store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl redquorum::node::Node for LosesWriteAcquires {
+    fn name(&self) -> &std::sync::Arc<str> {
+        redquorum::node::Node::name(&*self.inner)
+    }
+
+    fn call<'a>(
+        &'a self,
+        op: redquorum::node::Op<'a>,
+    ) -> futures::future::BoxFuture<'a, Result<redquorum::node::Reply, redquorum::NodeError>> {
+        let lost = matches!(op, redquorum::node::Op::AcquireWrite { .. })
+            && self.lose.load(std::sync::atomic::Ordering::SeqCst);
+        if lost {
+            let err = redquorum::NodeError::NotConnected("link down (test)".into());
+            return Box::pin(std::future::ready(Err(err)));
+        }
+        self.inner.call(op)
+    }
+}

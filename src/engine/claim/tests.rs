@@ -128,6 +128,7 @@ fn a_writer_undoes_a_round_without_its_intent_and_releases_with_it() {
         Op::ReleaseWrite {
             keys: &rw,
             token: "w",
+            intent: "w",
             waiter: None,
         }
     );
@@ -141,6 +142,21 @@ fn a_writer_undoes_a_round_without_its_intent_and_releases_with_it() {
         }
     );
     assert!(claim.keys().marks_refusals());
+    // An attempt of a wait marks (and takes back) the wait's intent, not
+    // its own token.
+    let mark = crate::engine::token::Token::from_draws(1, 2);
+    let attempt = Claim::with_token(claim.keys().clone(), "w")
+        .unwrap()
+        .marking_intent(Some(mark));
+    let Op::AcquireWrite { token, intent, .. } = attempt.op(Step::Acquire { holder_ttl: false }, 5)
+    else {
+        panic!("a writer's acquire")
+    };
+    assert_eq!((token, intent), ("w", mark.as_str()));
+    let Op::ReleaseWrite { token, intent, .. } = attempt.op(Step::Release, 0) else {
+        panic!("a writer's release")
+    };
+    assert_eq!((token, intent), ("w", mark.as_str()));
     let reader = Keys::rw(&KeyLayout::default(), "r", false).unwrap();
     assert!(!reader.marks_refusals());
 }

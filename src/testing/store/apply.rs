@@ -291,12 +291,14 @@ impl Store {
                 keys,
                 token,
                 label,
+                intent,
                 ttl_ms,
                 waiter,
-            } => self.acquire_write(keys, token, label, ttl_ms, waiter, now)?,
+            } => self.acquire_write(keys, (token, intent), label, ttl_ms, waiter, now)?,
             Op::ReleaseWrite {
                 keys,
                 token,
+                intent: mark,
                 waiter,
             } => {
                 let [writer, _, intent, ..] = rw(keys)?;
@@ -314,7 +316,7 @@ impl Store {
                 if changed && kept.is_none() {
                     self.keys.remove(writer);
                 }
-                let intent_gone = self.delete_if(intent, token, now);
+                let intent_gone = self.delete_if(intent, mark, now);
                 if changed || intent_gone {
                     self.publish_to(writer, token, kept.as_deref());
                 }
@@ -417,11 +419,12 @@ impl Store {
         Ok(Reply::Done)
     }
 
-    /// `acquire_write.lua`.
+    /// `acquire_write.lua`: `marks` are the writer's token and its
+    /// intent mark.
     fn acquire_write(
         &mut self,
         keys: &[String],
-        token: &str,
+        (token, mark): (&str, &str),
         label: &str,
         ttl_ms: u64,
         waiter: Option<Waiter<'_>>,
@@ -444,7 +447,7 @@ impl Store {
             // Never a shorter intent than stands.
             let stands = self.peek(intent, now).and_then(|e| e.pttl(now));
             let keep = stands.map_or(left + ttl_ms, |s| s.max(left + ttl_ms));
-            self.set(intent, Entry::text(token, now, keep));
+            self.set(intent, Entry::text(mark, now, keep));
             return self.refused(line, me.as_deref(), waiter, Some(left), now);
         }
         self.set(writer, Entry::text(&labeled(token, label), now, ttl_ms));

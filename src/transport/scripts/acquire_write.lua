@@ -3,20 +3,22 @@
 -- KEYS as acquire_read.lua. Returns OK when set. A writer (or the readers'
 -- turn, or a lock kept for another waiter) standing: its PTTL (-1: no
 -- expiry). Readers standing: the longest reader's time left, after marking
--- the writer's intent (which refuses new readers) with ARGV[1] for that long
--- plus the TTL, never shortening another writer's intent: the readers drain,
--- and the writer is not starved by new ones. The intent takes the latest
--- token, so that the writer's release (release_write.lua) clears it where it
--- was refused. ARGV[3] is the writer's label (ours.lua; may be empty). A
--- waiter (ARGV[4..6]: its id, ticket and patience) takes a lock kept for it
--- as free, and a refusal keeps it in line ({PTTL, waiters ahead}).
-local me = ARGV[4] and line_name('w', ARGV[4], ARGV[6])
+-- the writer's intent (which refuses new readers) for that long plus the TTL,
+-- never shortening another writer's intent: the readers drain, and the
+-- writer is not starved by new ones. The intent takes the latest writer's
+-- mark ARGV[4], the same for every attempt of one wait, so that the
+-- writer's release (release_write.lua) clears it wherever it was refused,
+-- on a node that missed its later attempts too. ARGV[3] is the writer's
+-- label (ours.lua; may be empty). A waiter (ARGV[5..7]: its id, ticket and
+-- patience) takes a lock kept for it as free, and a refusal keeps it in line
+-- ({PTTL, waiters ahead}).
+local me = ARGV[5] and line_name('w', ARGV[5], ARGV[7])
 local now = node_now()
 local value = redis.pcall('GET', KEYS[1])
 if value ~= false and not (me and value == KEPT .. me) then
   local pttl = redis.call('PTTL', KEYS[1])
   if me then
-    return line_wait(KEYS[4], KEYS[5], me, ARGV[5], ARGV[6], pttl, now)
+    return line_wait(KEYS[4], KEYS[5], me, ARGV[6], ARGV[7], pttl, now)
   end
   return pttl
 end
@@ -26,9 +28,9 @@ local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
 if #last > 0 then
   local left = tonumber(last[2]) - now
   local keep = math.max(redis.call('PTTL', KEYS[3]), left + ttl)
-  redis.call('SET', KEYS[3], ARGV[1], 'PX', keep)
+  redis.call('SET', KEYS[3], ARGV[4], 'PX', keep)
   if me then
-    return line_wait(KEYS[4], KEYS[5], me, ARGV[5], ARGV[6], left, now)
+    return line_wait(KEYS[4], KEYS[5], me, ARGV[6], ARGV[7], left, now)
   end
   return left
 end

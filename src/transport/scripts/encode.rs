@@ -169,12 +169,14 @@ pub(crate) fn encode(op: &Op<'_>, loaded: bool, out: &mut Vec<u8>) {
             keys,
             token,
             label,
+            intent,
             ttl_ms,
             waiter,
         } => {
             args.push(Arg::Str(token))
                 .push(Arg::Num(ttl_ms))
-                .push(Arg::Str(label));
+                .push(Arg::Str(label))
+                .push(Arg::Str(intent));
             push_waiter(&mut args, waiter);
             (&[][..], keys)
         }
@@ -197,12 +199,17 @@ pub(crate) fn encode(op: &Op<'_>, loaded: bool, out: &mut Vec<u8>) {
             args.push(Arg::Str(token));
             (&[][..], keys)
         }
-        Op::ReleaseRead {
+        Op::ReleaseWrite {
             keys,
             token,
+            intent,
             waiter,
+        } => {
+            args.push(Arg::Str(token)).push(Arg::Str(intent));
+            push_leaving(&mut args, waiter);
+            (&[][..], keys)
         }
-        | Op::ReleaseWrite {
+        Op::ReleaseRead {
             keys,
             token,
             waiter,

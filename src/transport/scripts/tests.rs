@@ -142,6 +142,7 @@ fn every_operation_encodes_as_one_whole_command() {
             keys: &keys,
             token: "t",
             label: "",
+            intent: "m",
             ttl_ms: 5,
             waiter,
         },
