@@ -437,3 +437,47 @@ async fn first_use_with_a_node_down_records_when_it_comes_back() {
     let lock = redlock.try_lock(&unique("agree-late"), TTL).await.unwrap();
     lock.release().await.unwrap();
 }
+
+/// An address the nodes know as another member than the one a client
+/// reaches there (a port given to another server since: the test proxies'
+/// ports are reused from test to test) is corrected by the next client
+/// that reaches it, and that client is not refused for it. Before, the
+/// stale entry stood for good, and a client that decided before that node
+/// answered refused it as no member (`NotAMember`, not blank), failing the
+/// CLI's build through proxies in CI.
+#[tokio::test]
+async fn an_address_known_as_another_member_is_corrected() {
+    let prefix = prefix("agree-stale");
+    let key = format!("{prefix}redquorum:deployment");
+    let first = client(&node_urls(), &prefix).build().await.unwrap();
+    drop(first);
+    let held = records(&prefix).await;
+    // (The client spells each address as its URL, as given.)
+    let field = |i: usize| format!("seen:{}", node_urls()[i]);
+    // Every node knows node 1's address as node 2's member, and node 2's
+    // as node 1's.
+    for mut conn in raw_all().await {
+        let _: () = conn
+            .hset_multiple(
+                &key,
+                &[(field(0), &held[1]["id"]), (field(1), &held[0]["id"])],
+            )
+            .await
+            .unwrap();
+    }
+    let redlock = client(&node_urls(), &prefix).build().await.unwrap();
+    let lock = redlock.try_lock(&unique("agree-stale"), TTL).await.unwrap();
+    lock.release().await.unwrap();
+    let corrected = || async {
+        records(&prefix).await.iter().all(|hash| {
+            hash.get(&field(0)) == Some(&held[0]["id"])
+                && hash.get(&field(1)) == Some(&held[1]["id"])
+        })
+    };
+    redquorum_test_support::checks::eventually(
+        "every node knows nodes 1 and 2 by their own ids",
+        Duration::from_secs(10),
+        corrected,
+    )
+    .await;
+}

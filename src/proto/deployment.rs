@@ -556,9 +556,11 @@ pub enum Admission {
     Excluded(Mismatch),
 }
 
-/// Whether node `place`, answering `reading`, is the member `expected`
-/// (what the decision knew of it) under the agreed `record`; `taken`: the
-/// ids other nodes of the client are.
+/// What node `place`, answering `reading`, is under the agreed `record`:
+/// a node holding it, the member whose id it answers with (unless another
+/// node of the client is that member: `taken`, the ids they are); a node
+/// without it, the member `expected` (what the decision knew of its
+/// address), adopted back.
 ///
 /// ```
 /// use redquorum::deployment::{admit, Admission, Reading, Record};
@@ -591,10 +593,12 @@ pub fn admit(
             Admission::Excluded(Mismatch::Moved { now: held.clone() })
         }
         // This record, or an older one (a node behind, written forward).
+        // A node that holds it answers for itself: `expected` may be a
+        // stale `seen:` entry (an address given to another server since),
+        // which only serves a node with no record.
         Some(_) => {
             let id = reading.id.as_str();
-            let fits = expected.is_none_or(|e| e == id);
-            if fits && record.lists(id) && !taken.contains(&id) {
+            if record.lists(id) && !taken.contains(&id) {
                 Admission::Member
             } else {
                 Admission::Excluded(outside(place, reading, record))

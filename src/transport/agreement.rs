@@ -436,7 +436,8 @@ impl Agreement {
     /// The writes due, by node: the record being created, on nodes without
     /// it; the record written back, under its member's id, on a known
     /// member that lost it (`Some`, with the id); the members' addresses
-    /// (`None`), on holders that do not know them yet, once per node.
+    /// (`None`), on holders that do not know them yet or know one as
+    /// another member, once per node.
     ///
     /// A member is adopted back only where every other node of the client
     /// is accounted for — it answered as another member, or the holders
@@ -463,9 +464,11 @@ impl Agreement {
                     _ => continue,
                 },
                 (_, Some(_), Some(_)) => {
+                    // An address it does not know, or knows as another
+                    // member (given to another server since).
                     let missing = known
                         .iter()
-                        .any(|(name, _)| self.seen(reading, name).is_none());
+                        .any(|(name, id)| self.seen(reading, name) != Some(*id));
                     if !missing || !self.admits(place) || state.told[place] {
                         continue;
                     }

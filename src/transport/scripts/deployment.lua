@@ -10,7 +10,10 @@
 -- has a lower epoch; ARGV[4] the member this node is, written with the
 -- record (a member that lost its data; '' keeps its id).
 -- ARGV[8] k, then k addresses to look up, then address, id pairs to
--- record where the node holds a record and knows no member there.
+-- record where the node holds a record: the member a client reached there
+-- (a new address while fewer than ARGV[5] are known; a known one that
+-- names another member is corrected, as an address given to another
+-- server since).
 -- Returns {id, members, max_ttl, epoch, next, then the member at each
 -- address looked up}, '' for what is not there.
 -- HGETALL, HSET and HSETNX, which the scripts' users may run already
@@ -38,10 +41,13 @@ local k = tonumber(ARGV[8])
 if m.members then
   for i = 9 + k, #ARGV - 1, 2 do
     local field = 'seen:' .. ARGV[i]
-    if not m[field] and seen < tonumber(ARGV[5]) then
+    local known = m[field]
+    if known ~= ARGV[i + 1] and (known or seen < tonumber(ARGV[5])) then
       redis.call('HSET', KEYS[1], field, ARGV[i + 1])
       m[field] = ARGV[i + 1]
-      seen = seen + 1
+      if not known then
+        seen = seen + 1
+      end
     end
   end
 end
