@@ -13,16 +13,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::api::redlock::Redlock;
-use crate::engine::dispatch::{DEFAULT_MAX_IN_FLIGHT, Dispatcher, Member};
+use crate::engine::dispatch::{Dispatcher, Member};
 use crate::engine::driver::{Driver, Settings};
 use crate::engine::wakeup::{Hub, Open};
 use crate::proto::error::NodeError;
 use crate::proto::input::InputError;
 use crate::proto::keys::KeyLayout;
-use crate::proto::quorum::{DEFAULT_NODE_TIMEOUT, DriftFactor, MAX_TTL_MS, quorum};
+use crate::proto::quorum::{DriftFactor, MAX_TTL_MS, quorum};
 use crate::proto::retry::Retry;
 use crate::settings::config_error::ConfigError;
-use crate::settings::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_TTL, MAX_CONNECT_TIMEOUT};
+use crate::settings::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_TTL, DEFAULT_NODE_TIMEOUT,
+    MAX_CONNECT_TIMEOUT,
+};
 use crate::telemetry::NodeTelemetry;
 use crate::transport::address::{Address, TlsMaterial, redact};
 use crate::transport::agreement::Agreement;

@@ -1,8 +1,9 @@
-//! Settings, at the bottom of the house: plain data that every layer
-//! above reads and the client's users set. One call's options
-//! ([`options`]), the client's defaults and bounds, and the error a
-//! setting that breaks them gets ([`config_error`]). The retry policy is
-//! pure and lives in `crate::proto::retry`.
+//! Settings: plain data that every layer above the protocol reads and the
+//! client's users set. One call's options ([`options`]), the client's
+//! defaults and bounds — every default is here, the node timeout's
+//! re-exported from the protocol, whose pure rounds compute with it — and
+//! the error a setting that breaks them gets ([`config_error`]). The retry
+//! policy is pure and lives in `crate::proto::retry`.
 
 use std::time::Duration;
 
@@ -22,3 +23,12 @@ pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The longest connect timeout accepted.
 pub(crate) const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// The bound on calls in flight per node, unless
+/// [`Builder::max_in_flight`](crate::Builder::max_in_flight) says otherwise.
+pub(crate) const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
+
+/// How long a round waits for each node, unless
+/// [`Builder::node_timeout`](crate::Builder::node_timeout) says otherwise
+/// (at most a twentieth of the lock's TTL).
+pub(crate) use crate::proto::quorum::DEFAULT_NODE_TIMEOUT;

@@ -6,9 +6,10 @@ use crate::api::redlock::Redlock;
 use crate::api::semaphore::Semaphore;
 use crate::engine::claim::{Claim, Keys};
 use crate::proto::error::{LockError, Votes};
-use crate::proto::quorum::{self, DEFAULT_NODE_TIMEOUT};
+use crate::proto::quorum;
 use crate::proto::round::Step;
 use crate::proto::round::Wait;
+use crate::settings::DEFAULT_NODE_TIMEOUT;
 
 impl Redlock {
     /// Releases the lock on `resource` held under `token`, on behalf of

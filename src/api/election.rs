@@ -117,9 +117,7 @@ impl Election {
     /// # Ok(()) }
     /// ```
     pub fn new(redlock: &Redlock, name: &str) -> Result<Election, InputError> {
-        if name.is_empty() {
-            return Err(InputError::EmptyResource);
-        }
+        crate::proto::input::check_name(name)?;
         Ok(Election {
             redlock: redlock.clone(),
             name: name.to_owned(),

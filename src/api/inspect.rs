@@ -479,8 +479,6 @@ impl Semaphore {
 
 /// Refuses an empty resource name.
 fn named(resource: &str) -> Result<&str, InputError> {
-    if resource.is_empty() {
-        return Err(InputError::EmptyResource);
-    }
+    crate::proto::input::check_name(resource)?;
     Ok(resource)
 }

@@ -55,9 +55,7 @@ impl ReentrantLock {
     /// # Ok(()) }
     /// ```
     pub fn new(redlock: &Redlock, name: &str, owner: &str) -> Result<ReentrantLock, InputError> {
-        if name.is_empty() {
-            return Err(InputError::EmptyResource);
-        }
+        crate::proto::input::check_name(name)?;
         if owner.is_empty() {
             return Err(InputError::EmptyOwner);
         }

@@ -83,9 +83,7 @@ impl RwLock {
     /// # Ok(()) }
     /// ```
     pub fn new(redlock: &Redlock, name: &str) -> Result<RwLock, InputError> {
-        if name.is_empty() {
-            return Err(InputError::EmptyResource);
-        }
+        crate::proto::input::check_name(name)?;
         Ok(RwLock {
             redlock: redlock.clone(),
             name: name.to_owned(),

@@ -84,9 +84,7 @@ impl Semaphore {
     /// # Ok(()) }
     /// ```
     pub fn new(redlock: &Redlock, name: &str, permits: u32) -> Result<Semaphore, InputError> {
-        if name.is_empty() {
-            return Err(InputError::EmptyResource);
-        }
+        crate::proto::input::check_name(name)?;
         if permits == 0 || permits > MAX_PERMITS {
             return Err(InputError::InvalidPermits(permits));
         }

@@ -278,7 +278,7 @@ pub(crate) fn patience(driver: &Driver) -> Duration {
     let settings = &driver.settings;
     let node_timeout = settings
         .node_timeout
-        .unwrap_or(crate::proto::quorum::DEFAULT_NODE_TIMEOUT);
+        .unwrap_or(crate::settings::DEFAULT_NODE_TIMEOUT);
     (settings.retry.max_delay() + node_timeout * PATIENCE_TIMEOUTS).max(MIN_PATIENCE)
 }
 

@@ -8,6 +8,22 @@ use crate::proto::deployment::Mismatch;
 /// all).
 const BLANK_AGAIN: Duration = Duration::from_millis(50);
 
+/// A [`Builder`]'s settings, checked ([`Builder::check`]): every bound
+/// met, every default chosen, the node URLs parsed and told apart.
+pub(crate) struct Checked {
+    drift_factor: DriftFactor,
+    layout: KeyLayout,
+    max_ttl: Duration,
+    /// `max_ttl` was chosen, not the default.
+    chosen: bool,
+    checks: Checks,
+    connect_timeout: Duration,
+    label: Option<Arc<str>>,
+    max_in_flight: usize,
+    targets: Vec<Address>,
+    tls: tls::Configs,
+}
+
 impl Builder {
     /// Checks the settings, then connects to every node concurrently, waiting
     /// at most the node timeout: a node that is down or frozen now is retried
@@ -34,8 +50,11 @@ impl Builder {
         self.connect().await.map(Redlock::from_driver)
     }
 
-    /// Checks the settings and connects (see [`build`](Builder::build)).
-    pub(crate) async fn connect(self) -> Result<Driver, ConfigError> {
+    /// Checks every setting, in pure code, before anything connects: the
+    /// settings [`connect`](Builder::connect) uses, or the first that is
+    /// out of range. (Only a node's own answers are left to check: its
+    /// credentials, its server, the deployment record.)
+    pub(crate) fn check(&self) -> Result<Checked, ConfigError> {
         let drift_factor = match self.drift_factor {
             None => DriftFactor::default(),
             Some(f) => DriftFactor::new(f).ok_or(InputError::InvalidDriftFactor(f))?,
@@ -77,9 +96,8 @@ impl Builder {
         let label = self
             .label
             .as_deref()
-            .map(crate::engine::claim::check_label)
+            .map(crate::proto::input::check_label)
             .transpose()?;
-        crate::telemetry::describe();
         let max_in_flight = self.max_in_flight.unwrap_or(DEFAULT_MAX_IN_FLIGHT);
         if max_in_flight == 0 {
             return Err(ConfigError::InvalidMaxInFlight);
@@ -95,9 +113,6 @@ impl Builder {
         // TLS only where a node needs it, with a provider of the client's
         // own (the process default is never touched).
         let tls = tls::Configs::new(&self.tls, targets.iter().map(|t| t.endpoint().tls))?;
-        for target in targets.iter().filter(|t| t.is_insecure()) {
-            tracing::warn!(node = %target.name(), "certificate verification is off for this node (#insecure)");
-        }
         let mut names: Vec<&str> = targets
             .iter()
             .map(|t| &**t.name())
@@ -106,6 +121,39 @@ impl Builder {
         names.sort_unstable();
         if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
             return Err(ConfigError::DuplicateNode(w[0].to_owned()));
+        }
+        Ok(Checked {
+            drift_factor,
+            layout,
+            max_ttl,
+            chosen,
+            checks,
+            connect_timeout,
+            label,
+            max_in_flight,
+            targets,
+            tls,
+        })
+    }
+
+    /// Connects with the settings [`check`](Builder::check)ed (see
+    /// [`build`](Builder::build)).
+    pub(crate) async fn connect(self) -> Result<Driver, ConfigError> {
+        let Checked {
+            drift_factor,
+            layout,
+            max_ttl,
+            chosen,
+            checks,
+            connect_timeout,
+            label,
+            max_in_flight,
+            targets,
+            tls,
+        } = self.check()?;
+        crate::telemetry::describe();
+        for target in targets.iter().filter(|t| t.is_insecure()) {
+            tracing::warn!(node = %target.name(), "certificate verification is off for this node (#insecure)");
         }
 
         // The deployment record, kept by clients of Redis masters only (a
@@ -277,5 +325,44 @@ impl Builder {
             hub,
             self.jitter_seed,
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every setting is checked in pure code, before anything connects: no
+    /// runtime, no node, no network here.
+    #[test]
+    fn settings_are_checked_before_anything_connects() {
+        let five = || Builder::default().nodes((1..=5).map(|i| format!("redis://127.0.0.1:{i}")));
+        let checked = five().check().expect("valid settings");
+        assert_eq!(checked.targets.len(), 5);
+        assert_eq!(checked.max_ttl, DEFAULT_MAX_TTL);
+        assert_eq!(checked.max_in_flight, DEFAULT_MAX_IN_FLIGHT);
+        assert_eq!(checked.connect_timeout, DEFAULT_CONNECT_TIMEOUT);
+        let refused = |b: Builder| b.check().err().expect("refused");
+        assert_eq!(refused(Builder::default()), ConfigError::NoNodes);
+        assert_eq!(
+            refused(five().node_timeout(Duration::ZERO)),
+            ConfigError::InvalidNodeTimeout
+        );
+        assert_eq!(
+            refused(five().retry(Retry::new(0, Duration::ZERO))),
+            ConfigError::InvalidRetry
+        );
+        assert_eq!(
+            refused(five().max_in_flight(0)),
+            ConfigError::InvalidMaxInFlight
+        );
+        assert!(matches!(
+            refused(five().nodes(["redis://127.0.0.1:1"])),
+            ConfigError::DuplicateNode(_)
+        ));
+        assert!(matches!(
+            refused(five().label("a\0b")),
+            ConfigError::Input(InputError::InvalidLabel(_))
+        ));
     }
 }

@@ -140,7 +140,8 @@ impl Claim {
         }
     }
 
-    /// The same claim, its hold labelled `label` (see [`check_label`]).
+    /// The same claim, its hold labelled `label` (see
+    /// [`check_label`](crate::proto::input::check_label)).
     pub(crate) fn labeled(mut self, label: Option<&std::sync::Arc<str>>) -> Self {
         self.label = label.cloned();
         self
@@ -282,35 +283,40 @@ impl Claim {
         }
     }
 
-    /// How long the key must still stay (whole milliseconds, rounded up),
-    /// when held at least until a time not yet come.
-    fn kept_for_ms(&self) -> Option<u64> {
-        let left = self
-            .keep_until
-            .get()?
-            .saturating_duration_since(tokio::time::Instant::now());
+    /// How long the key must still stay at `now` (whole milliseconds,
+    /// rounded up), when held at least until a time not yet come.
+    fn kept_for_ms(&self, now: tokio::time::Instant) -> Option<u64> {
+        let left = self.keep_until.get()?.saturating_duration_since(now);
         let ms = u64::try_from(left.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
         (ms > 0).then_some(ms)
     }
 
-    /// The node operation for `step` on this claim.
-    /// The operation a call of `step` writes on a connection whose node is
-    /// `quarantined` there — learnt by that connection's handshake, which may
-    /// come after the round chose its steps (a node restarted and still
-    /// reconnecting when an extension is made): an extension of a
+    /// The operation a call of `step` writes at `now` on a connection whose
+    /// node is `quarantined` there — learnt by that connection's handshake,
+    /// which may come after the round chose its steps (a node restarted and
+    /// still reconnecting when an extension is made): an extension of a
     /// restorable lock then sets the key again where it is absent, and
     /// counts (docs/design.md §4b). Every other call is [`op`](Self::op)'s.
-    pub(crate) fn op_on(&self, step: Step, ttl_ms: u64, quarantined: bool) -> Op<'_> {
+    pub(crate) fn op_on(
+        &self,
+        step: Step,
+        ttl_ms: u64,
+        quarantined: bool,
+        now: tokio::time::Instant,
+    ) -> Op<'_> {
         let step = match step {
             Step::Extend { restore: false } if quarantined && self.keys.restorable() => {
                 Step::Extend { restore: true }
             }
             other => other,
         };
-        self.op(step, ttl_ms)
+        self.op(step, ttl_ms, now)
     }
 
-    pub(crate) fn op(&self, step: Step, ttl_ms: u64) -> Op<'_> {
+    /// The node operation for `step` on this claim, written at `now` (a
+    /// release of a lock held at least until later leaves its key for the
+    /// time left then). Pure: the caller reads the clock.
+    pub(crate) fn op(&self, step: Step, ttl_ms: u64, now: tokio::time::Instant) -> Op<'_> {
         let keys = self.keys.lock_keys();
         let key = keys[0].as_str();
         let token = self.token();
@@ -359,7 +365,7 @@ impl Claim {
             // Held at least until a time not yet come: the key stays until
             // then (computed as the release is written: a resend shortens it).
             (Flavor::Plain | Flavor::Fenced, Step::Release)
-                if let Some(after_ms) = self.kept_for_ms() =>
+                if let Some(after_ms) = self.kept_for_ms(now) =>
             {
                 Op::ReleaseAfter {
                     key,
@@ -491,13 +497,4 @@ impl Claim {
             },
         }
     }
-}
-
-/// Checks a label: at most [`MAX_LABEL`](crate::transport::node::MAX_LABEL) bytes, no
-/// NUL byte (what separates it from the token in a key).
-pub(crate) fn check_label(label: &str) -> Result<std::sync::Arc<str>, InputError> {
-    if label.len() > crate::transport::node::MAX_LABEL || label.contains('\0') {
-        return Err(InputError::InvalidLabel(label.to_owned()));
-    }
-    Ok(label.into())
 }

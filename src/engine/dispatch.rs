@@ -121,9 +121,6 @@ use crate::transport::node::Node;
 /// A node call's outcome.
 pub(crate) type Outcome = Result<Reply, NodeError>;
 
-/// The default bound on calls in flight per node.
-pub(crate) const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
-
 /// Releases and undos may take calls in flight up to this many times the
 /// bound (see [`Dispatcher::call`]).
 pub(crate) const CLEANUP_ROOM: usize = 3;
@@ -397,7 +394,7 @@ impl Dispatcher {
         call.quarantined = quarantined;
         let mut future: Pin<Box<dyn Future<Output = Outcome> + Send>> =
             Box::pin(tokio::task::coop::unconstrained(async move {
-                let op = claim.op_on(step, ttl_ms, quarantined);
+                let op = claim.op_on(step, ttl_ms, quarantined, tokio::time::Instant::now());
                 tokio::time::timeout(grace, node.call(op))
                     .await
                     .unwrap_or(Err(NodeError::TimedOut))
@@ -446,12 +443,19 @@ impl RoundCalls {
 
 impl Errand for RoundCalls {
     fn encode(&self, loaded: bool, quarantined: bool, out: &mut Vec<u8>) {
-        let op = self.claim.op_on(self.step, self.ttl_ms, quarantined);
+        // The clock is read as the call is written: a release of a lock
+        // held at least until later leaves its key for the time left now.
+        let op = self.claim.op_on(
+            self.step,
+            self.ttl_ms,
+            quarantined,
+            tokio::time::Instant::now(),
+        );
         crate::transport::scripts::encode(&op, loaded, out);
     }
 
     fn key(&self) -> &str {
-        self.claim.op(self.step, self.ttl_ms).first_key()
+        self.claim.keys().first()
     }
 
     fn resend_within(&self) -> Option<std::time::Duration> {
@@ -468,7 +472,14 @@ impl Errand for RoundCalls {
     }
 
     fn read(&self, quarantined: bool, frame: crate::transport::resp::Frame) -> Outcome {
-        let op = self.claim.op_on(self.step, self.ttl_ms, quarantined);
+        // The reply's shape depends on the operation's kind, never on the
+        // time it was written at.
+        let op = self.claim.op_on(
+            self.step,
+            self.ttl_ms,
+            quarantined,
+            tokio::time::Instant::now(),
+        );
         crate::transport::scripts::parse_reply(&op, frame)
     }
 

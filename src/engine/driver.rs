@@ -58,12 +58,7 @@ pub(crate) struct Settings {
     pub(crate) max_ttl: Duration,
 }
 
-/// A checked TTL and the validity it leaves.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Ttl {
-    pub(crate) ms: u64,
-    pub(crate) validity: Duration,
-}
+pub(crate) use crate::proto::input::Ttl;
 
 /// What an acquisition holds: the claim, until when, and its fencing token.
 #[derive(Debug)]
@@ -254,20 +249,7 @@ impl Driver {
     /// Redis would), at most the longest TTL (`Builder::max_ttl`), and
     /// longer than its drift allowance.
     pub(crate) fn check_ttl(&self, ttl: Duration) -> Result<Ttl, InputError> {
-        let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-        if ms == 0 || ms > MAX_TTL_MS {
-            return Err(InputError::InvalidTtl(ttl));
-        }
-        let max_ttl = self.settings.max_ttl;
-        if Duration::from_millis(ms) > max_ttl {
-            return Err(InputError::TtlAboveMax { ttl, max_ttl });
-        }
-        let factor = self.settings.drift_factor;
-        let validity = factor.validity(ms).ok_or(InputError::TtlNotAboveDrift {
-            ttl,
-            drift: factor.drift(ms),
-        })?;
-        Ok(Ttl { ms, validity })
+        Ttl::check(ttl, self.settings.max_ttl, self.settings.drift_factor)
     }
 
     /// A round of `step` on `claim`: its answers with the nodes' names, as
@@ -301,7 +283,7 @@ impl Driver {
         let wait = self
             .settings
             .node_timeout
-            .unwrap_or(quorum::DEFAULT_NODE_TIMEOUT);
+            .unwrap_or(crate::settings::DEFAULT_NODE_TIMEOUT);
         let (places, _turn) = self
             .unless_closing(async {
                 self.first_connections().await;
@@ -317,7 +299,7 @@ impl Driver {
         // The clock is read before the first request leaves.
         let t0 = Instant::now();
         let deadline = t0 + ttl.validity;
-        let per_node = quorum::node_timeout(self.settings.node_timeout, ttl.ms, ttl.validity);
+        let mut acquisition = Acquisition::new(ttl.validity, ttl.ms, self.settings.node_timeout);
         // Made and registered among the client's claims at once, unless the
         // shutdown began: from here on a shutdown releases whatever the
         // round sets, behind it (crate::engine::holds).
@@ -351,19 +333,17 @@ impl Driver {
         // Calls still in flight go on when the round stops listening: the
         // lock reaches every node that answers, not a bare quorum.
         let mut tally = self
-            .unless_closing(self.collect(&round, t0 + per_node))
+            .unless_closing(self.collect(&round, t0 + acquisition.node_timeout()))
             .await?;
-        let mut acquisition = Acquisition::default();
         loop {
-            match acquisition.next(tally, Instant::now() < deadline) {
-                Next::WriteBack { fence, to } => {
+            let now = Instant::now();
+            match acquisition.next(tally, now.saturating_duration_since(t0)) {
+                Next::WriteBack {
+                    fence,
+                    to,
+                    node_timeout,
+                } => {
                     // Fenced phase 2, bounded by what is left of the validity.
-                    let now = Instant::now();
-                    let per_node = quorum::node_timeout(
-                        self.settings.node_timeout,
-                        ttl.ms,
-                        deadline.saturating_duration_since(now),
-                    );
                     let step = Step::WriteBack(fence);
                     let round = self
                         .holds
@@ -372,7 +352,7 @@ impl Driver {
                         })
                         .ok_or(LockError::ShutDown)?;
                     tally = self
-                        .unless_closing(self.collect(&round, now + per_node))
+                        .unless_closing(self.collect(&round, now + node_timeout))
                         .await?;
                 }
                 Next::Granted { fence } => {
@@ -480,21 +460,21 @@ impl Driver {
     /// checked, else the client's.
     pub(crate) fn label(&self, given: Option<&str>) -> Result<Option<Arc<str>>, InputError> {
         match given {
-            Some(label) => crate::engine::claim::check_label(label).map(Some),
+            Some(label) => crate::proto::input::check_label(label).map(Some),
             None => Ok(self.settings.label.clone()),
         }
     }
 
     /// Reads what every node holds under `claim`'s keys ([`Step::Inspect`]),
     /// waiting for each at most the node timeout (the configured one, or
-    /// [`DEFAULT_NODE_TIMEOUT`](quorum::DEFAULT_NODE_TIMEOUT)); a node silent
+    /// [`DEFAULT_NODE_TIMEOUT`](crate::settings::DEFAULT_NODE_TIMEOUT)); a node silent
     /// by then answers [`NodeError::TimedOut`].
     pub(crate) async fn gather(&self, claim: &Arc<Claim>) -> Vec<Result<Snapshot, NodeError>> {
         self.first_connections().await;
         let wait = self
             .settings
             .node_timeout
-            .unwrap_or(quorum::DEFAULT_NODE_TIMEOUT);
+            .unwrap_or(crate::settings::DEFAULT_NODE_TIMEOUT);
         let timer = Instant::now() + wait;
         let everyone = Wait::Nodes(smallvec::smallvec![true; self.nodes.len()]);
         let round = self.submit(claim, Step::Inspect, 0, None, everyone);
@@ -527,7 +507,7 @@ impl Driver {
         let grace = self
             .settings
             .node_timeout
-            .unwrap_or(quorum::DEFAULT_NODE_TIMEOUT);
+            .unwrap_or(crate::settings::DEFAULT_NODE_TIMEOUT);
         let mut quorum_since: Option<Instant> = None;
         loop {
             // Listening before looking: no change is missed in between.

@@ -9,19 +9,28 @@
 //!                 where it may have applied (silent, unreadable: behind it)
 //! ```
 //!
-//! The driver runs the rounds and says whether the deadline has passed;
-//! everything decided from that is here.
+//! The driver runs the rounds and says how long the acquisition has taken
+//! so far; everything decided from that is here: whether a grant is still
+//! valid, and how long each round waits for a node.
+
+use std::time::Duration;
 
 use crate::proto::error::Answer;
 use crate::proto::per_node::PerNode;
-use crate::proto::quorum::Decision;
+use crate::proto::quorum::{Decision, node_timeout};
 use crate::proto::round::Tally;
 
 /// What the driver does after a round of an acquisition.
 #[derive(Debug)]
 pub(crate) enum Next {
-    /// Fenced phase 2: write `fence` back to the nodes marked in `to`.
-    WriteBack { fence: u64, to: PerNode<bool> },
+    /// Fenced phase 2: write `fence` back to the nodes marked in `to`,
+    /// waiting `node_timeout` at most for each (what is left of the
+    /// validity bounds it).
+    WriteBack {
+        fence: u64,
+        to: PerNode<bool>,
+        node_timeout: Duration,
+    },
     /// The lock is held (with its fencing token, for a fenced lock).
     Granted { fence: Option<u64> },
     /// No lock: release on `wait_for` (waiting for their answers) and on
@@ -35,26 +44,56 @@ pub(crate) enum Next {
 }
 
 /// An acquisition between its rounds.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Acquisition {
+    /// How long a grant stays valid from the first request
+    /// ([`Ttl`](crate::proto::input::Ttl)'s validity).
+    validity: Duration,
+    ttl_ms: u64,
+    /// The node timeout the client was given, if any.
+    configured: Option<Duration>,
     /// The acquire round's tally, once a write-back round follows it.
     first: Option<Tally>,
     fence: Option<u64>,
 }
 
 impl Acquisition {
-    /// After a round: the acquire round first, then (for a fenced lock) the
-    /// write-back round. `valid`: the lock's deadline has not passed now.
-    pub(crate) fn next(&mut self, tally: Tally, valid: bool) -> Next {
+    /// An acquisition of a lock of `ttl_ms`, valid for `validity` from its
+    /// first request, on a client given the node timeout `configured`.
+    pub(crate) fn new(validity: Duration, ttl_ms: u64, configured: Option<Duration>) -> Self {
+        Acquisition {
+            validity,
+            ttl_ms,
+            configured,
+            first: None,
+            fence: None,
+        }
+    }
+
+    /// How long the acquire round waits for each node
+    /// ([`node_timeout`]).
+    pub(crate) fn node_timeout(&self) -> Duration {
+        node_timeout(self.configured, self.ttl_ms, self.validity)
+    }
+
+    /// After a round, `elapsed` after the first request: the acquire round
+    /// first, then (for a fenced lock) the write-back round. A grant counts
+    /// only while `elapsed` is within the validity.
+    pub(crate) fn next(&mut self, tally: Tally, elapsed: Duration) -> Next {
         if self.first.is_none()
             && let (Decision::Granted, Some(fence)) = (tally.decision, tally.fence)
         {
             let to = tally.granted();
             self.first = Some(tally);
             self.fence = Some(fence);
-            return Next::WriteBack { fence, to };
+            let left = self.validity.saturating_sub(elapsed);
+            return Next::WriteBack {
+                fence,
+                to,
+                node_timeout: node_timeout(self.configured, self.ttl_ms, left),
+            };
         }
-        if tally.decision == Decision::Granted && valid {
+        if tally.decision == Decision::Granted && elapsed < self.validity {
             return Next::Granted { fence: self.fence };
         }
         // The keys were set by the acquire round: clean up where it acted.
@@ -104,13 +143,20 @@ mod tests {
     }
 
     const ACQUIRE: Step = Step::Acquire { holder_ttl: false };
+    const IN_TIME: Duration = Duration::from_millis(10);
+    const TOO_LATE: Duration = Duration::from_millis(980);
+
+    /// A lock of 1 s, valid for 980 ms, on a client of default settings.
+    fn acquisition() -> Acquisition {
+        Acquisition::new(Duration::from_millis(980), 1_000, None)
+    }
 
     /// A write-back that fails reports, for the nodes it did not ask, what
     /// they answered the acquire: before, "not waited for", and an
     /// `Unavailable` whose message counted 0 answers with 4 nodes healthy.
     #[test]
     fn a_failed_write_back_reports_the_acquires_answers_for_the_others() {
-        let mut a = Acquisition::default();
+        let mut a = acquisition();
         let held = || {
             Some(Ok(Reply::Held {
                 pttl_ms: Some(5),
@@ -127,7 +173,7 @@ mod tests {
                 held(),
             ],
         );
-        let Next::WriteBack { to, .. } = a.next(t, true) else {
+        let Next::WriteBack { to, .. } = a.next(t, IN_TIME) else {
             panic!("a write-back follows")
         };
         let mut c = Round::new(
@@ -138,7 +184,7 @@ mod tests {
         c.on_reply(0, Ok(Reply::Done), false);
         c.on_reply(1, Err(NodeError::TimedOut), false);
         c.on_reply(2, Ok(Reply::NotHeld), false);
-        match a.next(c.finish(), true) {
+        match a.next(c.finish(), IN_TIME) {
             Next::Refused { answers, .. } => {
                 assert_eq!(answers[0], Answer::Yes);
                 assert!(matches!(answers[3], Answer::Held { .. }), "{answers:?}");
@@ -155,7 +201,7 @@ mod tests {
             vec![Some(Ok(Reply::Done)), Some(Ok(Reply::Done)), None],
         );
         assert!(matches!(
-            Acquisition::default().next(t, true),
+            acquisition().next(t, IN_TIME),
             Next::Granted { fence: None }
         ));
     }
@@ -166,7 +212,7 @@ mod tests {
             ACQUIRE,
             vec![Some(Ok(Reply::Done)), Some(Ok(Reply::Done)), None],
         );
-        match Acquisition::default().next(t, false) {
+        match acquisition().next(t, TOO_LATE) {
             Next::Refused {
                 wait_for,
                 behind,
@@ -183,7 +229,7 @@ mod tests {
 
     #[test]
     fn a_fenced_grant_writes_the_maximum_back_then_holds() {
-        let mut a = Acquisition::default();
+        let mut a = acquisition();
         let t = tally(
             ACQUIRE,
             vec![
@@ -195,10 +241,15 @@ mod tests {
                 })),
             ],
         );
-        match a.next(t, true) {
-            Next::WriteBack { fence, to } => {
+        match a.next(t, IN_TIME) {
+            Next::WriteBack {
+                fence,
+                to,
+                node_timeout,
+            } => {
                 assert_eq!(fence, 9);
                 assert_eq!(*to, [true, true, false]);
+                assert_eq!(node_timeout, a.node_timeout());
             }
             other => panic!("{other:?}"),
         }
@@ -207,14 +258,14 @@ mod tests {
             vec![Some(Ok(Reply::Done)), Some(Ok(Reply::Done)), None],
         );
         assert!(matches!(
-            a.next(back, true),
+            a.next(back, IN_TIME),
             Next::Granted { fence: Some(9) }
         ));
     }
 
     #[test]
     fn a_failed_write_back_releases_where_the_acquire_granted() {
-        let mut a = Acquisition::default();
+        let mut a = acquisition();
         let t = tally(
             ACQUIRE,
             vec![
@@ -223,12 +274,12 @@ mod tests {
                 Some(Err(NodeError::NotConnected("down".into()))),
             ],
         );
-        assert!(matches!(a.next(t, true), Next::WriteBack { .. }));
+        assert!(matches!(a.next(t, IN_TIME), Next::WriteBack { .. }));
         let back = tally(
             Step::WriteBack(1),
             vec![Some(Ok(Reply::NotHeld)), Some(Ok(Reply::NotHeld)), None],
         );
-        match a.next(back, true) {
+        match a.next(back, IN_TIME) {
             Next::Refused {
                 wait_for,
                 behind,
@@ -243,5 +294,25 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// Each round waits for a node the node timeout, never past the
+    /// validity: the write-back, what is left of it.
+    #[test]
+    fn rounds_wait_at_most_the_validity_left() {
+        let slow = Some(Duration::from_secs(5));
+        let mut a = Acquisition::new(Duration::from_millis(980), 1_000, slow);
+        assert_eq!(a.node_timeout(), Duration::from_millis(980));
+        let t = tally(
+            ACQUIRE,
+            vec![Some(Ok(Reply::Fence(2))), Some(Ok(Reply::Fence(2))), None],
+        );
+        let Next::WriteBack { node_timeout, .. } = a.next(t, Duration::from_millis(900)) else {
+            panic!("a write-back follows")
+        };
+        assert_eq!(node_timeout, Duration::from_millis(80));
+        // The default: 50 ms, or a 20th of the TTL.
+        let quick = Acquisition::new(Duration::from_millis(196), 200, None);
+        assert_eq!(quick.node_timeout(), Duration::from_millis(10));
     }
 }

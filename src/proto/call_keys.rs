@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use crate::proto::input::InputError;
+use crate::proto::input::{InputError, check_name};
 use crate::proto::keys::KeyLayout;
 use crate::proto::slot::slot;
 
@@ -72,11 +72,9 @@ fn digits(n: u32) -> usize {
     n.checked_ilog10().map_or(1, |d| d as usize + 1)
 }
 
-/// Refuses an empty resource name.
+/// Refuses an empty resource name ([`check_name`]).
 fn named(resource: &str) -> Result<&str, InputError> {
-    if resource.is_empty() {
-        return Err(InputError::EmptyResource);
-    }
+    check_name(resource)?;
     Ok(resource)
 }
 

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::quorum::MAX_TTL_MS;
+use super::quorum::{DriftFactor, MAX_TTL_MS};
 
 /// The longest key prefix accepted, in bytes.
 pub const MAX_KEY_PREFIX: usize = 256;
@@ -166,3 +166,83 @@ impl fmt::Display for InputError {
 }
 
 impl std::error::Error for InputError {}
+
+/// A checked TTL and the validity it leaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ttl {
+    /// Whole milliseconds (sub-millisecond parts dropped, as Redis would).
+    pub(crate) ms: u64,
+    /// How long a lock of this TTL is valid from its first request.
+    pub(crate) validity: Duration,
+}
+
+impl Ttl {
+    /// Checks `ttl`: 1 ms to 2^40 ms, at most `max_ttl` (the deployment's
+    /// longest), and longer than its drift allowance under `factor`.
+    pub(crate) fn check(
+        ttl: Duration,
+        max_ttl: Duration,
+        factor: DriftFactor,
+    ) -> Result<Ttl, InputError> {
+        let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        if ms == 0 || ms > MAX_TTL_MS {
+            return Err(InputError::InvalidTtl(ttl));
+        }
+        if Duration::from_millis(ms) > max_ttl {
+            return Err(InputError::TtlAboveMax { ttl, max_ttl });
+        }
+        let validity = factor.validity(ms).ok_or(InputError::TtlNotAboveDrift {
+            ttl,
+            drift: factor.drift(ms),
+        })?;
+        Ok(Ttl { ms, validity })
+    }
+}
+
+/// Checks a resource name (or a lock type's name): not empty. Every
+/// call's keys are built through it, and each lock type's constructor
+/// calls it, so that a bad name fails where it is given.
+pub(crate) fn check_name(name: &str) -> Result<(), InputError> {
+    if name.is_empty() {
+        return Err(InputError::EmptyResource);
+    }
+    Ok(())
+}
+
+/// Checks a label: at most [`MAX_LABEL`](crate::proto::op::MAX_LABEL)
+/// bytes, no NUL byte (what separates it from the token in a key).
+pub(crate) fn check_label(label: &str) -> Result<std::sync::Arc<str>, InputError> {
+    if label.len() > crate::proto::op::MAX_LABEL || label.contains('\0') {
+        return Err(InputError::InvalidLabel(label.to_owned()));
+    }
+    Ok(label.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A TTL is checked once, here: its bounds, the deployment's longest,
+    /// the drift allowance; a label, its length and its NUL byte.
+    #[test]
+    fn ttls_and_labels_are_checked_at_the_boundary() {
+        let (max, factor) = (Duration::from_secs(60), DriftFactor::default());
+        let ttl = Ttl::check(Duration::from_micros(10_000_900), max, factor).unwrap();
+        assert_eq!(ttl.ms, 10_000);
+        assert!(ttl.validity < Duration::from_secs(10));
+        let refused = |ttl| Ttl::check(ttl, max, factor).unwrap_err();
+        assert!(matches!(refused(Duration::ZERO), InputError::InvalidTtl(_)));
+        assert!(matches!(refused(Duration::MAX), InputError::InvalidTtl(_)));
+        assert!(matches!(
+            refused(Duration::from_secs(61)),
+            InputError::TtlAboveMax { .. }
+        ));
+        assert!(matches!(
+            refused(Duration::from_millis(2)),
+            InputError::TtlNotAboveDrift { .. }
+        ));
+        assert_eq!(&*check_label("worker-7").unwrap(), "worker-7");
+        assert!(check_label("a\0b").is_err());
+        assert!(check_label(&"x".repeat(crate::proto::op::MAX_LABEL + 1)).is_err());
+    }
+}

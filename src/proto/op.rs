@@ -381,34 +381,6 @@ impl<'a> Op<'a> {
             Op::Inspect { .. } => "inspect",
         }
     }
-
-    /// The first key the operation touches (all of an operation's keys share
-    /// one Redis Cluster slot).
-    pub(crate) fn first_key(&self) -> &'a str {
-        match *self {
-            Op::Acquire { key, .. }
-            | Op::Extend { key, .. }
-            | Op::Release { key, .. }
-            | Op::ReleaseAfter { key, .. }
-            | Op::AcquireReentrant { key, .. }
-            | Op::ExtendReentrant { key, .. }
-            | Op::ReleaseReentrant { key, .. }
-            | Op::AcquireFenced { key, .. }
-            | Op::FenceWriteBack { key, .. } => key,
-            Op::AcquireMany { keys, .. }
-            | Op::ExtendMany { keys, .. }
-            | Op::ReleaseMany { keys, .. }
-            | Op::AcquireRead { keys, .. }
-            | Op::ExtendRead { keys, .. }
-            | Op::ReleaseRead { keys, .. }
-            | Op::AcquireWrite { keys, .. }
-            | Op::ReleaseWrite { keys, .. }
-            | Op::AcquirePermit { keys, .. }
-            | Op::ExtendPermit { keys, .. }
-            | Op::ReleasePermit { keys, .. }
-            | Op::Inspect { keys } => keys.first().map_or("", String::as_str),
-        }
-    }
 }
 
 /// A node's answer to an [`Op`].

@@ -56,7 +56,7 @@ impl Driver {
         let wait = self
             .settings
             .node_timeout
-            .unwrap_or(quorum::DEFAULT_NODE_TIMEOUT);
+            .unwrap_or(crate::settings::DEFAULT_NODE_TIMEOUT);
         let places = self.room(EXTEND, deadline.min(Instant::now() + wait)).await;
         let t1 = Instant::now();
         if t1 >= deadline {
