@@ -180,9 +180,10 @@ async fn extension_cap_ends_the_lease_at_its_deadline() {
         )
         .await;
     assert!(matches!(result, Err(LockError::Lost { .. })), "{result:?}");
-    // One extension at ttl/3, then the deadline: well before the work's 10 s.
+    // One extension at ttl/3, then the deadline (under 1 s): well before
+    // the work's 10 s, with room for a loaded machine.
     assert!(
-        started.elapsed() < Duration::from_secs(2),
+        started.elapsed() < Duration::from_secs(5),
         "{:?}",
         started.elapsed()
     );

@@ -134,7 +134,7 @@ async fn an_undo_kept_for_a_kicked_attempt_stays_behind_its_acquire() {
             break;
         }
         assert!(
-            start.elapsed() < Duration::from_secs(3),
+            start.elapsed() < Duration::from_secs(10),
             "node 1 kept {key} (TTL 30 s): its undo went ahead of its acquire"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;

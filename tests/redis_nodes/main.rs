@@ -64,8 +64,10 @@ async fn every_subset_of_prelocked_nodes() {
                         if v.as_deref() == Some(want) {
                             break;
                         }
+                        // (The tail of the round reaches the others in the
+                        // background: 5 s for a loaded machine.)
                         assert!(
-                            v.is_none() && start.elapsed() < Duration::from_secs(1),
+                            v.is_none() && start.elapsed() < Duration::from_secs(5),
                             "node {i} mask {mask:05b}: {v:?}, not {want}"
                         );
                         tokio::time::sleep(Duration::from_millis(2)).await;
