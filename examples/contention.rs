@@ -12,7 +12,8 @@
 //!
 //! The client's own log (a `WARN` when a node degrades, an `INFO` when it
 //! recovers) goes to stderr with the time since start, and the metrics it
-//! recorded are printed at the end, as a Prometheus scrape would read them.
+//! recorded are printed at the end, from a scrape of its own Prometheus
+//! endpoint (`MetricsEndpoint`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -38,7 +39,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let metrics = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
+    // The metrics served to Prometheus as a service would serve them
+    // (feature `prometheus`), on a port the system picks.
+    let endpoint = redquorum::telemetry::MetricsEndpoint::serve("127.0.0.1:0").await?;
     let started = Instant::now();
     let urls: Vec<String> = match std::env::var("REDQUORUM_NODES") {
         Ok(v) => v.split(',').map(str::to_owned).collect(),
@@ -106,7 +109,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let overlaps = healthy.overlaps + frozen.overlaps;
     println!("overlapping holders observed: {overlaps}");
     println!();
-    print_metrics(&metrics.render());
+    print_metrics(&scrape(endpoint.local_addr()).await?);
     if overlaps > 0 {
         return Err("mutual exclusion violated".into());
     }
@@ -240,6 +243,22 @@ async fn nodes_script(action: &str, node: usize) {
         .await
         .expect("run scripts/nodes");
     assert!(status.success(), "scripts/nodes {action} {node} failed");
+}
+
+/// One scrape of the endpoint, as Prometheus would make it: its status line
+/// printed, its body returned.
+async fn scrape(addr: std::net::SocketAddr) -> Result<String, Box<dyn std::error::Error>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .await?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await?;
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    let status = head.lines().next().unwrap_or_default();
+    println!("metrics: GET http://{addr}/metrics: {status}");
+    Ok(body.to_owned())
 }
 
 /// The scrape's per-node call outcomes as a table, then the operation

@@ -1,5 +1,6 @@
 //! What the client tells operators: metrics through the [`metrics`] facade
-//! (no exporter here: install one, before or after building a client), and
+//! (install an exporter, before or after building a client; with the
+//! feature `prometheus`, [`MetricsEndpoint`] serves them), and
 //! one log line when a node degrades or recovers (decided by the pure
 //! `proto::health` tracker).
 //!
@@ -495,6 +496,10 @@ pub(crate) fn resent(node: &str, calls: u64) {
 }
 
 mod client;
+#[cfg(feature = "prometheus")]
+mod endpoint;
+#[cfg(feature = "prometheus")]
+pub use endpoint::{EndpointError, MAX_REQUEST, MAX_SCRAPES, MetricsEndpoint, READ_WITHIN};
 
 pub(crate) use client::ClientTelemetry;
 

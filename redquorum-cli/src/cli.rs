@@ -140,6 +140,17 @@ pub struct Global {
     #[arg(short, long, global = true, conflicts_with = "verbose")]
     pub quiet: bool,
 
+    /// Serve the client's metrics to Prometheus on http://ADDR/metrics while
+    /// the command runs (exec, elect, leader --watch), e.g. 127.0.0.1:9898
+    /// (docs/operations.md §7).
+    #[arg(
+        long,
+        env = "REDQUORUM_METRICS_ADDR",
+        global = true,
+        value_name = "ADDR"
+    )]
+    pub metrics_addr: Option<std::net::SocketAddr>,
+
     /// More detail on stderr. By default: nodes that degrade or recover. -v:
     /// what happens and every node's answer in each round; -vv: debug;
     /// -vvv: everything. RUST_LOG (an env filter) overrides it.
@@ -156,6 +167,18 @@ pub enum Command {
     Release(ReleaseArgs),
     Nodes(NodesArgs),
     Members(MembersArgs),
+}
+
+impl Command {
+    /// Whether it runs until stopped or its command ends: what a metrics
+    /// endpoint is for.
+    pub fn runs_on(&self) -> bool {
+        match self {
+            Command::Exec(_) | Command::Elect(_) => true,
+            Command::Leader(args) => args.watch,
+            _ => false,
+        }
+    }
 }
 
 /// Stand for leader of NAME, waiting as long as it takes, and run CMD as

@@ -79,6 +79,24 @@ async fn run(cli: Cli, ui: &Ui) -> Code {
         ui.usage("--node-timeout must be at most 1h");
         return exit::USAGE;
     }
+    // Served from before the client is built (its nodes' series from the
+    // start) until the command ends.
+    let _metrics = match cli.global.metrics_addr {
+        None => None,
+        Some(_) if !cli.command.runs_on() => {
+            ui.usage(
+                "--metrics-addr: only exec, elect and leader --watch run long enough to scrape",
+            );
+            return exit::USAGE;
+        }
+        Some(addr) => match redquorum::telemetry::MetricsEndpoint::serve(addr).await {
+            Ok(endpoint) => Some(endpoint),
+            Err(e) => {
+                ui.error(format_args!("--metrics-addr {addr}: {e}"));
+                return exit::OSERR;
+            }
+        },
+    };
     match cli.command {
         Command::Exec(args) => exec::exec(&cli.global, &nodes, args, ui).await,
         Command::Elect(args) => exec::exec(&cli.global, &nodes, args.into_exec(), ui).await,
