@@ -241,8 +241,13 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// [`LockError::Unavailable`] when no quorum confirmed within the node
-    /// timeout: the keys then expire by their TTL.
+    /// [`LockError::Unavailable`] when so many nodes failed the release for
+    /// good (an error reply, its resends spent) that its key may stay on a
+    /// quorum until the lock's TTL ends: nobody else gets the lock before
+    /// then. A release merely slower than the node timeout is no error: it
+    /// returns once the node timeout has passed and is delivered in the
+    /// background, and one whose connection fails is sent again on the
+    /// node's next connection (docs/design.md §5).
     ///
     /// # Cancel safety
     ///
@@ -284,8 +289,11 @@ impl Lock {
         }
         let tally = self.driver.settle(releasing).await;
         match tally.decision {
-            Decision::Granted => Ok(()),
-            _ => Err(LockError::Unavailable {
+            // Confirmed by a quorum, or still on its way to enough nodes
+            // (delivered in the background, sent again on a node's next
+            // connection): no key is left on a quorum.
+            Decision::Granted | Decision::Pending => Ok(()),
+            Decision::Refused => Err(LockError::Unavailable {
                 votes: self.driver.votes(&self.claim, Step::Release, tally.answers),
             }),
         }

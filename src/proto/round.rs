@@ -8,7 +8,8 @@
 //! ```text
 //! Round::new(step, asked, sets)   nodes not asked count as no; votes count in each member set
 //!   on_reply(i, reply, quarantined)   a reply is a vote (see `vote`)
-//!   on_timeout()                      every silent node counts as timed out
+//!   on_timeout()                      every silent node counts as timed out (a
+//!                                     release's: still being delivered)
 //!   is_done(wait)                     stop listening? (a decision, or named nodes heard)
 //! finish() -> Tally                   decision, answers, fence
 //! Tally::granted() / touched()        who to release, waiting / behind the acquire
@@ -189,8 +190,16 @@ impl Round {
         self.answers[i] = answer(reply);
     }
 
-    /// The round's timer fired: every node still silent timed out.
+    /// The round's timer fired: every node still silent timed out — but
+    /// for a release (or a refused round's undo): one still on its way is
+    /// delivered in the background, and sent again on the node's next
+    /// connection if its own fails (design.md §11), so it stays undecided,
+    /// and the round is refused only where so many nodes failed for good
+    /// that the key may stay on a quorum until its TTL (docs/design.md §5).
     pub(crate) fn on_timeout(&mut self) {
+        if matches!(self.step, Step::Release | Step::Undo) {
+            return;
+        }
         for i in 0..self.answers.len() {
             if self.waiting(i) {
                 self.answers[i] = Answer::Failed(NodeError::TimedOut);
@@ -325,6 +334,38 @@ mod tests {
             pttl_ms: Some(5),
             ahead: None,
         })
+    }
+
+    /// A release still on its way when the timer fires is no failure: it
+    /// is delivered in the background (or sent again on the next
+    /// connection). The round is refused only where so many nodes failed
+    /// for good that the key may stay on a quorum. Before, every silent
+    /// node counted as timed out, and a release merely slower than the
+    /// node timeout was an error while its keys were gone a moment later.
+    #[test]
+    fn a_release_on_its_way_is_no_failure() {
+        let mut late = round(Step::Release, &[true; 5]);
+        late.on_reply(0, Ok(Reply::Done), false);
+        late.on_reply(1, Ok(Reply::NotHeld), false);
+        late.on_timeout();
+        let tally = late.finish();
+        assert_eq!(tally.decision, Decision::Pending);
+        assert_eq!(tally.answers[4], Answer::Undecided);
+
+        let mut failed = round(Step::Release, &[true; 5]);
+        failed.on_reply(0, Ok(Reply::Done), false);
+        for i in 1..4 {
+            let denied = NodeError::NoPermission("NOPERM".into());
+            failed.on_reply(i, Err(denied), false);
+        }
+        failed.on_timeout();
+        assert_eq!(failed.finish().decision, Decision::Refused);
+
+        // An acquire's silent nodes still time out.
+        let mut acquire = round(Step::Acquire { holder_ttl: false }, &[true; 5]);
+        acquire.on_reply(0, Ok(Reply::Done), false);
+        acquire.on_timeout();
+        assert_eq!(acquire.finish().decision, Decision::Refused);
     }
 
     #[test]

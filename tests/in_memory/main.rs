@@ -15,6 +15,7 @@ mod fencing_props;
 mod lease_sim;
 mod once_per_period;
 mod quarantine_waits;
+mod release_outcomes;
 mod restarts;
 mod secrets;
 mod shutdown;

@@ -18,6 +18,10 @@
 //!   [`Control`]'s name — for a negative control's schedule).
 //! - `REDQUORUM_SOAK=1` or `REDQUORUM_SOAK_SECS=n` keeps running schedules for
 //!   that long (default soak 300 s).
+//! - `REDQUORUM_SIM_BUDGET_SECS=n` stops after n seconds once at least
+//!   `REDQUORUM_SIM_MIN_SCHEDULES` (default a quarter of the count) have run:
+//!   `scripts/test` sets it, so that a loaded machine runs fewer schedules
+//!   instead of failing the suite on time (it prints how many ran).
 //!
 //! A seventh of the schedules each take plain locks, fenced ones
 //! (`LockOptions::fenced`), reentrant ones (`ReentrantLock`, often a second hold
@@ -69,7 +73,7 @@ use tokio::time::Instant;
 use net::{Net, SimLink, World};
 use node::SimNode;
 use plan::Control;
-use runner::{Outcome, env_u64, replay_hint, run_many, run_schedule, soak_duration};
+use runner::{Outcome, budget, env_u64, replay_hint, run_many, run_schedule, soak_duration};
 
 pub const RESOURCE: &str = "job";
 /// The second resource of multi-resource schedules.
@@ -93,8 +97,9 @@ fn simulated_schedules_never_overlap() {
     let count = env_u64("REDQUORUM_SIM_SCHEDULES").unwrap_or(10_000);
     let base = env_u64("REDQUORUM_SIM_BASE_SEED").unwrap_or(0);
     let until = soak_duration().map(|d| std::time::Instant::now() + d);
+    let budget = budget(count);
     let started = std::time::Instant::now();
-    let t = run_many(base, count, until);
+    let t = run_many(base, count, until, budget);
     println!(
         "simulation: {} schedules (seeds {base}..) in {:.1?} wall, {:.1?} virtual; \
          {} rounds, {} grants, {} extends, {} waits, {} release notices heard, {} acquires cancelled, {} faults injected, {} messages, {} replies lost; \
@@ -143,7 +148,11 @@ fn simulated_schedules_never_overlap() {
             replay_hint(*seed, Control::None)
         );
     }
-    assert!(t.schedules >= count);
+    // All of them, or (on a budget) at least its floor.
+    assert!(
+        t.schedules >= budget.map_or(count, |(_, floor)| floor),
+        "{t:?}"
+    );
     // The schedules must exercise something: most rounds contend, and the
     // faults and losses happen.
     assert!(t.grants > t.schedules, "too few grants: {t:?}");

@@ -283,7 +283,15 @@ pub struct Totals {
 
 /// Runs seeds `base..` on every core until `count` schedules are done and
 /// `until` (if any) has passed, or `stop_at_first` failure.
-pub fn run_many(base: u64, count: u64, until: Option<std::time::Instant>) -> Totals {
+/// Runs `count` schedules from seed `base` (more while `until` lies ahead:
+/// a soak; fewer once `budget` has passed with at least its floor run: a
+/// loaded machine's run).
+pub fn run_many(
+    base: u64,
+    count: u64,
+    until: Option<std::time::Instant>,
+    budget: Option<(std::time::Instant, u64)>,
+) -> Totals {
     let next = AtomicU64::new(0);
     let totals = Mutex::new(Totals::default());
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
@@ -292,8 +300,12 @@ pub fn run_many(base: u64, count: u64, until: Option<std::time::Instant>) -> Tot
             s.spawn(|| {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
-                    let more_time = until.is_some_and(|u| std::time::Instant::now() < u);
+                    let now = std::time::Instant::now();
+                    let more_time = until.is_some_and(|u| now < u);
                     if i >= count && !more_time {
+                        return;
+                    }
+                    if budget.is_some_and(|(end, floor)| i >= floor && now >= end) {
                         return;
                     }
                     let seed = base + i;
@@ -361,6 +373,27 @@ pub fn run_many(base: u64, count: u64, until: Option<std::time::Instant>) -> Tot
 
 /// How long a soak run lasts: `REDQUORUM_SOAK_SECS=n`, or 300 s for
 /// `REDQUORUM_SOAK=1`; `None` (the short CI mode) otherwise.
+/// `REDQUORUM_SIM_BUDGET_SECS=n`: stop after n seconds once at least
+/// `REDQUORUM_SIM_MIN_SCHEDULES` (default a quarter of the count) have run.
+/// The deadline and the floor.
+pub fn budget(count: u64) -> Option<(std::time::Instant, u64)> {
+    let secs: u64 = std::env::var("REDQUORUM_SIM_BUDGET_SECS")
+        .ok()?
+        .trim()
+        .parse()
+        .expect("REDQUORUM_SIM_BUDGET_SECS must be a number");
+    let floor = std::env::var("REDQUORUM_SIM_MIN_SCHEDULES")
+        .ok()
+        .map(|v| {
+            v.trim()
+                .parse()
+                .expect("REDQUORUM_SIM_MIN_SCHEDULES must be a number")
+        })
+        .unwrap_or(count / 4)
+        .min(count);
+    Some((std::time::Instant::now() + Duration::from_secs(secs), floor))
+}
+
 pub fn soak_duration() -> Option<Duration> {
     if let Ok(secs) = std::env::var("REDQUORUM_SOAK_SECS") {
         let secs: u64 = secs

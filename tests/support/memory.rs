@@ -97,3 +97,47 @@ impl redquorum::node::Node for LosesWriteAcquires {
         self.inner.call(op)
     }
 }
+
+/// An in-memory node whose releases fail for good (`NOPERM`, as for a user
+/// not allowed the release script) while
+/// [`refuse_releases`](Self::refuse_releases) is on: never applied, never
+/// sent again. Every other call goes through.
+#[derive(Debug)]
+pub struct RefusesReleases {
+    inner: std::sync::Arc<MemoryNode>,
+    refuse: std::sync::atomic::AtomicBool,
+}
+
+impl RefusesReleases {
+    /// A link to `inner`, refusing nothing yet.
+    pub fn new(inner: std::sync::Arc<MemoryNode>) -> std::sync::Arc<Self> {
+        std::sync::Arc::new(RefusesReleases {
+            inner,
+            refuse: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    /// Refuses releases from now on (`true`), or no longer.
+    pub fn refuse_releases(&self, on: bool) {
+        self.refuse.store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl redquorum::node::Node for RefusesReleases {
+    fn name(&self) -> &std::sync::Arc<str> {
+        redquorum::node::Node::name(&*self.inner)
+    }
+
+    fn call<'a>(
+        &'a self,
+        op: redquorum::node::Op<'a>,
+    ) -> futures::future::BoxFuture<'a, Result<redquorum::node::Reply, redquorum::NodeError>> {
+        let refused = matches!(op, redquorum::node::Op::Release { .. })
+            && self.refuse.load(std::sync::atomic::Ordering::SeqCst);
+        if refused {
+            let err = redquorum::NodeError::NoPermission("NOPERM (test)".into());
+            return Box::pin(std::future::ready(Err(err)));
+        }
+        self.inner.call(op)
+    }
+}
