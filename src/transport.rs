@@ -20,6 +20,7 @@
 //! | `src/transport/master.rs` | `RedisNode` (a master: one link) and `Servers` (one server, one vote) |
 //! | `src/transport/cluster.rs`, `src/transport/cluster/mapper.rs` | a Redis Cluster as one member; the task that keeps its slot map |
 //! | `src/transport/pubsub.rs` | release notifications on a connection of their own |
+//! | `src/transport/scan.rs` | keys by pattern (`SCAN`), bounded, outside every round: for the listing of what is held |
 //! | `src/engine/dispatch.rs` | per-node bounds and delivery (`Dispatcher`), for every kind of member |
 
 pub(crate) mod address;
@@ -31,4 +32,5 @@ pub(crate) mod master;
 pub mod node;
 pub(crate) mod pubsub;
 pub(crate) mod resp;
+pub(crate) mod scan;
 pub(crate) mod scripts;

@@ -200,3 +200,91 @@ async fn an_unreachable_minority_leaves_the_verdict_and_a_majority_makes_it_unkn
     }
     drop(lock);
 }
+
+/// `list` finds what is held on a quorum by name pattern — a plain lock
+/// with its label, a fenced one with its fence, a reentrant owner, a
+/// writer, readers, a semaphore's permits — and not what was released;
+/// its limit is a bound, and a listing cut by it says so.
+#[tokio::test]
+async fn list_finds_every_kind_held_and_nothing_released() {
+    use redquorum::inspect::ListedKind;
+    let redlock = redlock().await;
+    let base = unique("list");
+    let ttl = Duration::from_secs(30);
+    let name = |s: &str| format!("{base}:{s}");
+    let labeled = redquorum::LockOptions::new().label("nightly");
+    let plain = redlock
+        .lock_with(&name("plain"), ttl, &labeled)
+        .await
+        .unwrap();
+    let fenced = redquorum::LockOptions::new().fenced();
+    let fenced = redlock
+        .lock_with(&name("fenced"), ttl, &fenced)
+        .await
+        .unwrap();
+    let reentrant = ReentrantLock::new(&redlock, &name("reentrant"), "worker-1")
+        .unwrap()
+        .lock(ttl)
+        .await
+        .unwrap();
+    let writer = RwLock::new(&redlock, &name("doc"))
+        .unwrap()
+        .write(ttl)
+        .await
+        .unwrap();
+    let reader = RwLock::new(&redlock, &name("catalog"))
+        .unwrap()
+        .read(ttl)
+        .await
+        .unwrap();
+    let permit = Semaphore::new(&redlock, &name("api"), 3)
+        .unwrap()
+        .acquire(ttl)
+        .await
+        .unwrap();
+    let released = redlock.lock(&name("gone"), ttl).await.unwrap();
+    released.release().await.unwrap();
+
+    let listing = redlock.list(&format!("{base}:*"), 100).await.unwrap();
+    assert!(
+        listing.complete && listing.unscanned.is_empty(),
+        "{listing:?}"
+    );
+    let kinds: Vec<(ListedKind, String)> = listing
+        .held
+        .iter()
+        .map(|l| (l.kind, l.resource.clone()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (ListedKind::Semaphore, name("api")),
+            (ListedKind::Readers, name("catalog")),
+            (ListedKind::Writer, name("doc")),
+            (ListedKind::Fenced, name("fenced")),
+            (ListedKind::Lock, name("plain")),
+            (ListedKind::Reentrant, name("reentrant")),
+        ]
+    );
+    let plain_entry = &listing.held[4];
+    assert_eq!(plain_entry.label.as_deref(), Some("nightly"));
+    assert_eq!(plain_entry.holder.as_deref(), Some(&plain.token()[..8]));
+    assert_eq!(plain_entry.nodes, 5);
+    assert!(matches!(plain_entry.time_left, Some(TimeLeft::For(d)) if d <= ttl));
+    assert_eq!(listing.held[3].fence, fenced.fence());
+    assert_eq!(listing.held[5].holder.as_deref(), Some("worker-1"));
+
+    let cut = redlock.list(&format!("{base}:*"), 2).await.unwrap();
+    assert_eq!(cut.held.len(), 2);
+    assert!(!cut.complete, "a listing cut by its limit says so");
+    assert!(redlock.list("", 10).await.is_err());
+    assert!(redlock.list("*", 0).await.is_err());
+
+    for lock in [plain, fenced, writer, reader] {
+        lock.release().await.unwrap();
+    }
+    reentrant.release().await.unwrap();
+    permit.release().await.unwrap();
+    let after = redlock.list(&format!("{base}:*"), 100).await.unwrap();
+    assert_eq!(after.held, [], "released, yet listed");
+}

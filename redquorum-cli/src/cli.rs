@@ -164,6 +164,7 @@ pub enum Command {
     Elect(ElectArgs),
     Leader(LeaderArgs),
     Status(StatusArgs),
+    List(ListArgs),
     Release(ReleaseArgs),
     Nodes(NodesArgs),
     Members(MembersArgs),
@@ -382,6 +383,29 @@ pub struct ExecArgs {
         value_name = "CMD"
     )]
     pub command: Vec<OsString>,
+}
+
+/// List what is held now on a quorum of nodes: locks, leaderships,
+/// read/write locks and semaphores whose name matches PATTERN — kind,
+/// resource, holder label, token prefix, time left, nodes.
+///
+/// Each node's keys are scanned (SCAN, bounded), then each resource found
+/// read on every node, as `status` reads it. Exit 0 when the list is
+/// complete (enough nodes scanned, the limit not reached), 69 otherwise.
+#[derive(Debug, Args)]
+#[command(after_help = EXIT_CODES)]
+pub struct ListArgs {
+    /// The names to list: `*` matches any run of characters.
+    #[arg(default_value = "*")]
+    pub pattern: String,
+
+    /// At most this many entries (1 to 10000).
+    #[arg(long, default_value_t = 100)]
+    pub limit: usize,
+
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Show who holds RESOURCE on each node, and the quorum verdict.

@@ -5,6 +5,7 @@ mod cli;
 mod exec;
 mod exit;
 mod leader;
+mod list;
 mod members;
 mod nodes;
 mod process;
@@ -102,6 +103,7 @@ async fn run(cli: Cli, ui: &Ui) -> Code {
         Command::Elect(args) => exec::exec(&cli.global, &nodes, args.into_exec(), ui).await,
         Command::Leader(args) => leader::leader(&cli.global, &nodes, &args, ui).await,
         Command::Status(args) => status::status(&cli.global, &nodes, &args, ui).await,
+        Command::List(args) => list::list(&cli.global, &nodes, &args, ui).await,
         Command::Release(args) => release::release(&cli.global, &nodes, &args, ui).await,
         Command::Nodes(args) => nodes::nodes(&cli.global, &nodes, &args, ui).await,
         Command::Members(args) => members::members(&cli.global, &nodes, &args, ui).await,

@@ -553,3 +553,47 @@ async fn leader_watch_prints_each_change_and_leader_exits_69_without_a_quorum() 
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// `list` shows what `exec` holds — kind, name, label, nodes — as a table
+/// and as JSON, and refuses a limit out of range (exit 64).
+#[tokio::test(flavor = "multi_thread")]
+async fn list_shows_what_exec_holds() {
+    let nodes = node_urls();
+    let base = unique("cli-list");
+    let resource = format!("{base}:job");
+    let mut holder = redquorum(
+        &nodes,
+        &["exec", "--label", "nightly", &resource, "--", "sleep", "20"],
+    )
+    .spawn()
+    .expect("spawn exec");
+    let pattern = format!("{base}:*");
+    let shows = || {
+        let (nodes, pattern, resource) = (nodes.clone(), pattern.clone(), resource.clone());
+        async move {
+            let out = run(&nodes, &["list", &pattern]).await;
+            code(&out) == 0 && String::from_utf8_lossy(&out.stdout).contains(&resource)
+        }
+    };
+    redquorum_test_support::checks::eventually(
+        "list shows the lock",
+        Duration::from_secs(15),
+        shows,
+    )
+    .await;
+    let table =
+        String::from_utf8_lossy(&run(&nodes, &["list", &pattern]).await.stdout).into_owned();
+    let line = table.lines().find(|l| l.contains(&resource)).unwrap();
+    assert!(
+        line.starts_with("lock") && line.contains("nightly"),
+        "{table}"
+    );
+    let out = run(&nodes, &["list", "--json", &pattern]).await;
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["complete"], true, "{json}");
+    assert_eq!(json["held"][0]["resource"], resource.as_str(), "{json}");
+    assert_eq!(json["held"][0]["nodes"], 5, "{json}");
+    let out = run(&nodes, &["list", "--limit", "0"]).await;
+    assert_eq!(code(&out), 64, "{}", stderr(&out));
+    holder.kill().await.unwrap();
+}

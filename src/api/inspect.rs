@@ -44,9 +44,12 @@ use crate::proto::input::InputError;
 use crate::proto::op::{Snapshot, Stored};
 use crate::proto::verdict::{self, Read};
 
+mod list;
 mod many;
 mod read;
 
+pub use crate::proto::input::MAX_LISTED;
+pub use list::{Listed, ListedKind, Listing, MAX_SCAN_KEYS};
 pub use many::{Reader, RwHolding, RwInspection, SemaphoreInspection};
 use read::{holding, readers, stored_fence};
 

@@ -22,6 +22,9 @@ impl fmt::Display for Pow2 {
     }
 }
 
+/// The most entries one listing returns ([`Redlock::list`](crate::Redlock::list)).
+pub const MAX_LISTED: usize = 10_000;
+
 /// Invalid input to one call (or a builder setting the protocol checks),
 /// detected before anything is sent to a node.
 #[derive(Debug, Clone, PartialEq)]
@@ -99,6 +102,9 @@ pub enum InputError {
     /// [`Builder::label`](crate::Builder::label)) longer than
     /// [`MAX_LABEL`](crate::transport::node::MAX_LABEL) bytes, or holding a NUL byte.
     InvalidLabel(String),
+    /// A listing's limit ([`Redlock::list`](crate::Redlock::list)) of 0 or
+    /// above [`MAX_LISTED`](crate::inspect::MAX_LISTED).
+    InvalidListLimit(usize),
 }
 
 impl fmt::Display for InputError {
@@ -160,6 +166,10 @@ impl fmt::Display for InputError {
                 "label {:?} must be at most {} bytes, with no NUL byte",
                 label.chars().take(32).collect::<String>(),
                 super::op::MAX_LABEL
+            ),
+            InputError::InvalidListLimit(n) => write!(
+                f,
+                "a listing's limit must be between 1 and {MAX_LISTED}, not {n}"
             ),
         }
     }

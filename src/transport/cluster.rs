@@ -416,6 +416,36 @@ impl ClusterNode {
             .map(drop)
     }
 
+    /// Its keys matching `pattern` on every master, at most `limit` in all,
+    /// and whether there may be more ([`scan`](crate::transport::scan::scan)).
+    pub(crate) async fn keys(
+        &self,
+        pattern: &str,
+        limit: usize,
+        within: std::time::Duration,
+    ) -> Result<(Vec<String>, bool), NodeError> {
+        self.ready()?;
+        let masters: Vec<Arc<Link>> = self
+            .shared
+            .map()
+            .masters
+            .iter()
+            .map(|(_, link)| Arc::clone(link.arc()))
+            .collect();
+        let scans = masters
+            .iter()
+            .map(|master| crate::transport::scan::scan(master, pattern, limit, within));
+        let (mut keys, mut more) = (Vec::new(), false);
+        for scanned in futures::future::join_all(scans).await {
+            let (found, cut) = scanned?;
+            more |= cut;
+            keys.extend(found);
+        }
+        more |= keys.len() > limit;
+        keys.truncate(limit);
+        Ok((keys, more))
+    }
+
     /// Makes `call` on the master serving its key's slot (see the module
     /// docs for which master that is while a slot moves), or ends it at once
     /// with why not. Whether it was made.

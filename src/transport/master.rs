@@ -148,6 +148,17 @@ impl RedisNode {
     pub(crate) async fn ping(&self) -> Result<(), NodeError> {
         self.link().ping().await
     }
+
+    /// Its keys matching `pattern`, at most `limit`, and whether there may
+    /// be more ([`scan`](crate::transport::scan::scan)).
+    pub(crate) async fn keys(
+        &self,
+        pattern: &str,
+        limit: usize,
+        within: std::time::Duration,
+    ) -> Result<(Vec<String>, bool), NodeError> {
+        crate::transport::scan::scan(self.link(), pattern, limit, within).await
+    }
 }
 
 #[cfg(test)]
