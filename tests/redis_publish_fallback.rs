@@ -165,6 +165,10 @@ async fn hand_off(as_six: bool) -> HandOff {
     let (_plain_conn, mut plain) = subscriber("SUBSCRIBE", &key).await;
     let (mut shard_conn, mut shard) = subscriber("SSUBSCRIBE", &key).await;
     let r = resource.clone();
+    // The waiter releases only once the shard subscriber has been read: its
+    // own release (a client allowed SPUBLISH) must not be taken for the
+    // holder's (a loaded run saw it come first).
+    let (read_tx, read_rx) = tokio::sync::oneshot::channel::<()>();
     let waiting = tokio::spawn(async move {
         let lock = waiter
             .lock_with(
@@ -175,6 +179,7 @@ async fn hand_off(as_six: bool) -> HandOff {
             .await
             .unwrap();
         let got = Instant::now();
+        let _ = read_rx.await;
         lock.release().await.unwrap();
         got
     });
@@ -221,6 +226,7 @@ async fn hand_off(as_six: bool) -> HandOff {
     while let Ok(push) = shard.try_recv() {
         spublished |= push.kind == PushKind::SMessage;
     }
+    let _ = read_tx.send(());
     let after = waiting.await.unwrap() - released;
     let attempts_after = attempts() - before;
     drop(user);
