@@ -180,53 +180,10 @@ impl Redlock {
                 limited = true;
                 break;
             }
-            match class {
-                Class::Lock => {
-                    if let Some(listed) = lock_entry(&name, &self.inspect(&name).await?) {
-                        held.push(listed);
-                    }
-                }
-                Class::ReadWrite => {
-                    let rw = RwLock::new(self, &name)?.inspect().await?;
-                    if let Some(mut listed) = lock_entry(&name, rw.writer()) {
-                        listed.kind = ListedKind::Writer;
-                        held.push(listed);
-                    } else if rw.readers_held() > 0 {
-                        held.push(Listed {
-                            kind: ListedKind::Readers,
-                            resource: name,
-                            label: None,
-                            holder: None,
-                            time_left: None,
-                            nodes: rw
-                                .nodes()
-                                .iter()
-                                .filter(|n| matches!(&n.read, Ok(h) if !h.readers.is_empty()))
-                                .count(),
-                            fence: None,
-                            holds: rw.readers_held(),
-                        });
-                    }
-                }
-                Class::Semaphore => {
-                    let Some(permits) = Semaphore::stored_permits(self, &name).await? else {
-                        continue;
-                    };
-                    let seen = Semaphore::new(self, &name, permits)?.inspect().await?;
-                    if seen.held() > 0 {
-                        let first = seen.slots().iter().find(|s| held_by(s).is_some());
-                        held.push(Listed {
-                            kind: ListedKind::Semaphore,
-                            resource: name,
-                            label: None,
-                            holder: None,
-                            time_left: first.and_then(Inspection::time_left),
-                            nodes: first.map_or(0, |s| held_by(s).map_or(0, |(_, n)| n)),
-                            fence: None,
-                            holds: seen.held(),
-                        });
-                    }
-                }
+            // A name this client refuses to read (its own checks) is left
+            // out: it names nothing this client could hold.
+            if let Ok(Some(listed)) = self.listed(class, name).await {
+                held.push(listed);
             }
         }
         Ok(Listing {
@@ -234,6 +191,58 @@ impl Redlock {
             // Every quorum meets any n − quorum + 1 nodes.
             complete: scanned > n - quorum(n) && !cut && !limited,
             unscanned,
+        })
+    }
+}
+
+impl Redlock {
+    /// The entry for `name`, read as `class` calls for, where it is held
+    /// on a quorum.
+    async fn listed(&self, class: Class, name: String) -> Result<Option<Listed>, LockError> {
+        Ok(match class {
+            Class::Lock => lock_entry(&name, &self.inspect(&name).await?),
+            Class::ReadWrite => {
+                let rw = RwLock::new(self, &name)?.inspect().await?;
+                if let Some(mut listed) = lock_entry(&name, rw.writer()) {
+                    listed.kind = ListedKind::Writer;
+                    Some(listed)
+                } else if rw.readers_held() > 0 {
+                    let nodes = rw
+                        .nodes()
+                        .iter()
+                        .filter(|n| matches!(&n.read, Ok(h) if !h.readers.is_empty()))
+                        .count();
+                    Some(Listed {
+                        kind: ListedKind::Readers,
+                        resource: name,
+                        label: None,
+                        holder: None,
+                        time_left: None,
+                        nodes,
+                        fence: None,
+                        holds: rw.readers_held(),
+                    })
+                } else {
+                    None
+                }
+            }
+            Class::Semaphore => {
+                let Some(permits) = Semaphore::stored_permits(self, &name).await? else {
+                    return Ok(None);
+                };
+                let seen = Semaphore::new(self, &name, permits)?.inspect().await?;
+                let first = seen.slots().iter().find(|s| held_by(s).is_some());
+                (seen.held() > 0).then(|| Listed {
+                    kind: ListedKind::Semaphore,
+                    resource: name,
+                    label: None,
+                    holder: None,
+                    time_left: first.and_then(Inspection::time_left),
+                    nodes: first.and_then(held_by).map_or(0, |(_, n)| n),
+                    fence: None,
+                    holds: seen.held(),
+                })
+            }
         })
     }
 }
