@@ -285,13 +285,14 @@ impl Claim {
 
     /// How long the key must still stay at `now` (whole milliseconds,
     /// rounded up), when held at least until a time not yet come.
-    fn kept_for_ms(&self, now: tokio::time::Instant) -> Option<u64> {
-        let left = self.keep_until.get()?.saturating_duration_since(now);
+    fn kept_for_ms(&self, now: impl Fn() -> tokio::time::Instant) -> Option<u64> {
+        let left = self.keep_until.get()?.saturating_duration_since(now());
         let ms = u64::try_from(left.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
         (ms > 0).then_some(ms)
     }
 
-    /// The operation a call of `step` writes at `now` on a connection whose
+    /// The operation a call of `step` writes at the time `now` gives, on a
+    /// connection whose
     /// node is `quarantined` there — learnt by that connection's handshake,
     /// which may come after the round chose its steps (a node restarted and
     /// still reconnecting when an extension is made): an extension of a
@@ -302,7 +303,7 @@ impl Claim {
         step: Step,
         ttl_ms: u64,
         quarantined: bool,
-        now: tokio::time::Instant,
+        now: impl Fn() -> tokio::time::Instant,
     ) -> Op<'_> {
         let step = match step {
             Step::Extend { restore: false } if quarantined && self.keys.restorable() => {
@@ -313,10 +314,16 @@ impl Claim {
         self.op(step, ttl_ms, now)
     }
 
-    /// The node operation for `step` on this claim, written at `now` (a
-    /// release of a lock held at least until later leaves its key for the
-    /// time left then). Pure: the caller reads the clock.
-    pub(crate) fn op(&self, step: Step, ttl_ms: u64, now: tokio::time::Instant) -> Op<'_> {
+    /// The node operation for `step` on this claim, written at the time
+    /// `now` gives (a release of a lock held at least until later leaves its
+    /// key for the time left then). Pure: the caller gives the clock, read
+    /// only for such a release — not on every call of the acquire round.
+    pub(crate) fn op(
+        &self,
+        step: Step,
+        ttl_ms: u64,
+        now: impl Fn() -> tokio::time::Instant,
+    ) -> Op<'_> {
         let keys = self.keys.lock_keys();
         let key = keys[0].as_str();
         let token = self.token();
@@ -365,7 +372,7 @@ impl Claim {
             // Held at least until a time not yet come: the key stays until
             // then (computed as the release is written: a resend shortens it).
             (Flavor::Plain | Flavor::Fenced, Step::Release)
-                if let Some(after_ms) = self.kept_for_ms(now) =>
+                if let Some(after_ms) = self.kept_for_ms(&now) =>
             {
                 Op::ReleaseAfter {
                     key,

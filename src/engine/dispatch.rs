@@ -394,7 +394,7 @@ impl Dispatcher {
         call.quarantined = quarantined;
         let mut future: Pin<Box<dyn Future<Output = Outcome> + Send>> =
             Box::pin(tokio::task::coop::unconstrained(async move {
-                let op = claim.op_on(step, ttl_ms, quarantined, tokio::time::Instant::now());
+                let op = claim.op_on(step, ttl_ms, quarantined, tokio::time::Instant::now);
                 tokio::time::timeout(grace, node.call(op))
                     .await
                     .unwrap_or(Err(NodeError::TimedOut))
@@ -443,13 +443,13 @@ impl RoundCalls {
 
 impl Errand for RoundCalls {
     fn encode(&self, loaded: bool, quarantined: bool, out: &mut Vec<u8>) {
-        // The clock is read as the call is written: a release of a lock
-        // held at least until later leaves its key for the time left now.
+        // The clock, read as the call is written where the op depends on it
+        // (a release of a lock held at least until later).
         let op = self.claim.op_on(
             self.step,
             self.ttl_ms,
             quarantined,
-            tokio::time::Instant::now(),
+            tokio::time::Instant::now,
         );
         crate::transport::scripts::encode(&op, loaded, out);
     }
@@ -478,7 +478,7 @@ impl Errand for RoundCalls {
             self.step,
             self.ttl_ms,
             quarantined,
-            tokio::time::Instant::now(),
+            tokio::time::Instant::now,
         );
         crate::transport::scripts::parse_reply(&op, frame)
     }

@@ -99,7 +99,7 @@ fn an_explicit_token_is_released_as_given() {
     let claim = Claim::with_token(keys.clone(), "owner-7").unwrap();
     let line = ["{r}:lock:line", "{r}:lock:alive"].map(String::from);
     assert_eq!(
-        claim.op(Step::Release, 0, now()),
+        claim.op(Step::Release, 0, now),
         Op::Release {
             key: "{r}:lock",
             token: "owner-7",
@@ -128,7 +128,7 @@ fn a_writer_undoes_a_round_without_its_intent_and_releases_with_it() {
     ]
     .map(String::from);
     assert_eq!(
-        claim.op(Step::Release, 0, now()),
+        claim.op(Step::Release, 0, now),
         Op::ReleaseWrite {
             keys: &rw,
             token: "w",
@@ -137,7 +137,7 @@ fn a_writer_undoes_a_round_without_its_intent_and_releases_with_it() {
         }
     );
     assert_eq!(
-        claim.op(Step::Undo, 0, now()),
+        claim.op(Step::Undo, 0, now),
         Op::Release {
             key: "{r}:writer",
             token: "w",
@@ -153,12 +153,12 @@ fn a_writer_undoes_a_round_without_its_intent_and_releases_with_it() {
         .unwrap()
         .marking_intent(Some(mark));
     let Op::AcquireWrite { token, intent, .. } =
-        attempt.op(Step::Acquire { holder_ttl: false }, 5, now())
+        attempt.op(Step::Acquire { holder_ttl: false }, 5, now)
     else {
         panic!("a writer's acquire")
     };
     assert_eq!((token, intent), ("w", mark.as_str()));
-    let Op::ReleaseWrite { token, intent, .. } = attempt.op(Step::Release, 0, now()) else {
+    let Op::ReleaseWrite { token, intent, .. } = attempt.op(Step::Release, 0, now) else {
         panic!("a writer's release")
     };
     assert_eq!((token, intent), ("w", mark.as_str()));
@@ -182,7 +182,7 @@ fn a_waiters_attempts_carry_its_place_in_line() {
         holder_ttl: true,
         line,
         ..
-    } = claim.op(Step::Acquire { holder_ttl: false }, 1000, now())
+    } = claim.op(Step::Acquire { holder_ttl: false }, 1000, now)
     else {
         panic!("a waiter's acquire")
     };
@@ -193,7 +193,7 @@ fn a_waiters_attempts_carry_its_place_in_line() {
     let odd = Keys::single(&layout, "a{b}", false).unwrap();
     let claim = Claim::new(odd).in_line(Some(wait));
     assert!(matches!(
-        claim.op(Step::Acquire { holder_ttl: true }, 1000, now()),
+        claim.op(Step::Acquire { holder_ttl: true }, 1000, now),
         Op::Acquire {
             waiter: None,
             line: [],
@@ -205,7 +205,7 @@ fn a_waiters_attempts_carry_its_place_in_line() {
     assert!(permit.one_slot());
     let claim = Claim::new(permit);
     assert!(matches!(
-        claim.op(Step::Acquire { holder_ttl: false }, 1000, now()),
+        claim.op(Step::Acquire { holder_ttl: false }, 1000, now),
         Op::AcquirePermit {
             permits: 4,
             waiter: None,
@@ -230,7 +230,7 @@ fn resources_round_trip_through_keys() {
 fn an_extension_written_to_a_quarantined_node_restores() {
     let restores = |claim: &Claim, quarantined| {
         matches!(
-            claim.op_on(Step::Extend { restore: false }, 1000, quarantined, now()),
+            claim.op_on(Step::Extend { restore: false }, 1000, quarantined, now),
             Op::Extend { restore: true, .. }
         )
     };
@@ -239,12 +239,12 @@ fn an_extension_written_to_a_quarantined_node_restores() {
     assert!(!restores(&plain, false));
     let many = Claim::new(Keys::many(&KeyLayout::default(), &["a", "b"]).unwrap());
     assert!(matches!(
-        many.op_on(Step::Extend { restore: false }, 1000, true, now()),
+        many.op_on(Step::Extend { restore: false }, 1000, true, now),
         Op::ExtendMany { .. }
     ));
     // Any other step is written as the round made it.
     assert_eq!(
-        plain.op_on(Step::Release, 0, true, now()),
-        plain.op(Step::Release, 0, now())
+        plain.op_on(Step::Release, 0, true, now),
+        plain.op(Step::Release, 0, now)
     );
 }
