@@ -8,9 +8,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::memory::{MemoryNode, RefusesReleases, Until, five};
-use redquorum::node::Node;
-use redquorum::{LockError, Redlock};
+use crate::support::memory::{FailingLink, MemoryNode, Until, five, five_failing};
+use redquorum::node::Op;
+use redquorum::{LockError, NodeError, Redlock};
 
 const TTL: Duration = Duration::from_secs(30);
 const BOUND: Duration = Duration::from_secs(5);
@@ -47,17 +47,10 @@ async fn a_release_on_its_way_to_a_frozen_majority_is_no_error() {
 
 #[tokio::test]
 async fn a_release_refused_by_a_majority_is_an_error_and_its_key_stays() {
-    let nodes: Vec<_> = (0..5).map(MemoryNode::new).collect();
-    let links: Vec<_> = nodes.iter().cloned().map(RefusesReleases::new).collect();
-    let redlock = Redlock::builder()
-        .custom_nodes(links.iter().map(|l| Arc::clone(l) as Arc<dyn Node>))
-        .node_timeout(Duration::from_secs(1))
-        .build()
-        .await
-        .unwrap();
+    let (nodes, links, redlock) = refusing_releases().await;
     let lock = redlock.lock("job", TTL).await.unwrap();
     for link in &links[..3] {
-        link.refuse_releases(true);
+        link.fail(true);
     }
     let refused = lock.release().await;
     assert!(
@@ -71,17 +64,20 @@ async fn a_release_refused_by_a_majority_is_an_error_and_its_key_stays() {
         .count();
     assert_eq!(left, 3, "the error says the key stays where it was refused");
     // Two refusals leave no quorum holding it: no error.
-    let nodes: Vec<_> = (0..5).map(MemoryNode::new).collect();
-    let links: Vec<_> = nodes.iter().cloned().map(RefusesReleases::new).collect();
-    let redlock = Redlock::builder()
-        .custom_nodes(links.iter().map(|l| Arc::clone(l) as Arc<dyn Node>))
-        .node_timeout(Duration::from_secs(1))
-        .build()
-        .await
-        .unwrap();
+    let (_, links, redlock) = refusing_releases().await;
     let lock = redlock.lock("job", TTL).await.unwrap();
     for link in &links[..2] {
-        link.refuse_releases(true);
+        link.fail(true);
     }
     lock.release().await.expect("a quorum released it");
+}
+
+/// Five nodes whose links refuse releases for good (`NOPERM`, as for a user
+/// not allowed the release script) once told to.
+async fn refusing_releases() -> (Vec<Arc<MemoryNode>>, Vec<Arc<FailingLink>>, Redlock) {
+    five_failing(
+        |op| matches!(op, Op::Release { .. }),
+        || NodeError::NoPermission("NOPERM (test)".into()),
+    )
+    .await
 }

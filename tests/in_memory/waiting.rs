@@ -10,11 +10,10 @@
 
 use std::time::Duration;
 
-use std::sync::Arc;
-
-use crate::support::memory::{LosesWriteAcquires, MemoryNode, Until, five};
-use redquorum::node::Node;
-use redquorum::{AcquireOptions, Redlock, RwLock, Semaphore};
+use crate::support::memory::{Until, five, five_failing};
+use redquorum::NodeError;
+use redquorum::node::Op;
+use redquorum::{AcquireOptions, RwLock, Semaphore};
 
 const TTL: Duration = Duration::from_secs(30);
 const BOUND: Duration = Duration::from_secs(5);
@@ -69,14 +68,12 @@ async fn a_gone_semaphore_waiter_keeps_no_permit() {
 async fn a_writer_takes_its_intent_back_where_it_missed_rounds() {
     const INTENT: &str = "{doc}:intent";
     for gets_it in [false, true] {
-        let nodes: Vec<_> = (0..5).map(MemoryNode::new).collect();
-        let links: Vec<_> = nodes.iter().cloned().map(LosesWriteAcquires::new).collect();
-        let redlock = Redlock::builder()
-            .custom_nodes(links.iter().map(|l| Arc::clone(l) as Arc<dyn Node>))
-            .node_timeout(Duration::from_secs(1))
-            .build()
-            .await
-            .unwrap();
+        // Its acquires lost as on a connection that is down.
+        let (nodes, links, redlock) = five_failing(
+            |op| matches!(op, Op::AcquireWrite { .. }),
+            || NodeError::NotConnected("link down (test)".into()),
+        )
+        .await;
         let rw = RwLock::new(&redlock, "doc").unwrap();
         let reader = rw.read(TTL).await.unwrap();
         let writer = {
@@ -91,7 +88,7 @@ async fn a_writer_takes_its_intent_back_where_it_missed_rounds() {
                 .await;
         }
         // Node 0 misses the rounds from here on; a later one reaches node 1.
-        links[0].lose_write_acquires(true);
+        links[0].fail(true);
         let before = nodes[1].applied();
         nodes[1]
             .until(BOUND, "a later round", |n| n.applied() > before)

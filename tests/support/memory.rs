@@ -54,32 +54,48 @@ pub async fn five() -> (Vec<std::sync::Arc<MemoryNode>>, redquorum::Redlock) {
     (nodes, client)
 }
 
-/// An in-memory node whose link loses a writer's acquires while
-/// [`lose_write_acquires`](Self::lose_write_acquires) is on: they fail as
-/// on a connection that is down, and are never applied (every other call
-/// goes through). A node that misses some rounds of a waiting writer.
-#[derive(Debug)]
-pub struct LosesWriteAcquires {
+/// An in-memory node behind a link that fails, while it is on
+/// ([`fail`](Self::fail)), every call `fails` picks, with `error`: never
+/// applied, never sent again. Every other call goes through. A node that
+/// misses some rounds of a waiting writer (its acquires lost as on a
+/// connection that is down), or one whose releases are refused for good.
+pub struct FailingLink {
     inner: std::sync::Arc<MemoryNode>,
-    lose: std::sync::atomic::AtomicBool,
+    fails: fn(&redquorum::node::Op<'_>) -> bool,
+    error: fn() -> redquorum::NodeError,
+    on: std::sync::atomic::AtomicBool,
 }
 
-impl LosesWriteAcquires {
-    /// A link to `inner`, losing nothing yet.
-    pub fn new(inner: std::sync::Arc<MemoryNode>) -> std::sync::Arc<Self> {
-        std::sync::Arc::new(LosesWriteAcquires {
+impl std::fmt::Debug for FailingLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FailingLink")
+            .field("inner", &self.inner)
+            .finish()
+    }
+}
+
+impl FailingLink {
+    /// A link to `inner`, failing nothing yet.
+    pub fn new(
+        inner: std::sync::Arc<MemoryNode>,
+        fails: fn(&redquorum::node::Op<'_>) -> bool,
+        error: fn() -> redquorum::NodeError,
+    ) -> std::sync::Arc<Self> {
+        std::sync::Arc::new(FailingLink {
             inner,
-            lose: std::sync::atomic::AtomicBool::new(false),
+            fails,
+            error,
+            on: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
-    /// Loses a writer's acquires from now on (`true`), or no longer.
-    pub fn lose_write_acquires(&self, on: bool) {
-        self.lose.store(on, std::sync::atomic::Ordering::SeqCst);
+    /// Fails the calls it picks from now on (`true`), or no longer.
+    pub fn fail(&self, on: bool) {
+        self.on.store(on, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
-impl redquorum::node::Node for LosesWriteAcquires {
+impl redquorum::node::Node for FailingLink {
     fn name(&self) -> &std::sync::Arc<str> {
         redquorum::node::Node::name(&*self.inner)
     }
@@ -88,56 +104,37 @@ impl redquorum::node::Node for LosesWriteAcquires {
         &'a self,
         op: redquorum::node::Op<'a>,
     ) -> futures::future::BoxFuture<'a, Result<redquorum::node::Reply, redquorum::NodeError>> {
-        let lost = matches!(op, redquorum::node::Op::AcquireWrite { .. })
-            && self.lose.load(std::sync::atomic::Ordering::SeqCst);
-        if lost {
-            let err = redquorum::NodeError::NotConnected("link down (test)".into());
-            return Box::pin(std::future::ready(Err(err)));
+        if self.on.load(std::sync::atomic::Ordering::SeqCst) && (self.fails)(&op) {
+            return Box::pin(std::future::ready(Err((self.error)())));
         }
         self.inner.call(op)
     }
 }
 
-/// An in-memory node whose releases fail for good (`NOPERM`, as for a user
-/// not allowed the release script) while
-/// [`refuse_releases`](Self::refuse_releases) is on: never applied, never
-/// sent again. Every other call goes through.
-#[derive(Debug)]
-pub struct RefusesReleases {
-    inner: std::sync::Arc<MemoryNode>,
-    refuse: std::sync::atomic::AtomicBool,
-}
-
-impl RefusesReleases {
-    /// A link to `inner`, refusing nothing yet.
-    pub fn new(inner: std::sync::Arc<MemoryNode>) -> std::sync::Arc<Self> {
-        std::sync::Arc::new(RefusesReleases {
-            inner,
-            refuse: std::sync::atomic::AtomicBool::new(false),
-        })
-    }
-
-    /// Refuses releases from now on (`true`), or no longer.
-    pub fn refuse_releases(&self, on: bool) {
-        self.refuse.store(on, std::sync::atomic::Ordering::SeqCst);
-    }
-}
-
-impl redquorum::node::Node for RefusesReleases {
-    fn name(&self) -> &std::sync::Arc<str> {
-        redquorum::node::Node::name(&*self.inner)
-    }
-
-    fn call<'a>(
-        &'a self,
-        op: redquorum::node::Op<'a>,
-    ) -> futures::future::BoxFuture<'a, Result<redquorum::node::Reply, redquorum::NodeError>> {
-        let refused = matches!(op, redquorum::node::Op::Release { .. })
-            && self.refuse.load(std::sync::atomic::Ordering::SeqCst);
-        if refused {
-            let err = redquorum::NodeError::NoPermission("NOPERM (test)".into());
-            return Box::pin(std::future::ready(Err(err)));
-        }
-        self.inner.call(op)
-    }
+/// Five in-memory nodes behind [`FailingLink`]s (`fails`, `error`), and a
+/// client over the links ([`client_over`]'s settings).
+pub async fn five_failing(
+    fails: fn(&redquorum::node::Op<'_>) -> bool,
+    error: fn() -> redquorum::NodeError,
+) -> (
+    Vec<std::sync::Arc<MemoryNode>>,
+    Vec<std::sync::Arc<FailingLink>>,
+    redquorum::Redlock,
+) {
+    let nodes: Vec<_> = (0..5).map(MemoryNode::new).collect();
+    let links: Vec<_> = nodes
+        .iter()
+        .map(|n| FailingLink::new(std::sync::Arc::clone(n), fails, error))
+        .collect();
+    let client = redquorum::Redlock::builder()
+        .custom_nodes(
+            links
+                .iter()
+                .map(|l| std::sync::Arc::clone(l) as std::sync::Arc<dyn redquorum::node::Node>),
+        )
+        .node_timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .expect("in-memory nodes build");
+    (nodes, links, client)
 }
