@@ -42,6 +42,20 @@ async fn get(port: u16, path: &str) -> Option<String> {
         .ok()?
 }
 
+/// How many times Prometheus has evaluated its rule groups so far, as its
+/// own scrape of itself says (0 while it cannot say).
+async fn evaluations(port: u16) -> f64 {
+    let query = "/api/v1/query?query=sum(prometheus_rule_group_iterations_total)";
+    let Some(body) = get(port, query).await else {
+        return 0.0;
+    };
+    let json: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+    json["data"]["result"][0]["value"][1]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
 /// The alerts Prometheus reports firing, by name and node.
 async fn firing(port: u16) -> Vec<(String, String)> {
     let Some(body) = get(port, "/api/v1/alerts").await else {
@@ -122,7 +136,8 @@ async fn prometheus_fires_the_degraded_node_alert_for_a_frozen_node() {
     let config = format!(
         "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n\
          rule_files: [rules.yml]\n\
-         scrape_configs:\n  - job_name: redquorum\n    static_configs: [{{targets: ['{metrics_addr}']}}]\n"
+         scrape_configs:\n  - job_name: redquorum\n    static_configs: [{{targets: ['{metrics_addr}']}}]\n\
+         \x20 - job_name: prometheus\n    static_configs: [{{targets: ['127.0.0.1:{prometheus_port}']}}]\n"
     );
     std::fs::write(dir.join("prometheus.yml"), config).unwrap();
     let _prometheus = tokio::process::Command::new("prometheus")
@@ -153,8 +168,15 @@ async fn prometheus_fires_the_degraded_node_alert_for_a_frozen_node() {
         },
     )
     .await;
-    // The control: every node answers, nothing fires.
-    tokio::time::sleep(Duration::from_secs(3)).await; // > the rule's `for`
+    // The control: every node answers, nothing fires — once the rules have
+    // been evaluated over more than the rule's `for` (2 s at 1 s each).
+    let evaluated = evaluations(prometheus_port).await;
+    redquorum_test_support::checks::eventually(
+        "Prometheus evaluates its rules three times more",
+        Duration::from_secs(60),
+        || async { evaluations(prometheus_port).await >= evaluated + 3.0 },
+    )
+    .await;
     assert_eq!(
         firing(prometheus_port).await,
         [],
