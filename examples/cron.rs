@@ -8,11 +8,12 @@
 //!
 //! A lock alone only keeps two runs from overlapping: the job takes a
 //! second, so a replica that fires 2.5 s late finds the lock free again and
-//! runs the same night twice. `LockOptions::hold_at_least` keeps the lock
-//! until the slot is over (ShedLock's `lockAtLeastFor`), however soon the
-//! job ends; the late replicas find it taken. It must not exceed the TTL:
-//! a replica that dies mid-job holds the lock for its TTL only. Exits
-//! non-zero if the job ran more than once.
+//! runs the same night twice. `LockOptions::hold_at_least` keeps the slot
+//! taken until the night is over (ShedLock's `lockAtLeastFor`), however
+//! soon the job ends and even if its replica dies: the grant marks the
+//! period with a key of its own, so the lock's TTL (10 s here) stays within
+//! `max_ttl` (60 s by default) while the period is 23 h. The late replicas
+//! find it taken. Exits non-zero if the job ran more than once.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -31,7 +32,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     // Tonight's slot: one name per night, held for the rest of the slot.
     let slot = format!("example:cron:nightly-report:{}", std::process::id());
-    let options = LockOptions::new().hold_at_least(Duration::from_secs(30));
+    let options = LockOptions::new().hold_at_least(Duration::from_secs(23 * 3600));
     let runs = Arc::new(AtomicUsize::new(0));
     let mut replicas = Vec::new();
     for (replica, late_ms) in [("replica-a", 0), ("replica-b", 2500), ("replica-c", 4000)] {
@@ -43,7 +44,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let ran = redlock
                 .run_with(
                     &slot,
-                    Duration::from_secs(60),
+                    Duration::from_secs(10),
                     &options,
                     &LeaseOptions::new(),
                     |_lease| async {
@@ -54,7 +55,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 )
                 .await;
             match ran {
-                Ok(()) => println!("{replica}: done; the slot stays taken for 30 s"),
+                Ok(()) => println!("{replica}: done; the slot stays taken for 23 h"),
                 Err(LockError::Taken { .. }) => {
                     println!("{replica}: tonight's report already ran elsewhere")
                 }

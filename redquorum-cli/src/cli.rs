@@ -360,10 +360,12 @@ pub struct ExecArgs {
     #[arg(long, value_name = "L")]
     pub label: Option<String>,
 
-    /// Keep the lock until D after it was taken, even when the command ends
-    /// sooner: for a job that must run once per period (a replica whose
-    /// cron fires late finds it taken). At most --ttl; a lock alone only
-    /// keeps two runs from overlapping.
+    /// Keep the slot taken until D after the lock was taken, even when the
+    /// command ends sooner or redquorum dies: for a job that must run once
+    /// per period (a replica whose cron fires late finds it taken; a lock
+    /// alone only keeps two runs from overlapping). Any length (23h for a
+    /// nightly job), kept by a mark of its own: every replica must give
+    /// --at-least. With it, a --ttl above --max-ttl is taken as --max-ttl.
     #[arg(long = "at-least", value_parser = humantime::parse_duration, value_name = "D",
           conflicts_with_all = ["permits", "read", "write"])]
     pub at_least: Option<Duration>,

@@ -30,7 +30,21 @@ const DEFAULT_GRACE: Duration = Duration::from_secs(5);
 /// How often a left-over process group is checked for having gone.
 const GROUP_POLL: Duration = Duration::from_millis(20);
 
-pub async fn exec(global: &Global, nodes: &[String], args: ExecArgs, ui: &Ui) -> Code {
+pub async fn exec(global: &Global, nodes: &[String], mut args: ExecArgs, ui: &Ui) -> Code {
+    // Once per period: the period is --at-least's, kept by its own mark,
+    // and the lease needs no more than --max-ttl (scripts written when
+    // --at-least had to be within --ttl give --ttl as long as the period).
+    let max_ttl = global.max_ttl.unwrap_or(redquorum::DEFAULT_MAX_TTL);
+    if args.at_least.is_some() && args.ttl > max_ttl {
+        ui.note(format_args!(
+            "--ttl {} is above --max-ttl {}: the lease is kept in steps of {} (--at-least \
+             keeps the period by itself)",
+            humantime::format_duration(args.ttl),
+            humantime::format_duration(max_ttl),
+            humantime::format_duration(max_ttl)
+        ));
+        args.ttl = max_ttl;
+    }
     if args.ttl < MIN_TTL {
         ui.usage(&format!(
             "--ttl {} is too short: at least {}",

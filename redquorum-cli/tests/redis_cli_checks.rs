@@ -270,8 +270,9 @@ async fn leader_prints_the_leaders_own_term_after_counters_moved_on() {
 }
 
 /// `exec --at-least`: the slot stays taken after a command that ended
-/// sooner, so a replica whose cron fires 2.5 s late does not run it again;
-/// above `--ttl` it is bad usage.
+/// sooner, so a replica whose cron fires 2.5 s late does not run it again
+/// (within the TTL the lock key itself stays: a replica without
+/// `--at-least` is refused too).
 #[tokio::test(flavor = "multi_thread")]
 async fn at_least_keeps_the_slot_taken_after_the_command_ends() {
     let nodes = node_urls();
@@ -304,20 +305,34 @@ async fn at_least_keeps_the_slot_taken_after_the_command_ends() {
     .await;
     assert_eq!(code(&out), 75, "the late replica: {}", stderr(&out));
     assert!(!ran.exists(), "the late replica ran the slot again");
-    let out = run(
-        &nodes,
-        &[
-            "exec",
-            "--ttl",
-            "5s",
-            "--at-least",
-            "10s",
-            &unique("cron"),
-            "--",
-            "true",
-        ],
-    )
-    .await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A nightly job with the default `--max-ttl` (60 s): `--ttl 23h
+/// --at-least 23h` runs (the lease kept in steps of `--max-ttl`, the
+/// period by its mark), and a second replica within the period exits 75
+/// without running. Before, the first exited 64 ("TTL 82800s is above the
+/// longest TTL 60s"). A zero period is bad usage.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_nightly_period_runs_once_with_the_default_max_ttl() {
+    let nodes = node_urls();
+    let resource = unique("nightly");
+    let nightly = ["exec", "--ttl", "23h", "--at-least", "23h", &resource, "--"];
+    let out = run(&nodes, &[&nightly[..], &["true"]].concat()).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("the lease is kept in steps of 1m"),
+        "{}",
+        stderr(&out)
+    );
+    let dir = scratch("nightly");
+    let ran = dir.join("ran");
+    let ran_arg = ran.display().to_string();
+    let out = run(&nodes, &[&nightly[..], &["touch", &ran_arg]].concat()).await;
+    assert_eq!(code(&out), 75, "the second replica: {}", stderr(&out));
+    assert!(!ran.exists(), "the second replica ran within the period");
+    let zero = ["exec", "--at-least", "0s", &resource, "--", "true"];
+    let out = run(&nodes, &zero).await;
     assert_eq!(code(&out), 64, "{}", stderr(&out));
     assert!(stderr(&out).contains("hold at least"), "{}", stderr(&out));
     let _ = std::fs::remove_dir_all(dir);

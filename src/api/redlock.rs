@@ -15,7 +15,7 @@ use crate::api::nodes::Nodes;
 use crate::engine::claim::{Claim, Keys};
 use crate::engine::driver::{Attempts, Driver, Ttl};
 use crate::proto::error::LockError;
-use crate::proto::input::InputError;
+use crate::proto::input::check_hold_at_least;
 use crate::proto::keys::KeyLayout;
 use crate::settings::{AcquireOptions, LockOptions};
 
@@ -279,13 +279,16 @@ impl Redlock {
         ttl: Duration,
         options: &LockOptions,
     ) -> Result<Lock, LockError> {
-        let keys = Keys::single(self.driver.layout(), resource, options.is_fenced())?;
-        let at_least = options.min_hold();
-        if let Some(at_least) = at_least
-            && at_least > ttl
-        {
-            return Err(InputError::HoldAtLeastAboveTtl { at_least, ttl }.into());
-        }
+        let layout = self.driver.layout();
+        let mut keys = Keys::single(layout, resource, options.is_fenced())?;
+        let at_least = match options.min_hold() {
+            Some(at_least) => {
+                let at_least = check_hold_at_least(at_least)?;
+                keys = keys.with_period(layout, resource)?;
+                Some(at_least)
+            }
+            None => None,
+        };
         self.lock_keys(keys, None, ttl, options.acquire(), at_least)
             .await
     }

@@ -3,7 +3,7 @@
 
 use crate::engine::token::Token;
 use crate::proto::input::InputError;
-use crate::proto::op::{Op, Waiter};
+use crate::proto::op::{Op, Period, Waiter};
 use crate::proto::round::Step;
 
 #[cfg(test)]
@@ -33,7 +33,9 @@ pub(crate) struct Claim {
     /// ([`LockOptions::hold_at_least`](crate::LockOptions::hold_at_least)).
     at_least: Option<std::time::Duration>,
     /// Held at least until then (set at the grant, from `at_least`): a
-    /// release before it leaves the key to expire then.
+    /// release before it leaves the key to expire then (within the TTL),
+    /// and a release of a claim never granted takes its period's mark
+    /// back.
     keep_until: std::sync::OnceLock<tokio::time::Instant>,
     /// A release was made: no restore may follow it (see
     /// [`unless_released`](Claim::unless_released)).
@@ -284,11 +286,24 @@ impl Claim {
     }
 
     /// How long the key must still stay at `now` (whole milliseconds,
-    /// rounded up), when held at least until a time not yet come.
-    fn kept_for_ms(&self, now: impl Fn() -> tokio::time::Instant) -> Option<u64> {
+    /// rounded up), when held at least until a time not yet come that is
+    /// within `ttl_ms`: a key is never left for longer than the lock's TTL
+    /// (within `max_ttl`, which a restarted node waits out); a longer rest
+    /// of the period is the period mark's alone.
+    fn kept_for_ms(&self, ttl_ms: u64, now: impl Fn() -> tokio::time::Instant) -> Option<u64> {
         let left = self.keep_until.get()?.saturating_duration_since(now());
         let ms = u64::try_from(left.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
-        (ms > 0).then_some(ms)
+        (ms > 0 && ms <= ttl_ms).then_some(ms)
+    }
+
+    /// The period of a lock held at least a while, marked at its grant
+    /// ([`Period`]).
+    fn period(&self) -> Option<Period<'_>> {
+        let ms = self.at_least?.as_millis();
+        Some(Period {
+            key: self.keys.period_key()?,
+            ms: u64::try_from(ms).unwrap_or(u64::MAX),
+        })
     }
 
     /// The operation a call of `step` writes at the time `now` gives, on a
@@ -348,6 +363,7 @@ impl Claim {
                 holder_ttl: holder_ttl || in_line.is_some(),
                 line,
                 waiter: in_line,
+                period: self.period(),
             },
             (Flavor::Fenced, Step::Acquire { .. }) => Op::AcquireFenced {
                 key,
@@ -357,6 +373,7 @@ impl Claim {
                 ttl_ms,
                 line,
                 waiter: in_line,
+                period: self.period(),
             },
             // A plain or fenced lock's key is set again where a node lost
             // it, when the driver asks (docs/design.md §4).
@@ -372,7 +389,7 @@ impl Claim {
             // Held at least until a time not yet come: the key stays until
             // then (computed as the release is written: a resend shortens it).
             (Flavor::Plain | Flavor::Fenced, Step::Release)
-                if let Some(after_ms) = self.kept_for_ms(&now) =>
+                if let Some(after_ms) = self.kept_for_ms(ttl_ms, &now) =>
             {
                 Op::ReleaseAfter {
                     key,
@@ -380,17 +397,26 @@ impl Claim {
                     after_ms,
                 }
             }
+            // A granted lock's release leaves its period's mark to stand;
+            // a round never granted to its caller (released by the
+            // shutdown while in flight) takes it back.
             (Flavor::Plain | Flavor::Fenced, Step::Release) => Op::Release {
                 key,
                 token,
                 line,
                 waiter: in_line,
+                period: match self.keep_until.get() {
+                    Some(_) => None,
+                    None => self.keys.period_key(),
+                },
             },
+            // A refused round takes back its period mark too.
             (Flavor::Plain | Flavor::Fenced, Step::Undo) => Op::Release {
                 key,
                 token,
                 line,
                 waiter: None,
+                period: self.keys.period_key(),
             },
             (_, Step::WriteBack(fence)) => Op::FenceWriteBack {
                 key,
@@ -478,6 +504,7 @@ impl Claim {
                 token,
                 line: &keys[3..],
                 waiter: None,
+                period: None,
             },
             (Flavor::Permit, Step::Acquire { .. }) => Op::AcquirePermit {
                 keys,

@@ -418,7 +418,12 @@ impl Driver {
     /// restarted node's quarantine, and then share the lock with a client of
     /// this one (docs/migrating.md).
     fn holders_within_max_ttl(&self, claim: &Claim, error: &LockError) {
-        let Some(votes) = error.votes() else {
+        // A period's mark (once per period) outlives max_ttl by design, and
+        // refuses with its time left.
+        let Some(votes) = error
+            .votes()
+            .filter(|_| claim.keys().period_key().is_none())
+        else {
             return;
         };
         let max_ttl = self.settings.max_ttl;

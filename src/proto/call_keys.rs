@@ -41,6 +41,9 @@ pub(crate) struct Keys {
     /// A plain or fenced lock's line of waiters, `[line, alive]` (empty:
     /// none).
     line: Box<[String]>,
+    /// A plain or fenced lock's period mark, once per period
+    /// ([`Keys::with_period`]).
+    period: Option<Box<str>>,
     /// A semaphore's permit count, for [`Flavor::Permit`].
     permits: u32,
     /// Whether the keys carry the holder's label (not a plain lock under
@@ -95,6 +98,7 @@ impl Keys {
                 lock: LockKeys::One(layout.lock_key(resource)),
                 fence: Some(layout.fence_key(resource)),
                 line,
+                period: None,
                 permits: 0,
                 labeled: true,
                 around: layout.around(false),
@@ -105,11 +109,32 @@ impl Keys {
                 lock: LockKeys::One(layout.plain_key(resource)),
                 fence: None,
                 line,
+                period: None,
                 permits: 0,
                 labeled: !layout.interop(),
                 around: layout.around(true),
             }
         })
+    }
+
+    /// The same plain or fenced lock on `resource`, once per period: its
+    /// acquire reads the period mark, its grant sets it
+    /// ([`Period`](crate::proto::op::Period)). [`InputError::CrossSlot`]
+    /// where the mark would not share the lock key's cluster slot.
+    pub(crate) fn with_period(
+        mut self,
+        layout: &KeyLayout,
+        resource: &str,
+    ) -> Result<Self, InputError> {
+        debug_assert!(self.restorable());
+        let plain = self.flavor == Flavor::Plain;
+        let key = layout
+            .period_key(resource, plain)
+            .ok_or_else(|| InputError::CrossSlot {
+                resources: vec![resource.to_owned()],
+            })?;
+        self.period = Some(key.into());
+        Ok(self)
     }
 
     /// Slot `slot` of the semaphore `name` of `permits` permits.
@@ -125,6 +150,7 @@ impl Keys {
             lock: LockKeys::Many(Box::new(layout.permit_keys(name, slot))),
             fence: None,
             line: Box::new([]),
+            period: None,
             permits,
             labeled: true,
             around: (layout.prefix().len() + 1, "}:permit:".len() + digits(slot)),
@@ -138,6 +164,7 @@ impl Keys {
             lock: LockKeys::One(layout.lock_key(named(resource)?)),
             fence: None,
             line: Box::new([]),
+            period: None,
             permits: 0,
             labeled: true,
             around: layout.around(false),
@@ -162,6 +189,7 @@ impl Keys {
             lock: LockKeys::Many(lock),
             fence: None,
             line: Box::new([]),
+            period: None,
             permits: 0,
             labeled: true,
             around: layout.around(false),
@@ -177,6 +205,7 @@ impl Keys {
             lock: LockKeys::Many(Box::new(layout.rw_keys(resource))),
             fence: None,
             line: Box::new([]),
+            period: None,
             permits: 0,
             labeled: write,
             around: (layout.prefix().len() + 1, "}:writer".len()),
@@ -191,6 +220,7 @@ impl Keys {
             lock: LockKeys::Many(keys.into()),
             fence: None,
             line: Box::new([]),
+            period: None,
             permits: 0,
             labeled: false,
             around: (0, 0),
@@ -207,6 +237,7 @@ impl Keys {
             .map(String::as_str)
             .chain(self.fence.as_deref())
             .chain(self.line.iter().map(String::as_str))
+            .chain(self.period.as_deref())
             .map(|key| slot(key.as_bytes()));
         let first = keys.next();
         keys.all(|slot| Some(slot) == first)
@@ -267,6 +298,11 @@ impl Keys {
     /// none).
     pub(crate) fn line(&self) -> &[String] {
         &self.line
+    }
+
+    /// The period mark's key, once per period ([`with_period`](Self::with_period)).
+    pub(crate) fn period_key(&self) -> Option<&str> {
+        self.period.as_deref()
     }
 
     /// A semaphore's permit count (0 for other kinds).

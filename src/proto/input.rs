@@ -52,14 +52,9 @@ pub enum InputError {
         max_ttl: Duration,
     },
     /// [`LockOptions::hold_at_least`](crate::LockOptions::hold_at_least)
-    /// longer than the TTL: a holder that crashed would keep the lock for
-    /// the TTL only.
-    HoldAtLeastAboveTtl {
-        /// The time asked for.
-        at_least: Duration,
-        /// The TTL given.
-        ttl: Duration,
-    },
+    /// of zero, or not a whole number of milliseconds ≥ 1, or above
+    /// [`MAX_TTL_MS`](crate::proto::quorum::MAX_TTL_MS).
+    InvalidHoldAtLeast(Duration),
     /// The resource name is empty.
     EmptyResource,
     /// A multi-resource lock over no resources.
@@ -126,10 +121,10 @@ impl fmt::Display for InputError {
                 "TTL {ttl:?} is above the longest TTL {max_ttl:?}: raise Builder::max_ttl \
                  (CLI --max-ttl), which a node restarted without persistence waits out"
             ),
-            InputError::HoldAtLeastAboveTtl { at_least, ttl } => write!(
+            InputError::InvalidHoldAtLeast(at_least) => write!(
                 f,
-                "hold at least {at_least:?} is longer than the TTL {ttl:?}: a lock is never \
-                 held past its TTL by a holder that stops"
+                "invalid hold at least {at_least:?}: must be between 1 ms and {} ms",
+                Pow2(MAX_TTL_MS)
             ),
             InputError::EmptyResource => write!(f, "resource name is empty"),
             InputError::NoResources => write!(f, "no resources given"),
@@ -207,6 +202,18 @@ impl Ttl {
         })?;
         Ok(Ttl { ms, validity })
     }
+}
+
+/// Checks a time to hold a lock at least (once per period): 1 ms to 2^40
+/// ms, in whole milliseconds (sub-millisecond parts dropped). Not bounded
+/// by the TTL nor by `max_ttl`: the period's mark is a key of its own,
+/// which a holder does not hold (docs/guarantees.md, "Once per period").
+pub(crate) fn check_hold_at_least(at_least: Duration) -> Result<Duration, InputError> {
+    let ms = u64::try_from(at_least.as_millis()).unwrap_or(u64::MAX);
+    if ms == 0 || ms > MAX_TTL_MS {
+        return Err(InputError::InvalidHoldAtLeast(at_least));
+    }
+    Ok(Duration::from_millis(ms))
 }
 
 /// Checks a resource name (or a lock type's name): not empty. Every

@@ -135,13 +135,45 @@ impl KeyLayout {
     /// key's Redis Cluster slot (a resource whose braces move the hash
     /// tag): such a lock waits without a line.
     pub(crate) fn line_keys(&self, resource: &str, plain: bool) -> Option<[String; 2]> {
+        self.beside(resource, plain, ["lock:line", "lock:alive"])
+    }
+
+    /// The key of the period mark (once per period,
+    /// [`LockOptions::hold_at_least`](crate::LockOptions::hold_at_least)) of
+    /// the lock on `resource` whose key is [`plain_key`](Self::plain_key)
+    /// (`plain`) or [`lock_key`](Self::lock_key): `{R}:period` (the prefix
+    /// in front), or for an interop key `K`, `{K}:period`. `None` where it
+    /// would not share the lock key's Redis Cluster slot (a resource that
+    /// begins with `}`, or an interop key whose braces move the hash tag).
+    ///
+    /// ```
+    /// let layout = redquorum::KeyLayout::new("app:", false).unwrap();
+    /// assert_eq!(layout.period_key("nightly", true).as_deref(), Some("app:{nightly}:period"));
+    /// let interop = redquorum::KeyLayout::new("app:", true).unwrap();
+    /// assert_eq!(interop.period_key("nightly", true).as_deref(), Some("{app:nightly}:period"));
+    /// assert_eq!(layout.period_key("}odd", true), None);
+    /// ```
+    pub fn period_key(&self, resource: &str, plain: bool) -> Option<String> {
+        self.beside(resource, plain, ["period"]).map(|[key]| key)
+    }
+
+    /// Keys beside the lock on `resource` (see [`line_keys`](Self::line_keys)),
+    /// one per role: `{R}:role` (the prefix in front), or for an interop key
+    /// `K`, `{K}:role`; `None` where one would not share the lock key's
+    /// Redis Cluster slot.
+    fn beside<const N: usize>(
+        &self,
+        resource: &str,
+        plain: bool,
+        roles: [&str; N],
+    ) -> Option<[String; N]> {
         let (key, keys) = if plain && self.interop {
             let key = self.plain_key(resource);
-            let keys = ["line", "alive"].map(|role| format!("{{{key}}}:lock:{role}"));
+            let keys = roles.map(|role| format!("{{{key}}}:{role}"));
             (key, keys)
         } else {
             let p = &self.prefix;
-            let keys = ["line", "alive"].map(|role| format!("{p}{{{resource}}}:lock:{role}"));
+            let keys = roles.map(|role| format!("{p}{{{resource}}}:{role}"));
             (self.lock_key(resource), keys)
         };
         let at = super::slot::slot(key.as_bytes());

@@ -31,6 +31,9 @@ pub enum Op<'a> {
         /// Who waits in `line`, if this is a waiter's attempt (then
         /// `holder_ttl` too).
         waiter: Option<Waiter<'a>>,
+        /// Once per period: refused while the period's mark stands (with
+        /// its TTL), and a grant sets the mark ([`Period`]).
+        period: Option<Period<'a>>,
     },
     /// If `key` holds `token`, make it live at least `ttl_ms` from now
     /// (never shorter than it already does). With `restore`, a `key` that
@@ -63,6 +66,10 @@ pub enum Op<'a> {
         /// The holder's wait, if it waited in line (or a waiter giving up):
         /// it leaves the line, and a key kept for it is given on too.
         waiter: Option<Waiter<'a>>,
+        /// A refused round's undo of a grant with a period: the mark's key
+        /// ([`Period::key`]), deleted where it holds `token`. A release
+        /// leaves the mark to stand its period.
+        period: Option<&'a str>,
     },
     /// Release after a time ([`LockOptions::hold_at_least`](crate::LockOptions::hold_at_least)):
     /// if `key` holds `token`, its expiry becomes exactly `after_ms` from
@@ -163,6 +170,8 @@ pub enum Op<'a> {
         line: &'a [String],
         /// Who waits in `line`, if this is a waiter's attempt.
         waiter: Option<Waiter<'a>>,
+        /// Once per period, as [`Op::Acquire`]'s.
+        period: Option<Period<'a>>,
     },
     /// Fenced acquire (phase 2): if `key` still holds `token`, raise the
     /// counter `fence_key` to at least `fence`.
@@ -299,6 +308,20 @@ pub enum Op<'a> {
     },
 }
 
+/// Once per period ([`LockOptions::hold_at_least`](crate::LockOptions::hold_at_least)):
+/// a grant marks the period with a key of its own, set to the holder's
+/// token for `ms`, apart from the lock key (whose TTL stays within
+/// `max_ttl`). An acquire with a period is refused while the mark stands;
+/// a release leaves it; only a refused round's undo takes it back
+/// (docs/guarantees.md, "Once per period").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Period<'a> {
+    /// The mark's key (`{R}:period`, see [`KeyLayout::period_key`](crate::KeyLayout::period_key)).
+    pub key: &'a str,
+    /// How long the mark stands from the grant, in milliseconds.
+    pub ms: u64,
+}
+
 /// A waiter's attempt, for fair waiting: refused, it stays in the lock's
 /// line; a lock released while it is first in line is kept for it (as
 /// [`KEPT`] followed by its name) for its patience, and no one else takes it
@@ -353,7 +376,7 @@ impl<'a> Op<'a> {
     ///
     /// ```
     /// use redquorum::node::Op;
-    /// let op = Op::Release { key: "k", token: "t", line: &[], waiter: None };
+    /// let op = Op::Release { key: "k", token: "t", line: &[], waiter: None, period: None };
     /// assert_eq!(op.name(), "release");
     /// ```
     pub fn name(&self) -> &'static str {

@@ -201,15 +201,33 @@ impl LockOptions {
         self.fenced
     }
 
-    /// Keep the lock until `at_least` after it was granted, even when it is
-    /// released sooner: the release then leaves the key to expire at that
-    /// time instead of deleting it (ShedLock's `lockAtLeastFor`). For a job
-    /// that must run once per period (a nightly report on several replicas
-    /// whose clocks or schedulers are a few seconds apart): a lock alone
-    /// only keeps two runs from *overlapping*; held at least until the slot
-    /// is over, a replica that fires late finds it taken. At most the TTL
-    /// ([`InputError::HoldAtLeastAboveTtl`](crate::InputError::HoldAtLeastAboveTtl)
-    /// at the call: a holder that crashes keeps it for the TTL only).
+    /// Keep the slot taken until `at_least` after the lock was granted,
+    /// even when it is released sooner (ShedLock's `lockAtLeastFor`): for a
+    /// job that must run once per period (a nightly report on several
+    /// replicas whose clocks or schedulers are a few seconds apart). A lock
+    /// alone only keeps two runs from *overlapping*; held at least until the
+    /// slot is over, a replica that fires late finds it taken.
+    ///
+    /// The grant marks the period on each node that granted it with a key of
+    /// its own (`{R}:period`, [`KeyLayout::period_key`](crate::KeyLayout::period_key)),
+    /// which stands for `at_least` whatever happens to the holder: a crash
+    /// frees the lock within its TTL, not the slot. So `at_least` may be far
+    /// longer than the TTL and than `max_ttl` (a nightly job: 23 h), which
+    /// stays the bound of every key a holder holds. Acquires with
+    /// `hold_at_least` are refused while the mark stands on a quorum
+    /// ([`LockError::Taken`](crate::LockError::Taken), with its time left):
+    /// give every replica of the job the same option. A release within the
+    /// TTL of the end also leaves the lock key until then, so a plain
+    /// [`try_lock`](crate::Redlock::try_lock) finds it taken too. A refused
+    /// round takes its marks back.
+    ///
+    /// What a restart costs: a node that lost the mark (restarted empty)
+    /// sits out `max_ttl`, then no longer refuses for it. Once a quorum of
+    /// nodes lacks the mark (one empty restart, where the grant reached
+    /// exactly a quorum), the slot can run again within the period: at most
+    /// a repeated slot, never two holders at once (docs/guarantees.md,
+    /// "Once per period"). Between 1 ms and 2^40 ms
+    /// ([`InputError::InvalidHoldAtLeast`](crate::InputError::InvalidHoldAtLeast)).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

@@ -1,7 +1,7 @@
 //! An [`Op`] that owns its strings, to be queued and applied later (by a
 //! frozen node, or after a simulated delay).
 
-use crate::proto::op::{Op, Waiter};
+use crate::proto::op::{Op, Period, Waiter};
 
 /// An [`Op`] with owned strings; [`op`](Self::op) borrows it back.
 ///
@@ -9,7 +9,7 @@ use crate::proto::op::{Op, Waiter};
 /// use redquorum::node::Op;
 /// use redquorum::internals::OwnedOp;
 ///
-/// let op = Op::Release { key: "{r}:lock", token: "t", line: &[], waiter: None };
+/// let op = Op::Release { key: "{r}:lock", token: "t", line: &[], waiter: None, period: None };
 /// let queued = OwnedOp::new(op);
 /// assert_eq!(queued.op(), op);
 /// ```
@@ -35,6 +35,8 @@ pub struct OwnedOp {
     permits: u32,
     /// A waiter's id, ticket and patience.
     waiter: Option<(String, u64, u64)>,
+    /// A period's mark key, and its length in ms (0 for an undo's).
+    period: Option<(String, u64)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +79,7 @@ impl OwnedOp {
             restore: false,
             permits: 0,
             waiter: None,
+            period: None,
         };
         let mut one = |kind, key: &str, token: &str, number| {
             owned.kind = kind;
@@ -93,12 +96,14 @@ impl OwnedOp {
                 holder_ttl,
                 line,
                 waiter,
+                period,
             } => {
                 one(Kind::Acquire, key, token, ttl_ms);
                 owned.label = label.to_owned();
                 owned.holder_ttl = holder_ttl;
                 owned.line = line.to_vec();
                 owned.waiter = own(waiter);
+                owned.period = period.map(|p| (p.key.to_owned(), p.ms));
             }
             Op::Extend {
                 key,
@@ -121,10 +126,12 @@ impl OwnedOp {
                 token,
                 line,
                 waiter,
+                period,
             } => {
                 one(Kind::Release, key, token, 0);
                 owned.line = line.to_vec();
                 owned.waiter = own(waiter);
+                owned.period = period.map(|key| (key.to_owned(), 0));
             }
             Op::AcquireFenced {
                 key,
@@ -134,12 +141,14 @@ impl OwnedOp {
                 ttl_ms,
                 line,
                 waiter,
+                period,
             } => {
                 one(Kind::AcquireFenced, key, token, ttl_ms);
                 owned.label = label.to_owned();
                 owned.keys.push(fence_key.to_owned());
                 owned.line = line.to_vec();
                 owned.waiter = own(waiter);
+                owned.period = period.map(|p| (p.key.to_owned(), p.ms));
             }
             Op::FenceWriteBack {
                 key,
@@ -281,6 +290,10 @@ impl OwnedOp {
                 ticket: *ticket,
                 patience_ms: *patience_ms,
             });
+        let period = self
+            .period
+            .as_ref()
+            .map(|(key, ms)| Period { key, ms: *ms });
         match self.kind {
             Kind::Acquire => Op::Acquire {
                 key,
@@ -290,6 +303,7 @@ impl OwnedOp {
                 holder_ttl: self.holder_ttl,
                 line,
                 waiter,
+                period,
             },
             Kind::Extend => Op::Extend {
                 key,
@@ -303,6 +317,7 @@ impl OwnedOp {
                 token,
                 line,
                 waiter,
+                period: period.map(|p| p.key),
             },
             Kind::ReleaseAfter => Op::ReleaseAfter {
                 key,
@@ -317,6 +332,7 @@ impl OwnedOp {
                 ttl_ms,
                 line,
                 waiter,
+                period,
             },
             Kind::FenceWriteBack => Op::FenceWriteBack {
                 key,

@@ -25,6 +25,7 @@
 //!     holder_ttl: true,
 //!     line: &[],
 //!     waiter: None,
+//!     period: None,
 //! };
 //! assert_eq!(store.apply(acquire("a"), 0)?, Reply::Done);
 //! assert_eq!(store.apply(acquire("b"), 40)?, Reply::Held { pttl_ms: Some(60), ahead: None });

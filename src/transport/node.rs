@@ -14,7 +14,7 @@ use futures::future::BoxFuture;
 use crate::proto::error::NodeError;
 
 pub use crate::proto::op::{
-    KEPT, MAX_LABEL, MAX_LINE, Op, READERS_TURN, Reply, Snapshot, Stored, Waiter,
+    KEPT, MAX_LABEL, MAX_LINE, Op, Period, READERS_TURN, Reply, Snapshot, Stored, Waiter,
 };
 
 /// The name redquorum gives the Redis node at `url` in logs, errors and

@@ -56,7 +56,7 @@ const READ_ONLY: &str = "'no-writes', 'allow-oom'";
 macro_rules! lua {
     // A script, after the preludes it uses (`ours.lua`: a key's token and
     // label; `line.lua`: the line of waiters; `notify.lua`: a release
-    // published).
+    // published; `period.lua`: a period's mark).
     ($name:ident, $file:literal, $fname:literal, $flags:expr $(, $prelude:literal)*) => {
         static $name: Lua = Lua {
             source: LazyLock::new(|| {
@@ -85,7 +85,8 @@ lua!(
     "acquire",
     WRITES,
     "scripts/ours.lua",
-    "scripts/line.lua"
+    "scripts/line.lua",
+    "scripts/period.lua"
 );
 lua!(
     EXTEND,
@@ -101,7 +102,8 @@ lua!(
     ALLOW_OOM,
     "scripts/ours.lua",
     "scripts/line.lua",
-    "scripts/notify.lua"
+    "scripts/notify.lua",
+    "scripts/period.lua"
 );
 lua!(
     RELEASE_AFTER,
@@ -157,7 +159,8 @@ lua!(
     "acquire_fenced",
     WRITES,
     "scripts/ours.lua",
-    "scripts/line.lua"
+    "scripts/line.lua",
+    "scripts/period.lua"
 );
 lua!(
     FENCE_WRITEBACK,

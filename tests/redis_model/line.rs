@@ -23,12 +23,14 @@ async fn the_model_keeps_a_line_as_redis_does() {
         holder_ttl: true,
         line,
         waiter,
+        period: None,
     };
     let release = |token| Op::Release {
         key: lock,
         token,
         line,
         waiter: None,
+        period: None,
     };
     pair.both(acquire("a", None)).await.unwrap();
     // Two waiters refused: in line, the earlier ticket first.
@@ -61,6 +63,7 @@ async fn the_model_keeps_a_line_as_redis_does() {
         ttl_ms,
         line,
         waiter,
+        period: None,
     };
     pair.both(fenced("d", waiter("wd", 5))).await.unwrap();
     pair.both(release("c")).await.unwrap();
@@ -76,6 +79,7 @@ async fn the_model_keeps_a_line_as_redis_does() {
         token,
         line,
         waiter,
+        period: None,
     };
     pair.same_keys(k.range("lock", "lock")).await; // kept for `wb`
     assert_eq!(
@@ -275,6 +279,7 @@ async fn the_line_holds_max_line_waiters_and_no_more() {
         holder_ttl: true,
         line,
         waiter,
+        period: None,
     };
     pair.both(acquire("a", None)).await.unwrap();
     let ids: Vec<String> = (0..=redquorum::node::MAX_LINE)
@@ -308,6 +313,7 @@ async fn the_line_holds_max_line_waiters_and_no_more() {
         token: "a",
         line,
         waiter: None,
+        period: None,
     };
     assert_eq!(pair.both(release).await, Ok(Reply::Done));
     let published = pair.store.take_published();

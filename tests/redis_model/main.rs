@@ -9,6 +9,7 @@
 #![cfg(feature = "redis-tests")]
 
 mod line;
+mod period;
 #[path = "../support/mod.rs"]
 mod support;
 
@@ -200,7 +201,7 @@ struct K {
 }
 
 impl K {
-    const NAMES: [&'static str; 19] = [
+    const NAMES: [&'static str; 20] = [
         "lock",
         "fence",
         "a",
@@ -220,6 +221,7 @@ impl K {
         "permits:line",
         "permits:alive",
         "permit:1",
+        "period",
     ];
 
     fn new() -> K {
@@ -276,12 +278,14 @@ async fn the_model_answers_every_operation_as_redis_does() {
         holder_ttl,
         line: no_line,
         waiter: None,
+        period: None,
     };
     let release = |token| Op::Release {
         key: lock,
         token,
         line: no_line,
         waiter: None,
+        period: None,
     };
     assert_eq!(pair.both(acquire("a", false)).await, Ok(Reply::Done));
     pair.both(acquire("b", false)).await.unwrap();
@@ -328,6 +332,7 @@ async fn the_model_answers_every_operation_as_redis_does() {
         ttl_ms,
         line: no_line,
         waiter: None,
+        period: None,
     };
     let write_back = |token, fence_value| Op::FenceWriteBack {
         key: lock,
@@ -432,6 +437,7 @@ async fn the_model_answers_every_operation_as_redis_does() {
         token: "o",
         line: no_line,
         waiter: None,
+        period: None,
     })
     .await
     .unwrap();
@@ -568,6 +574,7 @@ async fn the_model_answers_every_operation_as_redis_does() {
         holder_ttl: false,
         line: no_line,
         waiter: None,
+        period: None,
     };
     pair.both(labelled("l1", "host-a pid 7")).await.unwrap();
     pair.both(labelled("l2", "host-b")).await.unwrap();
@@ -593,6 +600,7 @@ async fn the_model_answers_every_operation_as_redis_does() {
         ttl_ms,
         line: no_line,
         waiter: None,
+        period: None,
     })
     .await
     .unwrap();
@@ -621,6 +629,7 @@ async fn the_model_answers_every_operation_as_redis_does() {
         holder_ttl: false,
         line: no_line,
         waiter: None,
+        period: None,
     })
     .await
     .unwrap();

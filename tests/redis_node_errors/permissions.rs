@@ -42,6 +42,7 @@ async fn least_privilege_acl_user_can_lock() {
             "resetkeys",
             "~{*}:lock*",
             "~{*}:fence",
+            "~{*}:period",
             "~{*}:writer",
             "~{*}:readers",
             "~{*}:intent",
@@ -115,6 +116,11 @@ async fn least_privilege_acl_user_can_lock() {
         .expect("fenced");
     assert!(lock.fence().is_some());
     lock.release().await.expect("release fenced");
+    // Once per period: the mark beside the lock key.
+    let once = redquorum::LockOptions::new().hold_at_least(Duration::from_secs(1));
+    let slot = format!("{r}:once");
+    let lock = redlock.lock_with(&slot, ttl, &once).await.expect("period");
+    lock.release().await.expect("release period");
     let lock = ReentrantLock::new(&redlock, &r, "owner")
         .unwrap()
         .lock(ttl)

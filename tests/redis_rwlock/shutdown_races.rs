@@ -25,7 +25,8 @@ const TASKS: usize = 6;
 const KINDS: usize = 9;
 
 /// What the tasks share: the resources' prefix, the rounds done, and the
-/// `hold_at_least` resources whose lock was granted to a caller.
+/// keys of the `hold_at_least` locks granted to a caller (and of their
+/// periods' marks).
 struct Shared {
     prefix: String,
     rounds: tokio::sync::watch::Sender<usize>,
@@ -99,7 +100,10 @@ async fn one_round(
             let at_least = LockOptions::new().hold_at_least(ttl);
             let lock = redlock.lock_with(&resource, ttl, &at_least).await;
             if lock.is_ok() {
-                shared.promised.lock().unwrap().insert(lock_key(&resource));
+                let mut promised = shared.promised.lock().unwrap();
+                promised.insert(lock_key(&resource));
+                // Its period's mark (a round never granted takes its own back).
+                promised.insert(format!("{{{resource}}}:period"));
             }
             boxed(lock)
         }
@@ -164,7 +168,8 @@ async fn keys_with_ttl(prefix: &str) -> Vec<BTreeMap<String, String>> {
 /// permits (waiting), an election campaign, `hold_at_least` locks — while
 /// `shutdown` is called once they have done some rounds. When it returns,
 /// the only keys with a TTL left are those of the `hold_at_least` locks a
-/// caller was granted, each still on a quorum of nodes; every task ends at
+/// caller was granted (and their periods' marks), each still on a quorum
+/// of nodes; every task ends at
 /// once with `LockError::ShutDown`. Before: 10 to 25 keys were left with
 /// their TTL in every run (a plain lock on all five nodes, readers' keys,
 /// an election key, lines).

@@ -323,6 +323,7 @@ impl SimNode {
                         holder_ttl: false,
                         line: &[],
                         waiter: None,
+                        period: None,
                     };
                     st.store.apply(one, now)?;
                 }

@@ -109,6 +109,10 @@ impl redquorum::node::Node for FailingLink {
         }
         self.inner.call(op)
     }
+
+    fn quarantined(&self) -> bool {
+        redquorum::node::Node::quarantined(&*self.inner)
+    }
 }
 
 /// Five in-memory nodes behind [`FailingLink`]s (`fails`, `error`), and a

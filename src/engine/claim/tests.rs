@@ -105,6 +105,7 @@ fn an_explicit_token_is_released_as_given() {
             token: "owner-7",
             line: &line,
             waiter: None,
+            period: None,
         }
     );
     assert_eq!(
@@ -143,6 +144,7 @@ fn a_writer_undoes_a_round_without_its_intent_and_releases_with_it() {
             token: "w",
             line: &rw[3..],
             waiter: None,
+            period: None,
         }
     );
     assert!(claim.keys().marks_refusals());

@@ -2,7 +2,7 @@
 
 use super::{Entry, INSPECT_MEMBERS, SERVED, Store, Value, held, labeled, permit, rw, score};
 use crate::proto::error::NodeError;
-use crate::proto::op::{Op, READERS_TURN, Reply, Snapshot, Stored, Waiter};
+use crate::proto::op::{Op, Period, READERS_TURN, Reply, Snapshot, Stored, Waiter};
 
 impl Store {
     /// Applies `op` at `now` on the node's clock, as its script would.
@@ -18,31 +18,41 @@ impl Store {
                 holder_ttl,
                 line,
                 waiter,
-            } => match waiter.filter(|_| line.len() == 2) {
-                Some(waiter) => {
-                    let me = waiter.name(false);
-                    if self.free_to(key, Some(&me), now) {
-                        self.set(key, Entry::text(&labeled(token, label), now, ttl_ms));
-                        self.line_leave(line, &me, now);
-                        Reply::Done
-                    } else {
-                        let pttl = self.peek(key, now).and_then(|e| e.pttl(now));
-                        self.refused(line, Some(&me), Some(waiter), pttl, now)?
+                period,
+            } => {
+                let mark = self.period_left(period.map(|p| p.key), now);
+                match waiter.filter(|_| line.len() == 2) {
+                    Some(waiter) => {
+                        let me = waiter.name(false);
+                        if mark.is_none() && self.free_to(key, Some(&me), now) {
+                            self.set(key, Entry::text(&labeled(token, label), now, ttl_ms));
+                            self.period_begin(period, token, now);
+                            self.line_leave(line, &me, now);
+                            Reply::Done
+                        } else {
+                            let pttl = self.period_pttl(key, mark, now);
+                            self.refused(line, Some(&me), Some(waiter), pttl, now)?
+                        }
                     }
-                }
-                None => match self.live(key, now) {
-                    // `SET NX` answers nil; acquire.lua the PTTL.
-                    Some(e) if holder_ttl => held(e, now),
-                    Some(_) => Reply::Held {
-                        pttl_ms: None,
-                        ahead: None,
+                    None => match self.live(key, now) {
+                        None if mark.is_none() => {
+                            self.set(key, Entry::text(&labeled(token, label), now, ttl_ms));
+                            self.period_begin(period, token, now);
+                            Reply::Done
+                        }
+                        // `SET NX` answers nil; acquire.lua (a period's
+                        // too) the PTTL.
+                        _ if holder_ttl || period.is_some() => Reply::Held {
+                            pttl_ms: self.period_pttl(key, mark, now),
+                            ahead: None,
+                        },
+                        _ => Reply::Held {
+                            pttl_ms: None,
+                            ahead: None,
+                        },
                     },
-                    None => {
-                        self.set(key, Entry::text(&labeled(token, label), now, ttl_ms));
-                        Reply::Done
-                    }
-                },
-            },
+                }
+            }
             Op::Extend {
                 key,
                 token,
@@ -76,7 +86,9 @@ impl Store {
                 token,
                 line,
                 waiter,
+                period,
             } => {
+                self.period_undo(period, token, now);
                 let me = waiter.filter(|_| line.len() == 2).map(|w| w.name(false));
                 self.give_back(key, token, line, me.as_deref(), now)?
             }
@@ -88,11 +100,13 @@ impl Store {
                 ttl_ms,
                 line,
                 waiter,
+                period,
             } => {
                 let waiter = waiter.filter(|_| line.len() == 2);
                 let me = waiter.map(|w| w.name(false));
-                if !self.free_to(key, me.as_deref(), now) {
-                    let pttl = self.peek(key, now).and_then(|e| e.pttl(now));
+                let mark = self.period_left(period.map(|p| p.key), now);
+                if mark.is_some() || !self.free_to(key, me.as_deref(), now) {
+                    let pttl = self.period_pttl(key, mark, now);
                     return self.refused(line, me.as_deref(), waiter, pttl, now);
                 }
                 // `INCR` keeps the counter's expiry (it has none); the
@@ -103,6 +117,7 @@ impl Store {
                 let value = Value::Text(counter.to_string());
                 self.set(fence_key, Entry { value, expires });
                 self.set(key, Entry::text(&labeled(token, label), now, ttl_ms));
+                self.period_begin(period, token, now);
                 if let Some(me) = &me {
                     self.line_leave(line, me, now);
                 }
@@ -519,6 +534,39 @@ impl Store {
             self.line_leave(line, me, now);
         }
         Ok(Reply::Done)
+    }
+    /// `period.lua`'s `period_left`: the mark's PTTL while it stands
+    /// (`Some(None)`: no expiry), else `None`.
+    fn period_left(&mut self, mark: Option<&str>, now: u64) -> Option<Option<u64>> {
+        mark.and_then(|key| self.live(key, now))
+            .map(|e| e.pttl(now))
+    }
+
+    /// `period_begin`: the mark set to `token` for the period.
+    fn period_begin(&mut self, period: Option<Period<'_>>, token: &str, now: u64) {
+        if let Some(p) = period {
+            self.set(p.key, Entry::text(token, now, p.ms));
+        }
+    }
+
+    /// `period_undo`: the mark deleted where it holds `token` exactly.
+    fn period_undo(&mut self, mark: Option<&str>, token: &str, now: u64) {
+        if let Some(key) = mark
+            && self
+                .live(key, now)
+                .is_some_and(|e| matches!(&e.value, Value::Text(t) if t == token))
+        {
+            self.keys.remove(key);
+        }
+    }
+
+    /// `period_pttl`: a refusal's time left, the holder's key's or, where it
+    /// is gone, the mark's.
+    fn period_pttl(&self, key: &str, mark: Option<Option<u64>>, now: u64) -> Option<u64> {
+        match self.peek(key, now) {
+            Some(e) => e.pttl(now),
+            None => mark.flatten(),
+        }
     }
 
     /// What `inspect.lua` reads.

@@ -7,10 +7,14 @@
 -- Held: return {0, PTTL} (-1: no expiry); nothing changes.
 -- A waiter in line adds KEYS[3], KEYS[4] and ARGV[4..6], as acquire.lua; its
 -- refusal is {0, PTTL, waiters ahead}.
-local me = #KEYS == 4 and line_name('w', ARGV[4], ARGV[6])
+-- A period adds its mark as the last key (so an odd count) and its ms as
+-- the last argument, as acquire.lua.
+local period = #KEYS % 2 == 1 and KEYS[#KEYS]
+local mark = period_left(period)
+local me = #KEYS >= 4 and line_name('w', ARGV[4], ARGV[6])
 local value = redis.pcall('GET', KEYS[1])
-if value ~= false and not (me and value == KEPT .. me) then
-  local pttl = redis.call('PTTL', KEYS[1])
+if mark or (value ~= false and not (me and value == KEPT .. me)) then
+  local pttl = period_pttl(KEYS[1], mark)
   if me then
     local refused = line_wait(KEYS[3], KEYS[4], me, ARGV[5], ARGV[6], pttl, node_now())
     return {0, pttl, refused[2]}
@@ -25,6 +29,7 @@ if counter < floor then
   redis.call('SET', KEYS[2], string.format('%.0f', floor))
 end
 redis.call('SET', KEYS[1], labeled(ARGV[1], ARGV[3]), 'PX', ARGV[2])
+period_begin(period, ARGV[1], ARGV[#ARGV])
 if me then
   line_leave(KEYS[3], KEYS[4], me)
 end

@@ -8,7 +8,7 @@ use super::{
     FENCE_WRITEBACK, INSPECT, RELEASE, RELEASE_AFTER, RELEASE_MANY, RELEASE_PERMIT, RELEASE_READ,
     RELEASE_REENTRANT, RELEASE_WRITE,
 };
-use crate::proto::op::{Op, Waiter};
+use crate::proto::op::{Op, Period, Waiter};
 use crate::transport::resp;
 
 /// Writes the command for `op` into `out`: `FCALL` of its function where the
@@ -22,6 +22,7 @@ pub(crate) fn encode(op: &Op<'_>, loaded: bool, out: &mut Vec<u8>) {
         ttl_ms,
         holder_ttl: false,
         waiter: None,
+        period: None,
         ..
     } = *op
     {
@@ -63,8 +64,10 @@ pub(crate) fn encode(op: &Op<'_>, loaded: bool, out: &mut Vec<u8>) {
         Op::Inspect { .. } => &INSPECT,
     };
     // Keys, then arguments: as the scripts read KEYS and ARGV. `first` are
-    // single keys, `rest` a slice of them (a line, or an op's key list).
+    // single keys, `rest` a slice of them (a line, or an op's key list),
+    // `last` a period's mark (period.lua).
     let mut args = Args::default();
+    let mut last = None;
     let (first, rest): (&[&str], &[String]) = match *op {
         Op::Acquire {
             key,
@@ -73,12 +76,15 @@ pub(crate) fn encode(op: &Op<'_>, loaded: bool, out: &mut Vec<u8>) {
             ttl_ms,
             line,
             waiter,
+            period,
             ..
         } => {
             args.push(Arg::Str(token))
                 .push(Arg::Num(ttl_ms))
                 .push(Arg::Str(label));
-            (&[key][..], in_line(&mut args, line, waiter))
+            let line = in_line(&mut args, line, waiter);
+            last = with_period(&mut args, period);
+            (&[key][..], line)
         }
         Op::Extend {
             key,
@@ -98,11 +104,13 @@ pub(crate) fn encode(op: &Op<'_>, loaded: bool, out: &mut Vec<u8>) {
             token,
             line,
             waiter,
+            period,
         } => {
             args.push(Arg::Str(token));
             if line.len() == 2 {
                 push_leaving(&mut args, waiter);
             }
+            last = period;
             (&[key][..], line)
         }
         Op::AcquireReentrant {
@@ -231,11 +239,14 @@ pub(crate) fn encode(op: &Op<'_>, loaded: bool, out: &mut Vec<u8>) {
             ttl_ms,
             line,
             waiter,
+            period,
         } => {
             args.push(Arg::Str(token))
                 .push(Arg::Num(ttl_ms))
                 .push(Arg::Str(label));
-            (&[key, fence_key][..], in_line(&mut args, line, waiter))
+            let line = in_line(&mut args, line, waiter);
+            last = with_period(&mut args, period);
+            (&[key, fence_key][..], line)
         }
         Op::ReleaseAfter {
             key,
@@ -256,7 +267,7 @@ pub(crate) fn encode(op: &Op<'_>, loaded: bool, out: &mut Vec<u8>) {
         }
         Op::Inspect { keys } => (&[][..], keys),
     };
-    let key_count = first.len() + rest.len();
+    let key_count = first.len() + rest.len() + usize::from(last.is_some());
     resp::command(out, 3 + key_count + args.len);
     if loaded {
         resp::arg(out, b"FCALL");
@@ -266,7 +277,8 @@ pub(crate) fn encode(op: &Op<'_>, loaded: bool, out: &mut Vec<u8>) {
         resp::arg(out, lua.source.as_bytes());
     }
     resp::arg_u64(out, key_count as u64);
-    for key in first.iter().copied().chain(rest.iter().map(String::as_str)) {
+    let keys = first.iter().copied().chain(rest.iter().map(String::as_str));
+    for key in keys.chain(last) {
         resp::arg(out, key.as_bytes());
     }
     for arg in &args.items[..args.len] {
@@ -289,6 +301,13 @@ fn in_line<'a>(
     } else {
         &[]
     }
+}
+
+/// A period's mark key, its length pushed last (as period.lua reads it).
+fn with_period<'a>(args: &mut Args<'a>, period: Option<Period<'a>>) -> Option<&'a str> {
+    let period = period?;
+    args.push(Arg::Num(period.ms));
+    Some(period.key)
 }
 
 /// A waiter's id, ticket and patience, as the scripts read them.

@@ -5,8 +5,12 @@
 -- the first waiter in it instead of deleted. A holder (or a waiter giving
 -- up) that waited in line adds ARGV[2] its id and ARGV[3] its patience: it
 -- leaves the line first, and a key kept for it is given on too.
+-- A refused round's undo of a grant with a period adds the mark as the last
+-- key (so an even count): taken back where it holds our token (period.lua).
 -- A release is published on the channel named after the key, with the token,
 -- to wake waiters (notify.lua).
+local period = #KEYS % 2 == 0 and KEYS[#KEYS]
+period_undo(period, ARGV[1])
 local me = ARGV[2] and line_name('w', ARGV[2], ARGV[3])
 local value = redis.pcall('GET', KEYS[1])
 if me then
@@ -15,7 +19,7 @@ end
 if not ours(value, ARGV[1]) and not (me and value == KEPT .. me) then
   return 0
 end
-local kept = #KEYS > 1 and line_hand_over(KEYS[1], KEYS[2], KEYS[3])
+local kept = #KEYS >= 3 and line_hand_over(KEYS[1], KEYS[2], KEYS[3])
 if not kept then
   redis.call('DEL', KEYS[1])
 end

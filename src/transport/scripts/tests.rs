@@ -10,6 +10,7 @@ fn loaded_scripts_go_as_functions_of_a_versioned_library() {
         token: "t",
         line: &[],
         waiter: None,
+        period: None,
     };
     let mut by_name = Vec::new();
     encode(&op, true, &mut by_name);
@@ -59,6 +60,7 @@ fn every_operation_encodes_as_one_whole_command() {
             holder_ttl: false,
             line: &[],
             waiter: None,
+            period: None,
         },
         Op::Acquire {
             key: "k",
@@ -68,6 +70,7 @@ fn every_operation_encodes_as_one_whole_command() {
             holder_ttl: true,
             line: &[],
             waiter: None,
+            period: None,
         },
         Op::Acquire {
             key: "k",
@@ -77,12 +80,14 @@ fn every_operation_encodes_as_one_whole_command() {
             holder_ttl: true,
             line: &line,
             waiter,
+            period: None,
         },
         Op::Release {
             key: "k",
             token: "t",
             line: &line,
             waiter,
+            period: None,
         },
         Op::AcquirePermit {
             keys: &keys,
@@ -119,6 +124,7 @@ fn every_operation_encodes_as_one_whole_command() {
             ttl_ms: 5,
             line: &line,
             waiter,
+            period: None,
         },
         Op::FenceWriteBack {
             key: "k",
@@ -291,4 +297,67 @@ fn the_lines_numbers_are_the_clients() {
         let want = format!("local {name} = {value}\n");
         assert!(line.contains(&want), "line.lua: no `{}`", want.trim());
     }
+}
+
+/// A period's mark goes last among the keys and its length last among the
+/// arguments (as `period.lua` reads them), and takes an acquire off the
+/// native `SET`; an undo names the mark last, a plain release does not.
+#[test]
+fn a_period_goes_last_and_takes_the_script() {
+    use crate::proto::op::Period;
+    use crate::transport::resp::{Frame, parse};
+    let args = |op: &Op<'_>| -> Vec<String> {
+        let mut out = Vec::new();
+        encode(op, false, &mut out);
+        let Some((Frame::Array(args), _)) = parse(&out).unwrap() else {
+            panic!("{op:?}")
+        };
+        args.iter()
+            .map(|a| String::from_utf8_lossy(a.bytes().unwrap()).into_owned())
+            .collect()
+    };
+    let line = ["{k}:lock:line", "{k}:lock:alive"].map(String::from);
+    let waiter = Some(Waiter {
+        id: "w",
+        ticket: 7,
+        patience_ms: 300,
+    });
+    let period = Some(Period {
+        key: "{k}:period",
+        ms: 82_800_000,
+    });
+    let acquire = |waiter, period| Op::Acquire {
+        key: "{k}:lock",
+        token: "t",
+        label: "",
+        ttl_ms: 10_000,
+        holder_ttl: false,
+        line: &line,
+        waiter,
+        period,
+    };
+    assert_eq!(args(&acquire(None, None))[0], "SET");
+    let sent = args(&acquire(None, period));
+    assert_eq!(sent[0], "EVAL");
+    assert_eq!(&sent[2..5], ["2", "{k}:lock", "{k}:period"]);
+    assert_eq!(sent.last().unwrap(), "82800000");
+    let sent = args(&acquire(waiter, period));
+    assert_eq!(sent[2], "4");
+    assert_eq!(sent[6], "{k}:period");
+    assert_eq!(
+        sent.len(),
+        3 + 4 + 7,
+        "token, ttl, label, waiter's three, ms"
+    );
+    assert_eq!(sent.last().unwrap(), "82800000");
+    let release = |period| Op::Release {
+        key: "{k}:lock",
+        token: "t",
+        line: &line,
+        waiter: None,
+        period,
+    };
+    assert_eq!(args(&release(None))[2], "3");
+    let undo = args(&release(Some("{k}:period")));
+    assert_eq!((undo[2].as_str(), undo[6].as_str()), ("4", "{k}:period"));
 }
