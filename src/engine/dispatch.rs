@@ -117,6 +117,7 @@ use crate::transport::in_flight::{InFlight, Place};
 use crate::transport::link::{Counted, Errand, Limits, Pending, Sink, Work};
 use crate::transport::master::RedisNode;
 use crate::transport::node::Node;
+use crate::transport::scripts::Shape;
 
 /// A node call's outcome.
 pub(crate) type Outcome = Result<Reply, NodeError>;
@@ -442,16 +443,17 @@ impl RoundCalls {
 }
 
 impl Errand for RoundCalls {
-    fn encode(&self, loaded: bool, quarantined: bool, out: &mut Vec<u8>) {
+    fn encode(&self, loaded: bool, quarantined: bool, out: &mut Vec<u8>) -> Shape {
         // The clock, read as the call is written where the op depends on it
-        // (a release of a lock held at least until later).
+        // (a release of a lock held at least until later). Built once per
+        // call: its reply is read by the shape returned.
         let op = self.claim.op_on(
             self.step,
             self.ttl_ms,
             quarantined,
             tokio::time::Instant::now,
         );
-        crate::transport::scripts::encode(&op, loaded, out);
+        crate::transport::scripts::encode(&op, loaded, out)
     }
 
     fn key(&self) -> &str {
@@ -469,18 +471,6 @@ impl Errand for RoundCalls {
 
     fn grants(&self) -> bool {
         self.step.grants()
-    }
-
-    fn read(&self, quarantined: bool, frame: crate::transport::resp::Frame) -> Outcome {
-        // The reply's shape depends on the operation's kind, never on the
-        // time it was written at.
-        let op = self.claim.op_on(
-            self.step,
-            self.ttl_ms,
-            quarantined,
-            tokio::time::Instant::now,
-        );
-        crate::transport::scripts::parse_reply(&op, frame)
     }
 
     fn answer(&self, node: usize, quarantined: bool, outcome: Outcome) {

@@ -44,11 +44,11 @@ impl Node for RedisTestNode {
 
     fn call<'a>(&'a self, op: Op<'a>) -> BoxFuture<'a, Result<Reply, NodeError>> {
         let mut command = Vec::new();
-        crate::transport::scripts::encode(&op, false, &mut command);
+        let shape = crate::transport::scripts::encode(&op, false, &mut command);
         let link = Arc::clone(self.link.arc());
         Box::pin(async move {
             let frame = link.query(command, None).await?;
-            crate::transport::scripts::parse_reply(&op, frame)
+            crate::transport::scripts::parse_reply(shape, frame)
         })
     }
 }

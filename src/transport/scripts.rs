@@ -34,7 +34,7 @@ mod reply;
 mod tests;
 
 pub(crate) use encode::encode;
-pub(crate) use reply::parse_reply;
+pub(crate) use reply::{Shape, parse_reply};
 
 /// A script's source without its comment lines, computed on first use, its
 /// function's name in the library, and its function's flags: `allow-oom`

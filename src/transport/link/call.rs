@@ -18,6 +18,7 @@ use crate::proto::error::NodeError;
 use crate::proto::op::Reply;
 use crate::telemetry::NodeTelemetry;
 use crate::transport::resp::Frame;
+use crate::transport::scripts::{Shape, parse_reply};
 
 /// What a round asks of every node, bringing its own command and taking
 /// its own answers: one operation on a claim's keys (made by
@@ -27,7 +28,8 @@ pub(crate) trait Errand: Send + Sync {
     /// where the library's functions are (`FCALL`, else `EVAL`),
     /// `quarantined` while the node's yes counts toward no new grant there
     /// (`crate::proto::restart`; an extension then restores its key).
-    fn encode(&self, loaded: bool, quarantined: bool, out: &mut Vec<u8>);
+    /// Returns how the node's reply to it reads.
+    fn encode(&self, loaded: bool, quarantined: bool, out: &mut Vec<u8>) -> Shape;
 
     /// The key a cluster routes it by.
     fn key(&self) -> &str;
@@ -46,9 +48,6 @@ pub(crate) trait Errand: Send + Sync {
     /// write-back — what a client whose list the deployment moved away
     /// from must not ask (its extensions and releases go on).
     fn grants(&self) -> bool;
-
-    /// Reads a node's reply to the command encoded `quarantined` or not.
-    fn read(&self, quarantined: bool, frame: Frame) -> Result<Reply, NodeError>;
 
     /// Hands node `node`'s outcome on (once per call, at its end), its
     /// call written `quarantined` or not.
@@ -146,6 +145,8 @@ pub(crate) struct Pending {
     /// handshake said so, `crate::proto::restart`): a yes counts toward no
     /// new grant.
     pub(crate) quarantined: bool,
+    /// How the reply to an errand's call reads, once it is written.
+    pub(crate) shape: Option<Shape>,
     /// When it was first made (`made` is reset when it is sent again).
     pub(crate) born: Instant,
     /// Times it was sent again after its connection failed under it.
@@ -176,6 +177,7 @@ impl Pending {
             asking: false,
             late: false,
             quarantined: false,
+            shape: None,
             born: Instant::now(),
             resends: 0,
         }
@@ -214,11 +216,9 @@ impl Pending {
                 let _ = tx.send(reply);
             }
             Sink::Errand => {
-                let outcome = match (&self.work, reply) {
-                    (Work::Errand { errand, .. }, Ok(frame)) => {
-                        errand.read(self.quarantined, frame)
-                    }
-                    (_, Ok(frame)) => Err(NodeError::Protocol(format!("{frame:?}").into())),
+                let outcome = match (self.shape, reply) {
+                    (Some(shape), Ok(frame)) => parse_reply(shape, frame),
+                    (None, Ok(frame)) => Err(NodeError::Protocol(format!("{frame:?}").into())),
                     (_, Err(e)) => Err(e),
                 };
                 self.finish_reply(outcome, late);

@@ -346,7 +346,7 @@ impl Io {
         }
         match &call.work {
             Work::Errand { errand, .. } => {
-                errand.encode(self.loaded, call.quarantined, &mut self.out)
+                call.shape = Some(errand.encode(self.loaded, call.quarantined, &mut self.out));
             }
             Work::Raw(command) => self.out.extend_from_slice(command),
             Work::Ping => self.out.extend_from_slice(b"*1\r\n$4\r\nPING\r\n"),

@@ -2,6 +2,7 @@
 //! output buffer: `FCALL` of its function, `EVAL` of its source, or a
 //! native `SET` for a plain acquire (see the [module docs](super)).
 
+use super::Shape;
 use super::{
     ACQUIRE, ACQUIRE_FENCED, ACQUIRE_MANY, ACQUIRE_PERMIT, ACQUIRE_READ, ACQUIRE_REENTRANT,
     ACQUIRE_WRITE, EXTEND, EXTEND_MANY, EXTEND_PERMIT, EXTEND_READ, EXTEND_REENTRANT,
@@ -13,8 +14,14 @@ use crate::transport::resp;
 
 /// Writes the command for `op` into `out`: `FCALL` of its function where the
 /// connection has the library loaded (`loaded`), else `EVAL` of its source;
-/// or a native `SET` for a plain acquire.
-pub(crate) fn encode(op: &Op<'_>, loaded: bool, out: &mut Vec<u8>) {
+/// or a native `SET` for a plain acquire. Returns how its reply reads.
+pub(crate) fn encode(op: &Op<'_>, loaded: bool, out: &mut Vec<u8>) -> Shape {
+    write(op, loaded, out);
+    Shape::of(op)
+}
+
+/// [`encode`]'s writing.
+fn write(op: &Op<'_>, loaded: bool, out: &mut Vec<u8>) {
     if let Op::Acquire {
         key,
         token,

@@ -4,25 +4,60 @@ use crate::proto::error::NodeError;
 use crate::proto::op::{Op, Reply, Snapshot, Stored};
 use crate::transport::resp::Frame;
 
-/// The reply to `op`, from the node's reply `frame` (never an error reply:
-/// those are the connection's to classify).
-pub(crate) fn parse_reply(op: &Op<'_>, frame: Frame) -> Result<Reply, NodeError> {
-    if let Op::Inspect { keys } = op {
-        return parse_snapshot(&frame, keys.len())
+/// How a reply to an operation reads: all [`parse_reply`] needs of it,
+/// taken as its command is written ([`encode`](super::encode)), so that an
+/// operation is built once per call, not again for its reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shape {
+    /// An inspection of this many keys: a [`Snapshot`].
+    Snapshot(usize),
+    /// A plain acquire: `+OK`, a script's PTTL or a waiter's refusal, or
+    /// nil from a native `SET NX` refused.
+    Acquire,
+    /// A fenced acquire: `{1, fence}` or `{0, PTTL[, ahead]}`.
+    AcquireFenced,
+    /// A permit's acquire: an acquire's, or `{"permits", n}`.
+    AcquirePermit,
+    /// Any other acquire: `+OK`, a PTTL, or a waiter's refusal.
+    AcquireOther,
+    /// An extension that may restore its key: `2` is [`Reply::Restored`].
+    Restore,
+    /// Everything else: `1` done, `0` not held.
+    Done,
+}
+
+impl Shape {
+    /// The shape of `op`'s reply.
+    pub(crate) fn of(op: &Op<'_>) -> Shape {
+        match op {
+            Op::Inspect { keys } => Shape::Snapshot(keys.len()),
+            Op::Acquire { .. } => Shape::Acquire,
+            Op::AcquireFenced { .. } => Shape::AcquireFenced,
+            Op::AcquirePermit { .. } => Shape::AcquirePermit,
+            Op::AcquireReentrant { .. }
+            | Op::AcquireMany { .. }
+            | Op::AcquireRead { .. }
+            | Op::AcquireWrite { .. } => Shape::AcquireOther,
+            Op::Extend { restore: true, .. } => Shape::Restore,
+            _ => Shape::Done,
+        }
+    }
+}
+
+/// The reply of an operation of `shape`, from the node's reply `frame`
+/// (never an error reply: those are the connection's to classify).
+pub(crate) fn parse_reply(shape: Shape, frame: Frame) -> Result<Reply, NodeError> {
+    if let Shape::Snapshot(keys) = shape {
+        return parse_snapshot(&frame, keys)
             .map(Reply::Snapshot)
             .ok_or_else(|| NodeError::Protocol(format!("{frame:?}").into()));
     }
     let acquire = matches!(
-        op,
-        Op::Acquire { .. }
-            | Op::AcquireReentrant { .. }
-            | Op::AcquireMany { .. }
-            | Op::AcquireRead { .. }
-            | Op::AcquireWrite { .. }
-            | Op::AcquirePermit { .. }
+        shape,
+        Shape::Acquire | Shape::AcquirePermit | Shape::AcquireOther
     );
-    let reply = match (&frame, op) {
-        (Frame::Array(pair), Op::AcquirePermit { .. })
+    let reply = match (&frame, shape) {
+        (Frame::Array(pair), Shape::AcquirePermit)
             if pair.first().and_then(Frame::bytes) == Some(b"permits") =>
         {
             pair.get(1)
@@ -37,11 +72,11 @@ pub(crate) fn parse_reply(op: &Op<'_>, frame: Frame) -> Result<Reply, NodeError>
             [Frame::Int(pttl_ms), Frame::Int(ahead)] => Some(held(*pttl_ms, Some(*ahead))),
             _ => None,
         },
-        (Frame::Nil, Op::Acquire { .. }) => Some(Reply::Held {
+        (Frame::Nil, Shape::Acquire) => Some(Reply::Held {
             pttl_ms: None,
             ahead: None,
         }),
-        (Frame::Array(pair), Op::AcquireFenced { .. }) => match pair.as_slice() {
+        (Frame::Array(pair), Shape::AcquireFenced) => match pair.as_slice() {
             [Frame::Int(1), Frame::Int(fence)] => u64::try_from(*fence).ok().map(Reply::Fence),
             [Frame::Int(0), Frame::Int(pttl_ms)] => Some(held(*pttl_ms, None)),
             [Frame::Int(0), Frame::Int(pttl_ms), Frame::Int(ahead)] => {
@@ -50,7 +85,7 @@ pub(crate) fn parse_reply(op: &Op<'_>, frame: Frame) -> Result<Reply, NodeError>
             _ => None,
         },
         (Frame::Int(1), _) if !acquire => Some(Reply::Done),
-        (Frame::Int(2), Op::Extend { restore: true, .. }) => Some(Reply::Restored),
+        (Frame::Int(2), Shape::Restore) => Some(Reply::Restored),
         (Frame::Int(0), _) if !acquire => Some(Reply::NotHeld),
         _ => None,
     };

@@ -361,3 +361,42 @@ fn a_period_goes_last_and_takes_the_script() {
     let undo = args(&release(Some("{k}:period")));
     assert_eq!((undo[2].as_str(), undo[6].as_str()), ("4", "{k}:period"));
 }
+
+/// A reply is read by the shape its command was written with: the op is
+/// built once per call, for its command only.
+#[test]
+fn a_reply_is_read_by_the_shape_written() {
+    use crate::proto::op::Reply;
+    use crate::transport::resp::Frame;
+    let plain = Op::Acquire {
+        key: "k",
+        token: "t",
+        label: "",
+        ttl_ms: 5,
+        holder_ttl: false,
+        line: &[],
+        waiter: None,
+        period: None,
+    };
+    let shape = encode(&plain, true, &mut Vec::new());
+    assert_eq!(shape, Shape::Acquire);
+    let refused = Reply::Held {
+        pttl_ms: None,
+        ahead: None,
+    };
+    assert_eq!(parse_reply(shape, Frame::Nil), Ok(refused));
+    let restore = Op::Extend {
+        key: "k",
+        token: "t",
+        label: "",
+        ttl_ms: 5,
+        restore: true,
+    };
+    let shape = encode(&restore, true, &mut Vec::new());
+    assert_eq!(parse_reply(shape, Frame::Int(2)), Ok(Reply::Restored));
+    let keys = ["a".to_owned(), "b".to_owned()];
+    let shape = encode(&Op::Inspect { keys: &keys }, true, &mut Vec::new());
+    assert_eq!(shape, Shape::Snapshot(2));
+    // A frame of another shape is a protocol error, never a guess.
+    assert!(parse_reply(Shape::Done, Frame::Nil).is_err());
+}
