@@ -2,6 +2,7 @@
 //! renamed without its mentions fails here. A path is a `code span` that
 //! starts with one of the repository's top folders (or is a root file);
 //! globs, placeholders and `file::function` test names are not paths.
+//! And no Rust file is longer than [`MAX_LINES`]: one idea per module.
 
 use std::path::Path;
 
@@ -74,4 +75,48 @@ fn what_counts_as_a_path() {
     let text = "see `tests/a.rs`, `src/x.rs:12`, `tests/*.rs`, `redis_nodes::f`, `README`, \
                 `scripts/nodes up`, `docs/`";
     assert_eq!(paths(text), ["tests/a.rs", "src/x.rs", "docs/"]);
+}
+
+/// The longest a Rust source file may be: a longer one holds more than one
+/// idea, and is split (a module of its own, its tests beside it).
+const MAX_LINES: usize = 600;
+
+/// The Rust files under `dir` (`target` and hidden folders skipped).
+fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with('.') || name == "target" {
+            continue;
+        }
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if name.ends_with(".rs") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn no_rust_file_is_longer_than_max_lines() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    rust_files(root, &mut files);
+    assert!(
+        files.len() > 100,
+        "the walk found the sources: {}",
+        files.len()
+    );
+    let long: Vec<String> = files
+        .iter()
+        .filter_map(|f| {
+            let lines = std::fs::read_to_string(f).ok()?.lines().count();
+            (lines > MAX_LINES).then(|| format!("{} ({lines})", f.display()))
+        })
+        .collect();
+    assert!(long.is_empty(), "longer than {MAX_LINES} lines: {long:?}");
 }

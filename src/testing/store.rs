@@ -37,6 +37,7 @@ use std::collections::BTreeMap;
 
 mod apply;
 mod line;
+mod period;
 
 use crate::proto::error::NodeError;
 use crate::proto::op::{KEPT, Reply};

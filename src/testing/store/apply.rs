@@ -2,7 +2,7 @@
 
 use super::{Entry, INSPECT_MEMBERS, SERVED, Store, Value, held, labeled, permit, rw, score};
 use crate::proto::error::NodeError;
-use crate::proto::op::{Op, Period, READERS_TURN, Reply, Snapshot, Stored, Waiter};
+use crate::proto::op::{Op, READERS_TURN, Reply, Snapshot, Stored, Waiter};
 
 impl Store {
     /// Applies `op` at `now` on the node's clock, as its script would.
@@ -535,40 +535,6 @@ impl Store {
         }
         Ok(Reply::Done)
     }
-    /// `period.lua`'s `period_left`: the mark's PTTL while it stands
-    /// (`Some(None)`: no expiry), else `None`.
-    fn period_left(&mut self, mark: Option<&str>, now: u64) -> Option<Option<u64>> {
-        mark.and_then(|key| self.live(key, now))
-            .map(|e| e.pttl(now))
-    }
-
-    /// `period_begin`: the mark set to `token` for the period.
-    fn period_begin(&mut self, period: Option<Period<'_>>, token: &str, now: u64) {
-        if let Some(p) = period {
-            self.set(p.key, Entry::text(token, now, p.ms));
-        }
-    }
-
-    /// `period_undo`: the mark deleted where it holds `token` exactly.
-    fn period_undo(&mut self, mark: Option<&str>, token: &str, now: u64) {
-        if let Some(key) = mark
-            && self
-                .live(key, now)
-                .is_some_and(|e| matches!(&e.value, Value::Text(t) if t == token))
-        {
-            self.keys.remove(key);
-        }
-    }
-
-    /// `period_pttl`: a refusal's time left, the holder's key's or, where it
-    /// is gone, the mark's.
-    fn period_pttl(&self, key: &str, mark: Option<Option<u64>>, now: u64) -> Option<u64> {
-        match self.peek(key, now) {
-            Some(e) => e.pttl(now),
-            None => mark.flatten(),
-        }
-    }
-
     /// What `inspect.lua` reads.
     fn inspect(&mut self, keys: &[String], now: u64) -> Snapshot {
         let stored = keys
