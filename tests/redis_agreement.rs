@@ -20,6 +20,7 @@ use std::time::Duration;
 use redis::AsyncCommands;
 use redquorum::deployment::Mismatch;
 use redquorum::{ConfigError, InputError, LockError, Redlock};
+use redquorum_test_support::checks::eventually_ok;
 use support::*;
 
 const TTL: Duration = Duration::from_secs(20);
@@ -236,21 +237,17 @@ async fn a_member_that_lost_its_record_is_adopted_back_under_its_id() {
     let mut conn = raw(3).await;
     let _: () = conn.del(&key).await.unwrap();
     kill_clients(&mut conn).await;
-    let start = std::time::Instant::now();
-    loop {
+    let hash = eventually_ok("node 4 adopted back", Duration::from_secs(10), async || {
         let hash: HashMap<String, String> = conn.hgetall(&key).await.unwrap();
         if hash.get("members") == before[3].get("members") {
-            assert_eq!(hash["id"], before[3]["id"]);
-            break;
+            return Ok(hash);
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "not adopted back: {hash:?}"
-        );
         // Any call makes the running client notice the closed connection.
         let _ = running.nodes().probe(Duration::from_secs(1)).await;
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        Err(format!("{hash:?}"))
+    })
+    .await;
+    assert_eq!(hash["id"], before[3]["id"]);
 }
 
 /// The membership moved under a running client: the nodes now record
@@ -296,20 +293,24 @@ async fn a_running_client_stops_counting_nodes_whose_record_moved() {
     );
     // Within the bound (1 s and a round trip; 10 s here for a loaded
     // machine), the old client names nodes 1-4 as moved.
-    let start = std::time::Instant::now();
-    let health = loop {
-        let health = old.nodes().probe(Duration::from_secs(1)).await;
-        let moved = |h: &redquorum::NodeHealth| {
-            h.excluded
-                .as_deref()
-                .is_some_and(|why| why.contains("membership moved"))
-        };
-        if health[..4].iter().all(moved) {
-            break health;
-        }
-        assert!(start.elapsed() < Duration::from_secs(10), "{health:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let moved = |h: &redquorum::NodeHealth| {
+        h.excluded
+            .as_deref()
+            .is_some_and(|why| why.contains("membership moved"))
     };
+    let health = eventually_ok(
+        "the old client names nodes 1-4 as moved",
+        Duration::from_secs(10),
+        async || {
+            let health = old.nodes().probe(Duration::from_secs(1)).await;
+            if health[..4].iter().all(moved) {
+                Ok(health)
+            } else {
+                Err(format!("{health:?}"))
+            }
+        },
+    )
+    .await;
     assert_eq!(
         health[4].excluded, None,
         "node 5 still holds the old record"
@@ -390,15 +391,19 @@ async fn a_node_that_is_no_member_counts_toward_no_extension() {
             .await
             .unwrap();
     }
-    let start = std::time::Instant::now();
-    loop {
-        let health = redlock.nodes().probe(Duration::from_secs(1)).await;
-        if health[3..].iter().all(|h| h.excluded.is_some()) {
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(10), "{health:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually_ok(
+        "nodes 4 and 5 excluded",
+        Duration::from_secs(10),
+        async || {
+            let health = redlock.nodes().probe(Duration::from_secs(1)).await;
+            if health[3..].iter().all(|h| h.excluded.is_some()) {
+                Ok(())
+            } else {
+                Err(format!("{health:?}"))
+            }
+        },
+    )
+    .await;
     let lock_key = redquorum::KeyLayout::new(&prefix, false)
         .unwrap()
         .lock_key(&resource);

@@ -13,6 +13,7 @@ use std::time::Duration;
 use redis::AsyncCommands;
 use redquorum::ReentrantLock;
 use redquorum::{InputError, LockError, Redlock};
+use redquorum_test_support::checks::eventually_ok;
 use support::proxy::Proxy;
 use support::*;
 use tokio::sync::Mutex;
@@ -154,24 +155,17 @@ async fn releasing_a_reentry_leaves_nodes_that_did_not_count_it() {
     proxies[4].set_down(false);
     // Node 5 back and reachable again before the release.
     let probe = unique("reentry-members-probe");
-    let start = std::time::Instant::now();
-    loop {
+    let lock = eventually_ok("node 5 back", Duration::from_secs(10), async || {
         for conn in &mut conns[..2] {
             let _: () = conn
                 .set_ex(lock_key(&probe), "another-holder", 30)
                 .await
                 .unwrap();
         }
-        if let Ok(lock) = redlock.try_lock(&probe, TTL).await {
-            lock.release().await.unwrap();
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "node 5 never came back"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        redlock.try_lock(&probe, TTL).await
+    })
+    .await;
+    lock.release().await.unwrap();
 
     inner.release().await.unwrap();
     settled(&redlock).await;

@@ -14,6 +14,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
+use redquorum_test_support::checks::eventually_ok;
 use support::*;
 
 const TTL: Duration = Duration::from_secs(30);
@@ -28,19 +29,15 @@ const RELEASE: &[u8] = b"redquorum_release_";
 /// longer has `key`.
 async fn until_gone(i: usize, key: &str) {
     let mut conn = raw(i).await;
-    let start = Instant::now();
-    loop {
+    let what = format!("node {} drops {key} after its release was cut", i + 1);
+    eventually_ok(&what, Duration::from_secs(5), async || {
         let value: Option<String> = conn.get(key).await.unwrap();
-        if value.is_none() {
-            return;
+        match value {
+            None => Ok(()),
+            Some(value) => Err(format!("it holds {value:?}")),
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "node {} kept {key} after its release was cut: {value:?}",
-            i + 1
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
 }
 
 /// Before: `release()` returned Ok and node 1 kept the key for the whole
@@ -195,23 +192,20 @@ async fn no_key_is_left_when_connections_are_killed_under_releases() {
     killer.await.unwrap();
     redlock.shutdown().await;
     // Whatever is still on its way lands within a grace or two.
-    let start = Instant::now();
-    loop {
+    let mut conns = raw_all().await;
+    eventually_ok("no keys left", Duration::from_secs(5), async || {
         let mut left = 0;
-        for mut conn in raw_all().await {
+        for conn in &mut conns {
             let keys: Vec<String> = conn.keys(format!("{{{prefix}:*")).await.unwrap();
             left += keys.len();
         }
-        if left == 0 {
-            eprintln!("{made} locks under CLIENT KILL every 100 ms: 0 keys left");
-            return;
+        match left {
+            0 => Ok(()),
+            _ => Err(format!("{left} keys left of {made} locks")),
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "{left} keys left of {made} locks"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
+    eprintln!("{made} locks under CLIENT KILL every 100 ms: 0 keys left");
 }
 
 /// A lock on every node, taken through proxies (node timeout 200 ms) on a

@@ -15,6 +15,7 @@ use std::time::Duration;
 use redquorum::LeaseOptions;
 use redquorum::RwLock;
 use redquorum::{Semaphore, election::Election};
+use redquorum_test_support::checks::eventually_ok;
 use support::cli::*;
 use support::proxy::Proxy;
 use support::*;
@@ -84,8 +85,7 @@ async fn exec_n_runs_at_most_n_commands_at_once() {
         .expect("spawn"),
     );
     // Wait until both hold their permits (`status -n 2`).
-    let start = Instant::now();
-    loop {
+    eventually_ok("both hold a permit", Duration::from_secs(10), async || {
         let out = run(&nodes, &["status", "-n", "2", "--json", &resource]).await;
         assert_eq!(code(&out), 0, "{}", stderr(&out));
         let permits: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
@@ -95,11 +95,12 @@ async fn exec_n_runs_at_most_n_commands_at_once() {
             "{permits}"
         );
         if permits["held"] == 2 {
-            break;
+            Ok(())
+        } else {
+            Err(permits)
         }
-        assert!(start.elapsed() < Duration::from_secs(10), "{permits}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
     let third = run(&nodes, &["exec", "-n", "2", &resource, "--", "true"]).await;
     assert_eq!(code(&third), 75, "{}", stderr(&third));
     // A third with another count is refused as a usage error, and runs
@@ -115,23 +116,24 @@ async fn exec_n_runs_at_most_n_commands_at_once() {
 }
 
 /// `redquorum status --rw --json RESOURCE` parsed, once it exits 0 and
-/// `until` holds of it (bounded).
+/// `until` holds of it (at most 10 s); `what` names the wait.
 async fn rw_status_until(
     nodes: &[String],
     resource: &str,
+    what: &str,
     until: impl Fn(&serde_json::Value) -> bool,
 ) -> serde_json::Value {
-    let start = Instant::now();
-    loop {
+    eventually_ok(what, Duration::from_secs(10), async || {
         let out = run(nodes, &["status", "--rw", "--json", resource]).await;
         assert_eq!(code(&out), 0, "{}", stderr(&out));
         let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
         if until(&status) {
-            return status;
+            Ok(status)
+        } else {
+            Err(status)
         }
-        assert!(start.elapsed() < Duration::from_secs(10), "{status}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -156,7 +158,7 @@ async fn exec_read_runs_readers_together_and_write_alone_after_them() {
         .expect("spawn")
     };
     let (a, b) = (spawn("--read", reader), spawn("--read", reader));
-    let status = rw_status_until(&nodes, &resource, |s| s["readers"] == 2).await;
+    let status = rw_status_until(&nodes, &resource, "two readers", |s| s["readers"] == 2).await;
     assert_eq!(status["writer"]["verdict"], "FREE", "{status}");
     assert_eq!(status["intent_nodes"], 0, "{status}");
     // A writer waits for them, and its intent keeps a new reader off.
@@ -164,7 +166,13 @@ async fn exec_read_runs_readers_together_and_write_alone_after_them() {
         "--write",
         "echo start w >> \"$LOG\"; echo end w >> \"$LOG\"",
     );
-    let status = rw_status_until(&nodes, &resource, |s| s["intent_nodes"] == 5).await;
+    let status = rw_status_until(
+        &nodes,
+        &resource,
+        "the writer's intent on five nodes",
+        |s| s["intent_nodes"] == 5,
+    )
+    .await;
     assert_eq!(status["readers"], 2, "{status}");
     let late = run(&nodes, &["exec", "--read", &resource, "--", "true"]).await;
     assert_eq!(code(&late), 75, "{}", stderr(&late));
@@ -180,7 +188,7 @@ async fn exec_read_runs_readers_together_and_write_alone_after_them() {
         "readers together, the writer alone after them"
     );
     // Everything released: no writer, no reader, no intent left.
-    let status = rw_status_until(&nodes, &resource, |_| true).await;
+    let status = rw_status_until(&nodes, &resource, "a status", |_| true).await;
     assert_eq!(status["writer"]["verdict"], "FREE", "{status}");
     assert_eq!(status["writer"]["free"], 5, "{status}");
     assert_eq!(

@@ -1,13 +1,15 @@
 //! The checks the tests share: a bounded wait for a condition the library
-//! reaches in the background ([`eventually`]), and a detector of two
-//! holders at once ([`Exclusion`]).
+//! reaches in the background ([`eventually`]) or for a value
+//! ([`eventually_ok`]), and a detector of two holders at once
+//! ([`Exclusion`]).
 
+use std::fmt::Display;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-/// How often [`eventually`] looks again.
+/// How often [`eventually`] and [`eventually_ok`] look again.
 pub const POLL: Duration = Duration::from_millis(10);
 
 /// Polls `condition` every [`POLL`] until it holds, for at most `bound`;
@@ -38,6 +40,47 @@ where
             tokio::time::Instant::now() < deadline,
             "{what}: not within {bound:?}"
         );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Polls `attempt` every [`POLL`] until it returns `Ok`, for at most
+/// `bound`, and returns that value; panics naming `what` and the last `Err`
+/// otherwise. [`eventually`] for a wait that yields a value (a lock, the
+/// nodes' health), or whose failure is best explained by what was last
+/// seen. `attempt` may be an async closure that borrows mutably what it
+/// captures (a connection, a lock to extend).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use std::time::Duration;
+/// let mut n = 0;
+/// let third = redquorum_test_support::checks::eventually_ok(
+///     "three looks",
+///     Duration::from_secs(1),
+///     async || {
+///         n += 1;
+///         if n == 3 { Ok(n) } else { Err(format!("{n} looks")) }
+///     },
+/// )
+/// .await;
+/// assert_eq!(third, 3);
+/// # }
+/// ```
+pub async fn eventually_ok<T, E, F>(what: &str, bound: Duration, mut attempt: F) -> T
+where
+    F: AsyncFnMut() -> Result<T, E>,
+    E: Display,
+{
+    let deadline = tokio::time::Instant::now() + bound;
+    loop {
+        match attempt().await {
+            Ok(value) => return value,
+            Err(last) => assert!(
+                tokio::time::Instant::now() < deadline,
+                "{what}: not within {bound:?}; last: {last}"
+            ),
+        }
         tokio::time::sleep(POLL).await;
     }
 }

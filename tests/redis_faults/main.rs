@@ -22,7 +22,7 @@ use rand::RngExt;
 use rand::seq::SliceRandom;
 use redis::AsyncCommands;
 use redquorum::{Answer, LockError, LockOptions, NodeError, Redlock, Retry};
-use redquorum_test_support::checks::eventually;
+use redquorum_test_support::checks::{eventually, eventually_ok};
 use support::*;
 use tokio::sync::Mutex;
 
@@ -399,20 +399,12 @@ async fn empty_restart_within_the_ttl_lets_a_second_holder_in() {
         .build()
         .await
         .expect("connect");
-    let start = Instant::now();
-    let second = loop {
-        match second_client
-            .try_lock(&resource, Duration::from_secs(30))
-            .await
-        {
-            Ok(lock) => break lock,
-            Err(e) => assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "an empty node 3 plus free nodes 4 and 5 make a quorum: {e}"
-            ),
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let second = eventually_ok(
+        "an empty node 3 plus free nodes 4 and 5 make a quorum",
+        Duration::from_secs(10),
+        || second_client.try_lock(&resource, Duration::from_secs(30)),
+    )
+    .await;
     assert!(
         first.is_valid() && second.is_valid(),
         "expected two valid holders at once"
@@ -532,20 +524,20 @@ async fn extensions_restore_the_key_on_nodes_restarted_empty() {
         );
         // The client reconnects to the restarted node in the background:
         // an extension (the lease's next one) restores the key there.
-        let start = Instant::now();
-        loop {
-            lock.extend(ttl).await.unwrap_or_else(|e| {
-                panic!("after node {node} restarted empty, the lease is kept: {e}")
-            });
-            if holding_token(&key, &token).await == 5 {
-                break;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "node {node}: the key restored within 10 s"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        eventually_ok(
+            &format!("node {node}: the key restored"),
+            Duration::from_secs(10),
+            async || {
+                lock.extend(ttl).await.unwrap_or_else(|e| {
+                    panic!("after node {node} restarted empty, the lease is kept: {e}")
+                });
+                match holding_token(&key, &token).await {
+                    5 => Ok(()),
+                    held => Err(format!("{held} nodes hold it")),
+                }
+            },
+        )
+        .await;
         assert!(lock.is_valid());
     }
     // Restored with its label, and released everywhere.

@@ -18,6 +18,7 @@ use redis::AsyncCommands;
 use redquorum::node::Node;
 use redquorum::quorum::MAX_TTL_MS;
 use redquorum::{Answer, ConfigError, LockError, NodeError, Redlock};
+use redquorum_test_support::checks::{eventually, eventually_ok};
 use support::acl::{AclUser, acl_all, blocking_conn};
 use support::memory::MemoryNode;
 use support::*;
@@ -224,20 +225,11 @@ async fn read_only_replicas_give_typed_server_errors() {
         }
     }
     // Masters again: the lock is granted (once any sync in progress ends).
-    let start = std::time::Instant::now();
-    loop {
-        match redlock.try_lock(&resource, Duration::from_secs(5)).await {
-            Ok(lock) => {
-                lock.release().await.unwrap();
-                break;
-            }
-            Err(e) => assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "not writable again: {e}"
-            ),
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let lock = eventually_ok("writable again", Duration::from_secs(10), || {
+        redlock.try_lock(&resource, Duration::from_secs(5))
+    })
+    .await;
+    lock.release().await.unwrap();
 }
 
 /// Credentials revoked while the client runs: the nodes cut the
@@ -297,9 +289,10 @@ async fn credentials_revoked_at_round_time_are_typed() {
     };
     // The first round may see the dropped connections; then the refused
     // reconnects. Bounded: the reconnect backoff starts at 10 ms.
-    let start = std::time::Instant::now();
-    let votes = loop {
-        match redlock.try_lock(&resource, Duration::from_secs(5)).await {
+    let votes = eventually_ok(
+        "an authentication error from nodes 1-3",
+        Duration::from_secs(10),
+        async || match redlock.try_lock(&resource, Duration::from_secs(5)).await {
             Err(LockError::Unavailable { votes }) => {
                 let refused = votes
                     .iter()
@@ -307,17 +300,15 @@ async fn credentials_revoked_at_round_time_are_typed() {
                     .filter(|(_, a)| auth_refused(a))
                     .count();
                 if refused == 3 {
-                    break votes;
+                    Ok(votes)
+                } else {
+                    Err(votes.to_string())
                 }
             }
             other => panic!("expected Unavailable, got {other:?}"),
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "no authentication error reported within 10 s"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+        },
+    )
+    .await;
     for (node, answer) in votes.iter().take(3) {
         assert!(!node.contains("password"), "password leaked: {node}");
         let text = format!("{answer:?}");
@@ -333,20 +324,13 @@ async fn credentials_revoked_at_round_time_are_typed() {
             .await
             .unwrap();
     }
-    let start = std::time::Instant::now();
-    loop {
-        match redlock.try_lock(&resource, Duration::from_secs(5)).await {
-            Ok(lock) => {
-                lock.release().await.unwrap();
-                break;
-            }
-            Err(e) => assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "not back within 10 s: {e}"
-            ),
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let lock = eventually_ok(
+        "back with the old password",
+        Duration::from_secs(10),
+        || redlock.try_lock(&resource, Duration::from_secs(5)),
+    )
+    .await;
+    lock.release().await.unwrap();
 }
 
 /// A key of another type on a minority of nodes is someone else's data: the

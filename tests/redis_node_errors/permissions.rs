@@ -7,25 +7,27 @@ use redquorum::ReentrantLock;
 use redquorum::RwLock;
 use redquorum::Semaphore;
 
-/// Returns once node 1 has a waiter in the line `key`.
+/// Returns once node 1 has at least `least` waiters in the line `key`
+/// (waits at most 5 s).
 async fn in_line(key: &str, least: u64) {
     let mut admin = raw(0).await;
-    let start = std::time::Instant::now();
-    loop {
-        let waiting: u64 = redis::cmd("ZCARD")
-            .arg(key)
-            .query_async(&mut admin)
-            .await
-            .unwrap();
-        if waiting >= least {
-            return;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "no waiter in {key}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    eventually_ok(
+        &format!("{least} waiters in {key}"),
+        Duration::from_secs(5),
+        async || {
+            let waiting: u64 = redis::cmd("ZCARD")
+                .arg(key)
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            if waiting >= least {
+                Ok(())
+            } else {
+                Err(format!("{waiting} waiting"))
+            }
+        },
+    )
+    .await;
 }
 
 /// The least-privilege ACL user that `docs/operations.md` recommends can use
@@ -183,21 +185,21 @@ async fn least_privilege_acl_user_can_lock() {
         })
     };
     // The waiter's SUBSCRIBE went through: node 1 counts a subscriber.
-    let mut admin = raw(0).await;
-    let start = std::time::Instant::now();
-    loop {
-        let (_, subscribers): (String, u64) = redis::cmd("PUBSUB")
-            .arg("SHARDNUMSUB")
-            .arg(lock_key(&r))
-            .query_async(&mut admin)
-            .await
-            .unwrap();
-        if subscribers > 0 {
-            break;
+    let admin = raw(0).await;
+    eventually("a subscriber on node 1", Duration::from_secs(5), || {
+        let mut admin = admin.clone();
+        let channel = lock_key(&r);
+        async move {
+            let (_, subscribers): (String, u64) = redis::cmd("PUBSUB")
+                .arg("SHARDNUMSUB")
+                .arg(channel)
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            subscribers > 0
         }
-        assert!(start.elapsed() < Duration::from_secs(5), "no subscriber");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    })
+    .await;
     held.release().await.unwrap();
     waiter
         .await
@@ -319,24 +321,25 @@ async fn flushed_functions_cost_one_failed_call_then_load_again() {
     lock.release().await.expect("a quorum released");
     // Node 1's copy of the key waits for its TTL; a later cycle on another
     // resource goes through on node 1 again once its connection is renewed.
-    let start = std::time::Instant::now();
-    loop {
-        let other = unique("noscript-after");
-        let lock = redlock
-            .try_lock(&other, Duration::from_secs(5))
-            .await
-            .unwrap();
-        lock.release().await.unwrap();
-        let left: bool = node1.exists(lock_key(&other)).await.unwrap();
-        if !left {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "node 1 never released again after FUNCTION FLUSH"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually_ok(
+        "node 1 releases again after FUNCTION FLUSH",
+        Duration::from_secs(10),
+        async || {
+            let other = unique("noscript-after");
+            let lock = redlock
+                .try_lock(&other, Duration::from_secs(5))
+                .await
+                .unwrap();
+            lock.release().await.unwrap();
+            let left: bool = node1.exists(lock_key(&other)).await.unwrap();
+            if left {
+                Err(format!("it kept {other}"))
+            } else {
+                Ok(())
+            }
+        },
+    )
+    .await;
     let _: () = node1.del(lock_key(&resource)).await.unwrap();
 }
 

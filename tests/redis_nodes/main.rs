@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use redis::AsyncCommands;
 use redquorum::{Answer, ConfigError, InputError, LockError, Redlock, Retry};
-use redquorum_test_support::checks::Exclusion;
+use redquorum_test_support::checks::{Exclusion, eventually_ok};
 use support::*;
 
 const FOREIGN: &str = "another-holder-token";
@@ -58,20 +58,21 @@ async fn every_subset_of_prelocked_nodes() {
                     } else {
                         lock.token()
                     };
-                    let start = std::time::Instant::now();
-                    loop {
-                        let v: Option<String> = conn.get(&key).await.unwrap();
-                        if v.as_deref() == Some(want) {
-                            break;
-                        }
-                        // (The tail of the round reaches the others in the
-                        // background: 5 s for a loaded machine.)
-                        assert!(
-                            v.is_none() && start.elapsed() < Duration::from_secs(5),
-                            "node {i} mask {mask:05b}: {v:?}, not {want}"
-                        );
-                        tokio::time::sleep(Duration::from_millis(2)).await;
-                    }
+                    // (The tail of the round reaches the others in the
+                    // background: 5 s for a loaded machine.)
+                    eventually_ok(
+                        &format!("node {i} mask {mask:05b} holds {want}"),
+                        Duration::from_secs(5),
+                        async || {
+                            let v: Option<String> = conn.get(&key).await.unwrap();
+                            if v.as_deref() == Some(want) {
+                                return Ok(());
+                            }
+                            assert!(v.is_none(), "node {i} mask {mask:05b}: {v:?}, not {want}");
+                            Err(format!("{v:?}"))
+                        },
+                    )
+                    .await;
                 }
                 lock.release().await.unwrap();
             }

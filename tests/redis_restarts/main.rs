@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use redquorum::{ConfigError, Redlock};
+use redquorum_test_support::checks::eventually_ok;
 use support::acl::AclUser;
 use support::*;
 use tokio::sync::Mutex;
@@ -56,26 +57,23 @@ impl Drop for Bare {
     }
 }
 
-/// Probes `redlock` (every 50 ms, at most `bound`) until `done` holds of
-/// its nodes' health; that health.
+/// Probes `redlock` (as [`eventually_ok`], at most `bound`) until `done`
+/// holds of its nodes' health; that health.
 async fn until_health(
     redlock: &Redlock,
     bound: Duration,
     what: &str,
     done: impl Fn(&[redquorum::NodeHealth]) -> bool,
 ) -> Vec<redquorum::NodeHealth> {
-    let start = Instant::now();
-    loop {
+    eventually_ok(what, bound, async || {
         let health = redlock.nodes().probe(Duration::from_secs(1)).await;
         if done(&health) {
-            return health;
+            Ok(health)
+        } else {
+            Err(format!("{health:?}"))
         }
-        assert!(
-            start.elapsed() < bound,
-            "{what} within {bound:?}: {health:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await
 }
 
 /// Waits (at most 10 s) until `redlock` has reconnected to `nodes` (1-based)
@@ -237,17 +235,10 @@ async fn a_contender_is_refused_after_three_empty_restarts() {
     for node in 1..=3 {
         bare.restart(node);
     }
-    let start = Instant::now();
-    let second = loop {
-        if let Ok(second) = unguarded.try_lock(&resource, ttl).await {
-            break second;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "the control never got in"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let second = eventually_ok("the control gets in", Duration::from_secs(10), || {
+        unguarded.try_lock(&resource, ttl)
+    })
+    .await;
     assert!(
         lock.is_valid() && second.is_valid(),
         "two valid holders at once"
