@@ -2,7 +2,8 @@
 //! a user who may not run the scripts exits 77 before the command starts,
 //! a TTL above `--max-ttl` is bad usage, and `nodes` and `status` name a
 //! node that may evict lock keys; and what it reads of them: the leader's
-//! own term.
+//! own term, and what `list` shows held. Once per period (`exec
+//! --at-least`), with the default `--max-ttl`.
 //!
 //! Needs real nodes: built only with the `redis-tests` feature, which
 //! `scripts/test` turns on (it starts the nodes).
@@ -451,4 +452,48 @@ async fn members_change_moves_the_deployment_and_the_old_list_exits_64() {
     let stdout = String::from_utf8_lossy(&new.stdout);
     assert_eq!(code(&new), 0, "{stdout}");
     assert!(stdout.contains("deployment: 4 members"), "{stdout}");
+}
+
+/// `list` shows what `exec` holds — kind, name, label, nodes — as a table
+/// and as JSON, and refuses a limit out of range (exit 64).
+#[tokio::test(flavor = "multi_thread")]
+async fn list_shows_what_exec_holds() {
+    let nodes = node_urls();
+    let base = unique("cli-list");
+    let resource = format!("{base}:job");
+    let mut holder = redquorum(
+        &nodes,
+        &["exec", "--label", "nightly", &resource, "--", "sleep", "20"],
+    )
+    .spawn()
+    .expect("spawn exec");
+    let pattern = format!("{base}:*");
+    let shows = || {
+        let (nodes, pattern, resource) = (nodes.clone(), pattern.clone(), resource.clone());
+        async move {
+            let out = run(&nodes, &["list", &pattern]).await;
+            code(&out) == 0 && String::from_utf8_lossy(&out.stdout).contains(&resource)
+        }
+    };
+    redquorum_test_support::checks::eventually(
+        "list shows the lock",
+        Duration::from_secs(15),
+        shows,
+    )
+    .await;
+    let table =
+        String::from_utf8_lossy(&run(&nodes, &["list", &pattern]).await.stdout).into_owned();
+    let line = table.lines().find(|l| l.contains(&resource)).unwrap();
+    assert!(
+        line.starts_with("lock") && line.contains("nightly"),
+        "{table}"
+    );
+    let out = run(&nodes, &["list", "--json", &pattern]).await;
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["complete"], true, "{json}");
+    assert_eq!(json["held"][0]["resource"], resource.as_str(), "{json}");
+    assert_eq!(json["held"][0]["nodes"], 5, "{json}");
+    let out = run(&nodes, &["list", "--limit", "0"]).await;
+    assert_eq!(code(&out), 64, "{}", stderr(&out));
+    holder.kill().await.unwrap();
 }
