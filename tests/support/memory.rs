@@ -35,12 +35,19 @@ pub async fn client_with(
     nodes: &[std::sync::Arc<MemoryNode>],
     builder: redquorum::Builder,
 ) -> redquorum::Redlock {
+    let nodes = nodes
+        .iter()
+        .map(|n| std::sync::Arc::clone(n) as std::sync::Arc<dyn redquorum::node::Node>);
+    client_of(nodes, builder).await
+}
+
+/// A client over `nodes` of any kind, with [`client_over`]'s settings.
+async fn client_of(
+    nodes: impl IntoIterator<Item = std::sync::Arc<dyn redquorum::node::Node>>,
+    builder: redquorum::Builder,
+) -> redquorum::Redlock {
     builder
-        .custom_nodes(
-            nodes
-                .iter()
-                .map(|n| std::sync::Arc::clone(n) as std::sync::Arc<dyn redquorum::node::Node>),
-        )
+        .custom_nodes(nodes)
         .node_timeout(Duration::from_secs(1))
         .build()
         .await
@@ -130,15 +137,9 @@ pub async fn five_failing(
         .iter()
         .map(|n| FailingLink::new(std::sync::Arc::clone(n), fails, error))
         .collect();
-    let client = redquorum::Redlock::builder()
-        .custom_nodes(
-            links
-                .iter()
-                .map(|l| std::sync::Arc::clone(l) as std::sync::Arc<dyn redquorum::node::Node>),
-        )
-        .node_timeout(Duration::from_secs(1))
-        .build()
-        .await
-        .expect("in-memory nodes build");
+    let over = links
+        .iter()
+        .map(|l| std::sync::Arc::clone(l) as std::sync::Arc<dyn redquorum::node::Node>);
+    let client = client_of(over, redquorum::Redlock::builder()).await;
     (nodes, links, client)
 }
