@@ -70,8 +70,14 @@ pub const TTL_ABOVE_MAX: &str = "redquorum_ttl_above_max_total";
 pub const WAIT: &str = "redquorum_wait_seconds";
 
 /// Describes every metric to the recorder installed now (its `# HELP`
-/// lines). Called when a client is built.
-pub(crate) fn describe() {
+/// lines and units). Called when a client is built, and by
+/// [`MetricsEndpoint::serve`](crate::telemetry::MetricsEndpoint::serve)
+/// (feature `prometheus`); call it after installing a recorder of your own.
+///
+/// ```
+/// redquorum::telemetry::describe(); // no recorder: nothing happens
+/// ```
+pub fn describe() {
     describe_counter!(NODE_REQUESTS, "Node calls by outcome");
     describe_histogram!(
         NODE_LATENCY,

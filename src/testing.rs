@@ -37,8 +37,12 @@ use crate::proto::error::NodeError;
 use crate::proto::op::{Op, Reply};
 use crate::transport::node::{Listener, Node, Notice};
 
+// Reached from outside through `internals` only (this repository's tests).
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub(crate) mod owned;
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub(crate) mod redis;
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub(crate) mod store;
 
 use owned::OwnedOp;

@@ -300,6 +300,43 @@ impl Lock {
     }
 }
 
+impl Lock {
+    /// Hands the lock over to whoever keeps its token, for a lock that
+    /// outlives this guard — one a sidecar grants to another process, say:
+    /// nothing is released, neither now, nor on drop, nor at
+    /// [`Redlock::shutdown`](crate::Redlock::shutdown). Its keys live until
+    /// their TTL, or until a release by token
+    /// ([`Redlock::release_token`](crate::Redlock::release_token)). Returns
+    /// the token.
+    ///
+    /// Read what the new keeper needs ([`deadline`](Self::deadline),
+    /// [`fence`](Self::fence)) before: the guard is consumed. The lock's
+    /// validity is no longer watched by this process; its keeper checks it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redquorum::LockError> {
+    /// use std::time::Duration;
+    /// use redquorum::testing::{MemoryNode, redlock_over};
+    /// let nodes: Vec<_> = (0..5).map(MemoryNode::new).collect();
+    /// let (sidecar, other) = (redlock_over(&nodes).await, redlock_over(&nodes).await);
+    ///
+    /// let lock = sidecar.lock("report", Duration::from_secs(10)).await?;
+    /// let token = lock.detach();
+    /// sidecar.shutdown().await; // leaves it held…
+    /// assert!(other.try_lock("report", Duration::from_secs(10)).await.is_err());
+    /// // …until its keeper releases it by its token, through any client.
+    /// assert_eq!(other.release_token("report", &token).await?.yes(), 5);
+    /// other.try_lock("report", Duration::from_secs(10)).await?.release().await
+    /// # }
+    /// ```
+    pub fn detach(mut self) -> String {
+        self.released = true;
+        self.driver.holds.remove_with(self.slot, || ());
+        self.token().to_owned()
+    }
+}
+
 impl Drop for Lock {
     fn drop(&mut self) {
         if !self.released {
