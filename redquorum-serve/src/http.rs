@@ -1,0 +1,166 @@
+//! Dapr's lock API over HTTP/JSON, its health endpoints, and `/metrics`:
+//!
+//! | Method and path | Body | Answer |
+//! |---|---|---|
+//! | `POST /v1.0-alpha1/lock/{store}` | `{"resourceId","lockOwner","expiryInSeconds"}` | `{"success":bool}` |
+//! | `POST /v1.0-alpha1/unlock/{store}` | `{"resourceId","lockOwner"}` | `{"status":0..3}` |
+//! | `GET /v1.0/healthz`, `/v1.0/healthz/outbound` | | 204 ready, 503 not |
+//! | `GET /metrics` | | Prometheus text |
+//!
+//! An error is Dapr's shape, `{"errorCode":"ERR_…","message":"…"}`, with
+//! Dapr's status (400 bad input, 500 undecided; 401, 429 and 503 for this
+//! service's token, bounds and shutdown). Unknown fields are bad input.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::{Deserialize, Serialize};
+
+use crate::auth::ApiToken;
+use crate::error::ServeError;
+use crate::health::Health;
+use crate::locks::{LockService, TryLock, Unlock};
+
+/// What the HTTP handlers share.
+#[derive(Clone)]
+pub(crate) struct Shared {
+    pub(crate) locks: Arc<LockService>,
+    pub(crate) health: Arc<Health>,
+    pub(crate) token: Option<ApiToken>,
+    pub(crate) metrics: metrics_exporter_prometheus::PrometheusHandle,
+}
+
+/// The router: every path above; anything else answers 404.
+pub(crate) fn router(shared: Shared) -> Router {
+    let api = Router::new()
+        .route("/v1.0-alpha1/lock/{store}", post(try_lock))
+        .route("/v1.0-alpha1/unlock/{store}", post(unlock))
+        .route("/metrics", get(scrape))
+        .route_layer(middleware::from_fn_with_state(shared.clone(), authorize));
+    Router::new()
+        .route("/v1.0/healthz", get(healthz))
+        .route("/v1.0/healthz/outbound", get(healthz))
+        .merge(api)
+        .with_state(shared)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct TryLockBody {
+    #[serde(default)]
+    resource_id: String,
+    #[serde(default)]
+    lock_owner: String,
+    #[serde(default)]
+    expiry_in_seconds: i64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct UnlockBody {
+    #[serde(default)]
+    resource_id: String,
+    #[serde(default)]
+    lock_owner: String,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ErrorBody<'a> {
+    error_code: &'a str,
+    message: String,
+}
+
+async fn try_lock(State(shared): State<Shared>, Path(store): Path<String>, body: Body) -> Response {
+    let answer = async {
+        let body: TryLockBody = json(body, &shared).await?;
+        let req = TryLock {
+            store_name: store,
+            resource_id: body.resource_id,
+            lock_owner: body.lock_owner,
+            expiry_in_seconds: body.expiry_in_seconds,
+        };
+        shared.locks.try_lock(&req).await
+    };
+    match answer.await {
+        Ok(success) => ok_json(&serde_json::json!({ "success": success })),
+        Err(e) => error(&e),
+    }
+}
+
+async fn unlock(State(shared): State<Shared>, Path(store): Path<String>, body: Body) -> Response {
+    let answer = async {
+        let body: UnlockBody = json(body, &shared).await?;
+        let req = Unlock {
+            store_name: store,
+            resource_id: body.resource_id,
+            lock_owner: body.lock_owner,
+        };
+        shared.locks.unlock(&req).await
+    };
+    match answer.await {
+        Ok(status) => ok_json(&serde_json::json!({ "status": status as i32 })),
+        Err(e) => error(&e),
+    }
+}
+
+/// Reads at most the request bound and parses it.
+async fn json<T: serde::de::DeserializeOwned>(
+    body: Body,
+    shared: &Shared,
+) -> Result<T, ServeError> {
+    let limit = shared.locks.limits().max_request_bytes;
+    let bytes: Bytes = axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| ServeError::Malformed(format!("the body is over {limit} bytes")))?;
+    serde_json::from_slice(&bytes).map_err(|e| ServeError::Malformed(e.to_string()))
+}
+
+async fn healthz(State(shared): State<Shared>) -> Response {
+    match shared.health.check().await {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why).into_response(),
+    }
+}
+
+async fn scrape(State(shared): State<Shared>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        shared.metrics.render(),
+    )
+        .into_response()
+}
+
+/// Lets a request through when no token is required or it carries the
+/// token.
+async fn authorize(State(shared): State<Shared>, request: Request, next: Next) -> Response {
+    match &shared.token {
+        Some(token) if !token.admits(request.headers()) => error(&ServeError::Unauthorized),
+        _ => next.run(request).await,
+    }
+}
+
+fn ok_json(value: &serde_json::Value) -> Response {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        "application/json".parse().expect("static"),
+    );
+    (StatusCode::OK, headers, value.to_string()).into_response()
+}
+
+fn error(e: &ServeError) -> Response {
+    let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let body = ErrorBody {
+        error_code: e.code(),
+        message: e.to_string(),
+    };
+    let text = serde_json::to_string(&body).unwrap_or_default();
+    (status, [(header::CONTENT_TYPE, "application/json")], text).into_response()
+}
