@@ -38,11 +38,13 @@ pub(crate) struct Shared {
 
 /// The router: every path above; anything else answers 404.
 pub(crate) fn router(shared: Shared) -> Router {
-    let api = Router::new()
+    let mut api = Router::new()
         .route("/v1.0-alpha1/lock/{store}", post(try_lock))
         .route("/v1.0-alpha1/unlock/{store}", post(unlock))
-        .route("/metrics", get(scrape))
-        .route_layer(middleware::from_fn_with_state(shared.clone(), authorize));
+        .route("/metrics", get(scrape));
+    if shared.token.is_some() {
+        api = api.route_layer(middleware::from_fn_with_state(shared.clone(), authorize));
+    }
     Router::new()
         .route("/v1.0/healthz", get(healthz))
         .route("/v1.0/healthz/outbound", get(healthz))
@@ -137,8 +139,8 @@ async fn scrape(State(shared): State<Shared>) -> Response {
         .into_response()
 }
 
-/// Lets a request through when no token is required or it carries the
-/// token.
+/// Lets a request through when it carries the token (a layer only when
+/// one is required).
 async fn authorize(State(shared): State<Shared>, request: Request, next: Next) -> Response {
     match &shared.token {
         Some(token) if !token.admits(request.headers()) => error(&ServeError::Unauthorized),

@@ -149,7 +149,12 @@ impl Running {
         });
         let http_rx = stopped.clone();
         let http_task = tokio::spawn(async move {
-            let served = axum::serve(http_listener, router)
+            use axum::serve::ListenerExt;
+            // Each answer is one write: sent at once, not held for an ACK.
+            let listener = http_listener.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
+            let served = axum::serve(listener, router)
                 .with_graceful_shutdown(until_stopped(http_rx))
                 .await;
             if let Err(e) = served {
