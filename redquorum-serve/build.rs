@@ -1,4 +1,5 @@
-//! Generates the Dapr lock service's messages and gRPC service from
+//! Generates the Dapr lock service's and redquorum's own messages and
+//! gRPC services from
 //! proto/ with the protoc that `protoc-bin-vendored` carries: building
 //! needs no protoc installed.
 
@@ -13,7 +14,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // Malformed protobuf is the caller's error (INVALID_ARGUMENT), not
         // the server's (prost's codec says INTERNAL).
         .codec_path("crate::grpc::codec::Codec")
-        .compile_protos(&["proto/dapr/proto/runtime/v1/lock.proto"], &["proto"])?;
+        // The own API's messages are its HTTP/JSON bodies too.
+        .type_attribute(
+            ".redquorum.v1",
+            "#[derive(serde::Serialize, serde::Deserialize)]",
+        )
+        .message_attribute(
+            ".redquorum.v1",
+            "#[serde(default, rename_all = \"camelCase\", deny_unknown_fields)]",
+        )
+        .enum_attribute(".redquorum.v1", "#[serde(rename_all = \"camelCase\")]")
+        .compile_protos(
+            &[
+                "proto/dapr/proto/runtime/v1/lock.proto",
+                "proto/redquorum/v1/locks.proto",
+            ],
+            &["proto"],
+        )?;
     println!("cargo:rerun-if-changed=proto");
     Ok(())
 }

@@ -7,6 +7,7 @@
 //! UNAUTHENTICATED without the token, RESOURCE_EXHAUSTED at a bound.
 
 pub mod codec;
+pub mod native;
 
 use std::sync::Arc;
 
@@ -19,6 +20,13 @@ use crate::locks::{LockService, TryLock, Unlock};
 pub mod pb {
     #![allow(missing_docs, clippy::all, clippy::pedantic)]
     tonic::include_proto!("dapr.proto.runtime.v1");
+}
+
+/// redquorum's own API (proto/redquorum/v1/locks.proto): its messages, and
+/// the `Locks` service.
+pub mod v1 {
+    #![allow(missing_docs, clippy::all, clippy::pedantic)]
+    tonic::include_proto!("redquorum.v1");
 }
 
 /// The Dapr service, over a [`LockService`].

@@ -41,7 +41,11 @@ pub(crate) fn router(shared: Shared) -> Router {
     let mut api = Router::new()
         .route("/v1.0-alpha1/lock/{store}", post(try_lock))
         .route("/v1.0-alpha1/unlock/{store}", post(unlock))
-        .route("/metrics", get(scrape));
+        .route("/metrics", get(scrape))
+        .route("/v1/locks/acquire", post(native_acquire))
+        .route("/v1/locks/extend", post(native_extend))
+        .route("/v1/locks/release", post(native_release))
+        .route("/v1/locks/inspect", post(native_inspect));
     if shared.token.is_some() {
         api = api.route_layer(middleware::from_fn_with_state(shared.clone(), authorize));
     }
@@ -122,6 +126,40 @@ async fn json<T: serde::de::DeserializeOwned>(
         .await
         .map_err(|_| ServeError::Malformed(format!("the body is over {limit} bytes")))?;
     serde_json::from_slice(&bytes).map_err(|e| ServeError::Malformed(e.to_string()))
+}
+
+/// The own API over HTTP/JSON: the proto's messages as bodies; a failure
+/// is `{"error": Failure}` with its kind's status.
+macro_rules! native {
+    ($name:ident, $request:ty, $method:ident) => {
+        async fn $name(State(shared): State<Shared>, body: Body) -> Response {
+            let answer = async {
+                let request: $request = json(body, &shared).await?;
+                shared.locks.$method(&request).await
+            };
+            match answer.await {
+                Ok(value) => ok_json(&serde_json::to_value(value).unwrap_or_default()),
+                Err(failure) => native_error(&failure),
+            }
+        }
+    };
+}
+
+native!(native_acquire, crate::grpc::v1::AcquireRequest, acquire);
+native!(native_extend, crate::grpc::v1::ExtendRequest, extend);
+native!(native_release, crate::grpc::v1::ReleaseRequest, release);
+native!(native_inspect, crate::grpc::v1::InspectRequest, inspect);
+
+fn native_error(failure: &crate::native::Failure) -> Response {
+    let status =
+        StatusCode::from_u16(failure.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let body = serde_json::json!({ "error": failure });
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 async fn healthz(State(shared): State<Shared>) -> Response {

@@ -37,6 +37,7 @@ mod http;
 mod limits;
 mod locks;
 pub mod metrics;
+pub mod native;
 mod server;
 
 pub use auth::ApiToken;

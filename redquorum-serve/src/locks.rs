@@ -76,6 +76,7 @@ pub struct LockService {
     limits: Limits,
     gate: Gate,
     grants: Mutex<Grants>,
+    native: crate::native::Native,
 }
 
 impl std::fmt::Debug for LockService {
@@ -101,6 +102,7 @@ impl LockService {
         Arc::new(LockService {
             gate: Gate::new(&limits),
             grants: Mutex::new(Grants::new(limits.max_held, limits.max_held_per_owner)),
+            native: crate::native::Native::new(limits.max_held),
             redlock,
             stores,
             max_ttl,
@@ -116,6 +118,21 @@ impl LockService {
     /// The service's bounds.
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// The longest TTL granted (the deployment's `max_ttl`).
+    pub fn max_ttl(&self) -> Duration {
+        self.max_ttl
+    }
+
+    pub(crate) fn native(&self) -> &crate::native::Native {
+        &self.native
+    }
+
+    /// Admits a request (the in-flight and rate bounds), or says which
+    /// bound it met.
+    pub(crate) fn admit(&self) -> Result<crate::limits::Admitted, ServeError> {
+        self.gate.admit()
     }
 
     /// Tries to take the lock for `req.lock_owner`, once, without waiting:
@@ -217,7 +234,7 @@ impl LockService {
                 .map(|g| g.token.clone())
         };
         if let Some(token) = known {
-            let released = self.release(resource, &token).await?;
+            let released = self.release_by_token(resource, &token).await?;
             self.forget(resource, &token);
             if released {
                 return Ok(UnlockStatus::Success);
@@ -238,7 +255,7 @@ impl LockService {
                 if seen.label() != Some(req.lock_owner.as_str()) {
                     return Ok(UnlockStatus::LockBelongsToOthers);
                 }
-                let released = self.release(resource, token).await?;
+                let released = self.release_by_token(resource, token).await?;
                 self.forget(resource, token);
                 Ok(if released {
                     UnlockStatus::Success
@@ -258,7 +275,7 @@ impl LockService {
     }
 
     /// Releases `resource` by `token`: whether any node held it.
-    async fn release(&self, resource: &str, token: &str) -> Result<bool, ServeError> {
+    async fn release_by_token(&self, resource: &str, token: &str) -> Result<bool, ServeError> {
         match self.redlock.release_token(resource, token).await {
             Ok(votes) => Ok(votes.yes() > 0),
             Err(e) => Err(self.failed(e, ServeError::Unlock)),
@@ -277,9 +294,16 @@ impl LockService {
         metrics::remembered(grants.len());
     }
 
-    /// Closes the service to new requests; those under way run on.
+    /// Closes the service to new requests; those under way run on, and
+    /// kept-alive leases end (released).
     pub fn close(&self) {
         self.gate.close();
+        self.native.close();
+    }
+
+    /// Resolves (`true`) once the service closes.
+    pub(crate) fn closing(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.native.closing()
     }
 
     fn grants(&self) -> std::sync::MutexGuard<'_, Grants> {
@@ -302,31 +326,44 @@ impl LockService {
 
     /// Checks the store and both names (Dapr's order: resource, owner, store).
     fn check(&self, store: &str, resource: &str, owner: &str) -> Result<(), ServeError> {
-        let bad = |what: &str| {
-            Err(ServeError::Malformed(format!(
-                "{what} in lock store {store}"
-            )))
+        let in_store = |e: ServeError| match e {
+            ServeError::Malformed(why) => {
+                ServeError::Malformed(format!("{why} in lock store {store}"))
+            }
+            other => other,
         };
-        if resource.is_empty() {
-            return bad("ResourceId is empty");
-        }
-        if resource.len() > self.limits.max_resource_bytes {
-            return bad(&format!(
-                "ResourceId is longer than {} bytes",
-                self.limits.max_resource_bytes
-            ));
-        }
-        if owner.is_empty() {
-            return bad("LockOwner is empty");
-        }
-        if owner.len() > self.limits.max_owner_bytes || owner.contains('\0') {
-            return bad(&format!(
-                "LockOwner is longer than {} bytes or has a NUL byte",
-                self.limits.max_owner_bytes
-            ));
-        }
+        self.check_resource(resource).map_err(in_store)?;
+        self.check_owner(owner).map_err(in_store)?;
         if !self.stores.iter().any(|s| s == store) {
             return Err(ServeError::StoreNotFound(store.to_owned()));
+        }
+        Ok(())
+    }
+
+    /// A resource name: not empty, at most `max_resource_bytes`.
+    pub(crate) fn check_resource(&self, resource: &str) -> Result<(), ServeError> {
+        if resource.is_empty() {
+            return Err(ServeError::Malformed("ResourceId is empty".into()));
+        }
+        if resource.len() > self.limits.max_resource_bytes {
+            return Err(ServeError::Malformed(format!(
+                "ResourceId is longer than {} bytes",
+                self.limits.max_resource_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    /// An owner (a label): not empty, at most `max_owner_bytes`, no NUL.
+    pub(crate) fn check_owner(&self, owner: &str) -> Result<(), ServeError> {
+        if owner.is_empty() {
+            return Err(ServeError::Malformed("LockOwner is empty".into()));
+        }
+        if owner.len() > self.limits.max_owner_bytes || owner.contains('\0') {
+            return Err(ServeError::Malformed(format!(
+                "LockOwner is longer than {} bytes or has a NUL byte",
+                self.limits.max_owner_bytes
+            )));
         }
         Ok(())
     }

@@ -164,6 +164,9 @@ async fn run(args: Args) -> Result<(), (u8, String)> {
             ..Limits::default()
         },
     };
+    // Listening for SIGTERM before the addresses are printed: a supervisor
+    // that reads them and stops it at once must find it stoppable.
+    let stop = stop_signal().map_err(|e| (OSERR, format!("cannot listen for signals: {e}")))?;
     let running = match Running::start(redlock.clone(), config).await {
         Ok(running) => running,
         Err(e) => {
@@ -177,24 +180,21 @@ async fn run(args: Args) -> Result<(), (u8, String)> {
     };
     // Scripts read the addresses from here (port 0 picks one).
     println!("http {} grpc {}", running.http_addr(), running.grpc_addr());
-    stopped().await;
+    stop.await;
     tracing::info!("stopping: finishing the requests under way");
     running.shutdown().await;
     Ok(())
 }
 
-/// Until SIGTERM or SIGINT.
-async fn stopped() {
+/// A future that resolves at SIGTERM or SIGINT, listening from now on.
+fn stop_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
         }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
+    })
 }

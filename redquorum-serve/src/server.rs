@@ -162,10 +162,13 @@ impl Running {
             }
         });
 
-        let dapr = DaprLocks::new(Arc::clone(&locks), config.token).into_service();
+        let dapr = DaprLocks::new(Arc::clone(&locks), config.token.clone()).into_service();
+        let native =
+            crate::grpc::native::Locks::new(Arc::clone(&locks), config.token).into_service();
         let grpc_task = tokio::spawn(async move {
             let served = tonic::transport::Server::builder()
                 .add_service(dapr)
+                .add_service(native)
                 .serve_with_incoming_shutdown(
                     tonic::transport::server::TcpIncoming::from(grpc_listener),
                     until_stopped(stopped),
@@ -213,6 +216,7 @@ impl Running {
         for task in self.tasks {
             let _ = task.await;
         }
+        self.locks.leave_granted();
         self.locks.redlock().shutdown().await;
     }
 }

@@ -216,6 +216,63 @@ async fn the_grpc_api_from_rust_on_real_nodes() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument);
+
+    // The own API: a fenced lock, and a lease kept while its stream is open.
+    use redquorum_serve::grpc::v1;
+    let mut locks = v1::locks_client::LocksClient::connect(format!("http://{}", serve.grpc))
+        .await
+        .unwrap();
+    let request = v1::AcquireRequest {
+        resource: resource.clone(),
+        ttl_ms: 500,
+        fenced: true,
+        ..Default::default()
+    };
+    let mut events = locks
+        .keep_alive(request.clone())
+        .await
+        .unwrap()
+        .into_inner();
+    let first = events.message().await.unwrap().unwrap();
+    let Some(v1::lease_event::Event::Granted(grant)) = first.event else {
+        panic!("{first:?}")
+    };
+    assert!(grant.fence.is_some());
+    // Past three TTLs, still held: the lease is extended.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let seen = locks
+        .inspect(v1::InspectRequest {
+            resource: resource.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(seen.verdict, "held", "{seen:?}");
+    assert!(
+        seen.nodes
+            .iter()
+            .filter(|n| n.holder == grant.token)
+            .count()
+            >= 3,
+        "{seen:?}"
+    );
+    drop(events); // closing the stream releases it
+    let granted = async {
+        loop {
+            match locks.acquire(request.clone()).await {
+                Ok(grant) => break grant.into_inner(),
+                Err(e) if e.code() == tonic::Code::Aborted => {
+                    tokio::time::sleep(Duration::from_millis(20)).await
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    };
+    // Within the lease's TTL at the latest (sooner: the stream's end releases it).
+    let next = tokio::time::timeout(Duration::from_secs(5), granted)
+        .await
+        .expect("free again");
+    assert!(next.fence > grant.fence);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

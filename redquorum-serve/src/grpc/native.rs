@@ -1,0 +1,116 @@
+//! The own API's gRPC service, `redquorum.v1.Locks`, over a
+//! [`LockService`]: each call as [`crate::native`] carries it out; a
+//! failure is the status of its kind, with the typed
+//! [`Failure`](crate::native::Failure) encoded in its details.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::Stream;
+use tonic::{Request, Response, Status};
+
+use super::v1;
+use crate::auth::ApiToken;
+use crate::locks::LockService;
+
+/// The `Locks` service.
+#[derive(Debug, Clone)]
+pub struct Locks {
+    locks: Arc<LockService>,
+    token: Option<ApiToken>,
+}
+
+impl Locks {
+    /// The service for `locks`, requiring `token` if given.
+    pub fn new(locks: Arc<LockService>, token: Option<ApiToken>) -> Self {
+        Locks { locks, token }
+    }
+
+    /// Ready to be added to a tonic server.
+    pub fn into_service(self) -> v1::locks_server::LocksServer<Self> {
+        let limit = self.locks.limits().max_request_bytes;
+        v1::locks_server::LocksServer::new(self).max_decoding_message_size(limit.saturating_mul(2))
+    }
+
+    fn authorize<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        match &self.token {
+            Some(token) if !token.admits(&request.metadata().clone().into_headers()) => {
+                Err(crate::error::ServeError::Unauthorized.into())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+type Events = Pin<Box<dyn Stream<Item = Result<v1::LeaseEvent, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl v1::locks_server::Locks for Locks {
+    async fn acquire(
+        &self,
+        request: Request<v1::AcquireRequest>,
+    ) -> Result<Response<v1::Grant>, Status> {
+        self.authorize(&request)?;
+        Ok(Response::new(self.locks.acquire(request.get_ref()).await?))
+    }
+
+    async fn extend(
+        &self,
+        request: Request<v1::ExtendRequest>,
+    ) -> Result<Response<v1::Grant>, Status> {
+        self.authorize(&request)?;
+        Ok(Response::new(self.locks.extend(request.get_ref()).await?))
+    }
+
+    async fn release(
+        &self,
+        request: Request<v1::ReleaseRequest>,
+    ) -> Result<Response<v1::ReleaseResponse>, Status> {
+        self.authorize(&request)?;
+        Ok(Response::new(self.locks.release(request.get_ref()).await?))
+    }
+
+    type KeepAliveStream = Events;
+
+    async fn keep_alive(
+        &self,
+        request: Request<v1::AcquireRequest>,
+    ) -> Result<Response<Events>, Status> {
+        self.authorize(&request)?;
+        let (grant, lease) = self.locks.keep_alive(request.get_ref()).await?;
+        let closing = self.locks.closing();
+        // The grant; then, once the lease is lost or the service closes,
+        // why; the lease (released when dropped) lives in the stream's
+        // state, so a stream the caller closes releases it.
+        let first = v1::LeaseEvent {
+            event: Some(v1::lease_event::Event::Granted(grant)),
+        };
+        let events = futures::stream::unfold(
+            (Some(first), Some(lease), closing),
+            |(first, lease, mut closing)| async move {
+                if let Some(first) = first {
+                    return Some((Ok(first), (None, lease, closing)));
+                }
+                let lease = lease?;
+                let why = tokio::select! {
+                    lost = lease.ended() => lost.then(|| "the lease could not be kept alive: another holder may have it".to_owned()),
+                    _ = closing.wait_for(|c| *c) => Some("the service is shutting down: the lease is released".to_owned()),
+                };
+                drop(lease);
+                let event = v1::LeaseEvent {
+                    event: Some(v1::lease_event::Event::Lost(why?)),
+                };
+                Some((Ok(event), (None, None, closing)))
+            },
+        );
+        Ok(Response::new(Box::pin(events)))
+    }
+
+    async fn inspect(
+        &self,
+        request: Request<v1::InspectRequest>,
+    ) -> Result<Response<v1::Inspection>, Status> {
+        self.authorize(&request)?;
+        Ok(Response::new(self.locks.inspect(request.get_ref()).await?))
+    }
+}

@@ -1,0 +1,340 @@
+//! redquorum's own API, beyond Dapr's (proto/redquorum/v1/locks.proto):
+//! acquires that wait, fencing tokens, extensions, leases kept alive for
+//! as long as a stream stays open, releases by token and inspections —
+//! the semantics, whatever the protocol; `grpc::native` and `http` only
+//! translate.
+//!
+//! A grant is remembered by this instance, by token, until it expires or
+//! is released (bounded by [`Limits::max_held`](crate::Limits::max_held)):
+//! an extension goes through the instance that granted the lock; a release
+//! by token works through any instance. Shutdown leaves granted locks to
+//! their holders, as Dapr's (docs/serve.md); a kept-alive lease ends with
+//! its stream.
+
+mod failure;
+mod held;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redquorum::inspect::Holder;
+use redquorum::verdict::Verdict;
+use redquorum::{KeepAlive, Lock, LockOptions};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+pub use failure::Failure;
+use held::Held;
+
+use crate::grpc::v1;
+use crate::locks::LockService;
+
+/// The longest an acquire may wait: a caller waiting longer holds a
+/// request (and a place among those in flight) for that long.
+pub const MAX_WAIT: Duration = Duration::from_secs(15 * 60);
+
+/// The own API's state beside the Dapr service's: the locks granted here.
+#[derive(Debug)]
+pub(crate) struct Native {
+    held: Mutex<Held>,
+    leases: Arc<Semaphore>,
+    closing: tokio::sync::watch::Sender<bool>,
+}
+
+impl Native {
+    pub(crate) fn new(max_held: usize) -> Self {
+        Native {
+            held: Mutex::new(Held::new(max_held)),
+            leases: Arc::new(Semaphore::new(max_held)),
+            closing: tokio::sync::watch::Sender::new(false),
+        }
+    }
+
+    /// Ends every kept-alive lease (their streams say why).
+    pub(crate) fn close(&self) {
+        self.closing.send_replace(true);
+    }
+
+    pub(crate) fn closing(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.closing.subscribe()
+    }
+}
+
+/// A lease kept alive for a stream: dropping it releases the lock.
+#[derive(Debug)]
+pub struct Lease {
+    keep_alive: KeepAlive,
+    _place: OwnedSemaphorePermit,
+}
+
+impl Lease {
+    /// Resolves when the lease could not be kept (`true`: lost) or ended.
+    pub async fn ended(&self) -> bool {
+        self.keep_alive.lease().ended().await == redquorum::LeaseEnd::Lost
+    }
+}
+
+impl LockService {
+    fn native_held(&self) -> std::sync::MutexGuard<'_, Held> {
+        self.native().held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes the lock, waiting up to `wait_ms` (0: one round).
+    ///
+    /// # Errors
+    ///
+    /// A [`Failure`] of kind `taken`, `timeout`, `unavailable`, `busy`,
+    /// `expired`, `invalid_argument`, `too_many_requests` or
+    /// `shutting_down`, with each node's answer where there are any.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped while it waits or asks, its rounds are taken back by the
+    /// library; nothing is left held.
+    pub async fn acquire(&self, req: &v1::AcquireRequest) -> Result<v1::Grant, Failure> {
+        let _admitted = self.admit()?;
+        self.native_held().room(Instant::now())?;
+        let lock = self.acquire_lock(req).await?;
+        let grant = grant(&lock);
+        self.native_held().insert(lock);
+        Ok(grant)
+    }
+
+    async fn acquire_lock(&self, req: &v1::AcquireRequest) -> Result<Lock, Failure> {
+        self.check_resource(&req.resource)?;
+        let ttl = self.ttl(req.ttl_ms)?;
+        let mut options = LockOptions::new();
+        if !req.label.is_empty() {
+            self.check_owner(&req.label)?;
+            options = options.label(&req.label);
+        }
+        if req.wait_ms > 0 {
+            let wait = Duration::from_millis(req.wait_ms);
+            if wait > MAX_WAIT {
+                return Err(Failure::invalid(format!(
+                    "waitMs {} is above the longest wait ({} s)",
+                    req.wait_ms,
+                    MAX_WAIT.as_secs()
+                )));
+            }
+            options = options.wait(wait);
+        }
+        if req.fenced {
+            options = options.fenced();
+        }
+        self.redlock()
+            .lock_with(&req.resource, ttl, &options)
+            .await
+            .map_err(Failure::from)
+    }
+
+    /// Extends a lock granted through this instance to `ttl_ms` from now.
+    ///
+    /// # Errors
+    ///
+    /// `not_found` when this instance holds no such lock (granted
+    /// elsewhere, released, or expired); `expired` when the nodes no
+    /// longer hold it; `unavailable` when too few answered (it stays valid
+    /// until its deadline).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped before it ends, the lock is given back to the table with
+    /// its old deadline (nodes that got the extension keep the longer
+    /// expiry, under its token).
+    pub async fn extend(&self, req: &v1::ExtendRequest) -> Result<v1::Grant, Failure> {
+        let _admitted = self.admit()?;
+        self.check_resource(&req.resource)?;
+        let ttl = self.ttl(req.ttl_ms)?;
+        let Some(lock) = self
+            .native_held()
+            .take(&req.token, &req.resource, Instant::now())
+        else {
+            return Err(Failure::not_found(
+                "no such lock granted through this instance: released, expired, or granted \
+                 through another (extend through the instance that granted it)",
+            ));
+        };
+        // Back in the table whatever happens to this future, unless the
+        // nodes no longer hold it.
+        let mut guard = Taken {
+            lock: Some(lock),
+            service: self,
+        };
+        let lock = guard.lock.as_mut().expect("just taken");
+        match lock.extend(ttl).await {
+            Ok(()) => Ok(grant(lock)),
+            Err(e @ redquorum::LockError::Expired { .. }) => {
+                if let Some(lock) = guard.lock.take() {
+                    let _ = lock.detach(); // gone from the nodes: nothing to release
+                }
+                Err(Failure::from(e))
+            }
+            Err(e) => Err(Failure::from(e)),
+        }
+    }
+
+    /// Releases `token`'s lock wherever it is held (through any instance).
+    ///
+    /// # Errors
+    ///
+    /// `unavailable` when fewer than a quorum answered (its keys live on
+    /// where they were not deleted, until their TTL); `invalid_argument`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Each node's release is handed over at the first poll and happens at
+    /// most once.
+    pub async fn release(&self, req: &v1::ReleaseRequest) -> Result<v1::ReleaseResponse, Failure> {
+        let _admitted = self.admit()?;
+        self.check_resource(&req.resource)?;
+        if req.token.is_empty() {
+            return Err(Failure::invalid("token is empty"));
+        }
+        if let Some(lock) = self
+            .native_held()
+            .take(&req.token, &req.resource, Instant::now())
+        {
+            let _ = lock.detach(); // released by token below, with every node's answer
+        }
+        let votes = self
+            .redlock()
+            .release_token(&req.resource, &req.token)
+            .await
+            .map_err(Failure::from)?;
+        Ok(v1::ReleaseResponse {
+            released_on: u32::try_from(votes.yes()).unwrap_or(u32::MAX),
+            nodes: u32::try_from(self.redlock().nodes().len()).unwrap_or(u32::MAX),
+        })
+    }
+
+    /// Takes the lock and keeps it alive until the [`Lease`] is dropped
+    /// or lost.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire)'s.
+    pub async fn keep_alive(
+        &self,
+        req: &v1::AcquireRequest,
+    ) -> Result<(v1::Grant, Lease), Failure> {
+        let _admitted = self.admit()?;
+        let place = Arc::clone(&self.native().leases)
+            .try_acquire_owned()
+            .map_err(|_| {
+                Failure::too_many(format!(
+                    "{} leases kept alive through this instance (--max-held)",
+                    self.limits().max_held
+                ))
+            })?;
+        let lock = self.acquire_lock(req).await?;
+        let grant = grant(&lock);
+        let keep_alive = lock.keep_alive().map_err(Failure::from)?;
+        Ok((
+            grant,
+            Lease {
+                keep_alive,
+                _place: place,
+            },
+        ))
+    }
+
+    /// What every node holds for `resource`, and the verdict.
+    ///
+    /// # Errors
+    ///
+    /// `unavailable` when fewer than a quorum answered; `invalid_argument`.
+    pub async fn inspect(&self, req: &v1::InspectRequest) -> Result<v1::Inspection, Failure> {
+        let _admitted = self.admit()?;
+        self.check_resource(&req.resource)?;
+        let seen = self
+            .redlock()
+            .inspect(&req.resource)
+            .await
+            .map_err(Failure::from)?;
+        let verdict = match seen.verdict() {
+            Verdict::Held { .. } => "held",
+            Verdict::Free { .. } => "free",
+            Verdict::NotHeld { .. } => "not_held",
+            Verdict::Unknown { .. } => "unknown",
+        };
+        let nodes = seen
+            .nodes()
+            .iter()
+            .map(|view| match &view.read {
+                Ok(holding) => v1::NodeRead {
+                    node: view.node.clone(),
+                    holder: holding.holder.as_ref().map(holder).unwrap_or_default(),
+                    time_left_ms: holding.time_left.and_then(millis),
+                    error: String::new(),
+                },
+                Err(e) => v1::NodeRead {
+                    node: view.node.clone(),
+                    error: e.to_string(),
+                    ..Default::default()
+                },
+            })
+            .collect();
+        Ok(v1::Inspection {
+            resource: req.resource.clone(),
+            verdict: verdict.to_owned(),
+            quorum: u32::try_from(seen.quorum()).unwrap_or(u32::MAX),
+            label: seen.label().map(str::to_owned),
+            fence: seen.fence(),
+            nodes,
+        })
+    }
+
+    /// Forgets every lock this API granted, leaving each to its holder
+    /// (shutdown).
+    pub(crate) fn leave_granted(&self) {
+        self.native_held().leave_all();
+    }
+
+    fn ttl(&self, ms: u64) -> Result<Duration, Failure> {
+        let ttl = Duration::from_millis(ms);
+        if ms == 0 || ttl > self.max_ttl() {
+            return Err(Failure::invalid(format!(
+                "ttlMs {ms} is not within 1 ms and the deployment's longest TTL ({} ms, --max-ttl)",
+                self.max_ttl().as_millis()
+            )));
+        }
+        Ok(ttl)
+    }
+}
+
+/// A lock taken out of the table for an extension: put back when dropped.
+struct Taken<'a> {
+    lock: Option<Lock>,
+    service: &'a LockService,
+}
+
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        if let Some(lock) = self.lock.take() {
+            self.service.native_held().insert(lock);
+        }
+    }
+}
+
+fn grant(lock: &Lock) -> v1::Grant {
+    v1::Grant {
+        resource: lock.resource().to_owned(),
+        token: lock.token().to_owned(),
+        fence: lock.fence(),
+        valid_for_ms: u64::try_from(lock.remaining().as_millis()).unwrap_or(u64::MAX),
+    }
+}
+
+fn holder(holder: &Holder) -> String {
+    match holder {
+        Holder::Token(t) | Holder::Owner(t) | Holder::Kept(t) | Holder::Foreign(t) => t.clone(),
+        other => format!("{other:?}"),
+    }
+}
+
+fn millis(left: redquorum::inspect::TimeLeft) -> Option<u64> {
+    match left {
+        redquorum::inspect::TimeLeft::For(d) => u64::try_from(d.as_millis()).ok(),
+        _ => None,
+    }
+}

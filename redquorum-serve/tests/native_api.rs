@@ -1,0 +1,332 @@
+//! redquorum's own API (`redquorum.v1.Locks`, and `/v1/locks/` over
+//! HTTP/JSON), on in-memory nodes: waiting acquires, fencing tokens,
+//! extensions, kept-alive leases, releases, inspections, typed failures.
+
+mod support;
+
+use std::time::Duration;
+
+use prost::Message;
+use redquorum_serve::Limits;
+use redquorum_serve::grpc::v1;
+use redquorum_serve::grpc::v1::locks_client::LocksClient;
+use support::*;
+
+async fn client(running: &redquorum_serve::Running) -> LocksClient<tonic::transport::Channel> {
+    LocksClient::connect(format!("http://{}", running.grpc_addr()))
+        .await
+        .expect("gRPC connects")
+}
+
+fn acquire(resource: &str) -> v1::AcquireRequest {
+    v1::AcquireRequest {
+        resource: resource.into(),
+        ttl_ms: 10_000,
+        ..Default::default()
+    }
+}
+
+/// The typed failure a status carries.
+fn failure(status: &tonic::Status) -> v1::Failure {
+    v1::Failure::decode(status.details()).expect("a Failure in the details")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_extend_release_and_inspect_over_grpc() {
+    let nodes = nodes();
+    let running = serve(&nodes, Limits::default(), None).await;
+    let mut locks = client(&running).await;
+
+    let first = v1::AcquireRequest {
+        fenced: true,
+        label: "worker-1".into(),
+        ..acquire("ledger")
+    };
+    let grant = locks.acquire(first.clone()).await.unwrap().into_inner();
+    assert!(
+        grant.valid_for_ms > 9_000 && grant.valid_for_ms <= 10_000,
+        "{grant:?}"
+    );
+    let fence = grant.fence.expect("a fenced grant has a fence");
+
+    let seen = locks
+        .inspect(v1::InspectRequest {
+            resource: "ledger".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((seen.verdict.as_str(), seen.quorum), ("held", 3));
+    assert_eq!(seen.label.as_deref(), Some("worker-1"));
+    assert_eq!(seen.fence, Some(fence));
+    assert!(
+        seen.nodes
+            .iter()
+            .all(|n| n.holder == grant.token && n.time_left_ms.is_some())
+    );
+
+    // Taken: a typed failure with every node's answer.
+    let e = locks.acquire(acquire("ledger")).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Aborted);
+    let why = failure(&e);
+    assert_eq!(
+        (why.kind.as_str(), why.nodes.len()),
+        ("taken", 5),
+        "{why:?}"
+    );
+
+    let extended = locks
+        .extend(v1::ExtendRequest {
+            resource: "ledger".into(),
+            token: grant.token.clone(),
+            ttl_ms: 30_000,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(extended.valid_for_ms > 20_000, "{extended:?}");
+    assert_eq!(extended.fence, Some(fence));
+
+    let released = locks
+        .release(v1::ReleaseRequest {
+            resource: "ledger".into(),
+            token: grant.token.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((released.released_on, released.nodes), (5, 5));
+    let again = locks.acquire(first).await.unwrap().into_inner();
+    assert!(
+        again.fence.unwrap() > fence,
+        "fences grow: {fence} then {:?}",
+        again.fence
+    );
+
+    // An extension of a released lock: not here any more.
+    let e = locks
+        .extend(v1::ExtendRequest {
+            resource: "ledger".into(),
+            token: grant.token,
+            ttl_ms: 1000,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e.code(), failure(&e).kind.as_str()),
+        (tonic::Code::NotFound, "not_found")
+    );
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_waits_for_a_release_or_times_out() {
+    let nodes = nodes();
+    let running = serve(&nodes, Limits::default(), None).await;
+    let mut locks = client(&running).await;
+    let held = locks.acquire(acquire("queue")).await.unwrap().into_inner();
+
+    let e = locks
+        .acquire(v1::AcquireRequest {
+            wait_ms: 200,
+            ..acquire("queue")
+        })
+        .await
+        .unwrap_err();
+    let why = failure(&e);
+    assert_eq!(
+        (e.code(), why.kind.as_str()),
+        (tonic::Code::DeadlineExceeded, "timeout"),
+        "{why:?}"
+    );
+
+    let mut waiter = locks.clone();
+    let waiting = tokio::spawn(async move {
+        waiter
+            .acquire(v1::AcquireRequest {
+                wait_ms: 30_000,
+                ..acquire("queue")
+            })
+            .await
+    });
+    // Released once the waiter stands in line (fair waiting wakes it).
+    nodes[0]
+        .wait_until(|n| n.waiting("{queue}:lock:line") > 0)
+        .await;
+    locks
+        .release(v1::ReleaseRequest {
+            resource: "queue".into(),
+            token: held.token,
+        })
+        .await
+        .unwrap();
+    let grant = waiting
+        .await
+        .unwrap()
+        .expect("granted after the release")
+        .into_inner();
+    assert_eq!(grant.resource, "queue");
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_lives_as_long_as_its_stream() {
+    let nodes = nodes();
+    let running = serve(&nodes, Limits::default(), None).await;
+    let mut locks = client(&running).await;
+    let request = v1::AcquireRequest {
+        ttl_ms: 300,
+        ..acquire("leader")
+    };
+    let mut events = locks.keep_alive(request).await.unwrap().into_inner();
+    let first = events.message().await.unwrap().expect("a first event");
+    let Some(v1::lease_event::Event::Granted(grant)) = first.event else {
+        panic!("{first:?}")
+    };
+    // Kept well past its TTL of 300 ms.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert!(
+        nodes
+            .iter()
+            .all(|n| n.holder("{leader}:lock").as_deref() == Some(grant.token.as_str()))
+    );
+    // The caller closes the stream: released.
+    drop(events);
+    for node in &nodes {
+        node.wait_until(|n| n.holder("{leader}:lock").is_none())
+            .await;
+    }
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_ends_leases_and_leaves_acquired_locks() {
+    let nodes = nodes();
+    let running = serve(&nodes, Limits::default(), None).await;
+    let mut locks = client(&running).await;
+    let kept = locks.acquire(acquire("kept")).await.unwrap().into_inner();
+    let mut events = locks
+        .keep_alive(acquire("leased"))
+        .await
+        .unwrap()
+        .into_inner();
+    events.message().await.unwrap().expect("granted");
+    let stopping = tokio::spawn(running.shutdown());
+    let last = events.message().await.unwrap().expect("why it ended");
+    assert!(
+        matches!(&last.event, Some(v1::lease_event::Event::Lost(why)) if why.contains("shutting down")),
+        "{last:?}"
+    );
+    drop(events);
+    stopping.await.unwrap();
+    assert!(
+        nodes
+            .iter()
+            .all(|n| n.holder("{kept}:lock").as_deref() == Some(kept.token.as_str()))
+    );
+    assert!(nodes.iter().all(|n| n.holder("{leased}:lock").is_none()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_calls_over_http_json() {
+    let nodes = nodes();
+    let running = serve(&nodes, Limits::default(), None).await;
+    let addr = running.http_addr();
+    let (status, body) = http(
+        addr,
+        "POST",
+        "/v1/locks/acquire",
+        r#"{"resource":"r","ttlMs":5000,"fenced":true}"#,
+        &[],
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let grant: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let token = grant["token"].as_str().unwrap().to_owned();
+    assert!(grant["fence"].as_u64().is_some(), "{body}");
+
+    let (status, body) = http(
+        addr,
+        "POST",
+        "/v1/locks/acquire",
+        r#"{"resource":"r","ttlMs":5000}"#,
+        &[],
+    )
+    .await;
+    assert_eq!(status, 409, "{body}");
+    let error: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(error["error"]["kind"], "taken", "{body}");
+    assert_eq!(
+        error["error"]["nodes"].as_array().unwrap().len(),
+        5,
+        "{body}"
+    );
+
+    for bad in [
+        r#"{"resource":"","ttlMs":5000}"#,
+        r#"{"resource":"r","ttlMs":0}"#,
+        r#"{"resource":"r","ttlMs":600000}"#,
+        r#"{"resource":"r","ttlMs":5000,"waitMs":3600000}"#,
+        r#"{"resource":"r","ttlMs":5000,"colour":"red"}"#,
+        r#"{"resource":"r","ttlMs":"5000"}"#,
+    ] {
+        let (status, body) = http(addr, "POST", "/v1/locks/acquire", bad, &[]).await;
+        assert_eq!(status, 400, "{bad}: {body}");
+        assert!(
+            body.contains(r#""kind":"invalid_argument""#),
+            "{bad}: {body}"
+        );
+    }
+
+    let body = format!(r#"{{"resource":"r","token":"{token}","ttlMs":20000}}"#);
+    let (status, answer) = http(addr, "POST", "/v1/locks/extend", &body, &[]).await;
+    assert_eq!(status, 200, "{answer}");
+    let (status, answer) = http(
+        addr,
+        "POST",
+        "/v1/locks/inspect",
+        r#"{"resource":"r"}"#,
+        &[],
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.contains(r#""verdict":"held""#), "{answer}");
+    let body = format!(r#"{{"resource":"r","token":"{token}"}}"#);
+    let (status, answer) = http(addr, "POST", "/v1/locks/release", &body, &[]).await;
+    assert_eq!(
+        (status, answer.as_str()),
+        (200, r#"{"nodes":5,"releasedOn":5}"#)
+    );
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquires_held_through_an_instance_are_bounded() {
+    let nodes = nodes();
+    let limits = Limits {
+        max_held: 2,
+        ..Limits::default()
+    };
+    let running = serve(&nodes, limits, None).await;
+    let mut locks = client(&running).await;
+    let a = locks.acquire(acquire("a")).await.unwrap().into_inner();
+    locks.acquire(acquire("b")).await.unwrap();
+    let e = locks.acquire(acquire("c")).await.unwrap_err();
+    assert_eq!(
+        (e.code(), failure(&e).kind.as_str()),
+        (tonic::Code::ResourceExhausted, "too_many_requests")
+    );
+    assert!(
+        nodes.iter().all(|n| n.holder("{c}:lock").is_none()),
+        "refused before asking"
+    );
+    locks
+        .release(v1::ReleaseRequest {
+            resource: "a".into(),
+            token: a.token,
+        })
+        .await
+        .unwrap();
+    locks.acquire(acquire("c")).await.unwrap();
+    running.shutdown().await;
+}
