@@ -2,7 +2,8 @@
 //! same run: 1 000 tasks at once, each making try-lock/unlock pairs over
 //! distinct resources — over Dapr's HTTP API (one kept-alive connection
 //! per task) and through the library directly. Prints each side's pairs
-//! per second, a pair's p50 and p99, their ratio, and the memory a held
+//! per second, a pair's p50 and p99, their ratio, the HTTP stack's own
+//! rate (requests answered before any node call), and the memory a held
 //! lock costs the service and a node.
 //!
 //! ```text
@@ -125,6 +126,26 @@ async fn over_http(addr: SocketAddr, round: usize) -> (f64, Vec<f64>) {
     )
 }
 
+/// Requests per second that the service answers without a node call.
+async fn http_alone(addr: SocketAddr) -> f64 {
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            tokio::spawn(async move {
+                let mut conn = Conn::open(addr).await;
+                for _ in 0..2 * PAIRS_PER_TASK {
+                    let got = conn.post("/v1.0-alpha1/lock/none", "{}").await;
+                    assert!(got.contains("ERR_MALFORMED_REQUEST"), "{got}");
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    (2 * TASKS * PAIRS_PER_TASK) as f64 / start.elapsed().as_secs_f64()
+}
+
 async fn through_library(redlock: &Redlock, round: usize) -> (f64, Vec<f64>) {
     let start = Instant::now();
     let tasks: Vec<_> = (0..TASKS)
@@ -241,6 +262,9 @@ fn main() {
         };
         let running = Running::start(redlock().await, config).await.expect("serve");
         let library = redlock().await;
+        // The HTTP stack alone: a request answered before any node call
+        // (an unknown store), on the same connections.
+        let null_rate = http_alone(running.http_addr()).await;
         // Interleaved halves, so that the machine's load hits both alike.
         let (mut h, mut l) = ((0.0, Vec::new()), (0.0, Vec::new()));
         for round in 0..2 {
@@ -260,6 +284,10 @@ fn main() {
             p(&mut l.1, 50) / 1e3,
             p(&mut l.1, 99) / 1e3,
             h.0 / l.0
+        );
+        println!(
+            "HTTP alone (refused before any node call): {null_rate:.0} requests/s, so at most {:.0} pairs/s with no lock work",
+            null_rate / 2.0
         );
         let (service, node) = memory_per_lock(running.locks()).await;
         println!(
