@@ -29,6 +29,7 @@
 //! Dapr and what a crash costs.
 
 mod auth;
+mod connections;
 mod error;
 mod grants;
 pub mod grpc;

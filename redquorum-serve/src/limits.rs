@@ -25,6 +25,9 @@ pub struct Limits {
     pub max_owner_bytes: usize,
     /// Lock requests handled at once. Default 4 096.
     pub max_in_flight: usize,
+    /// Connections open at once, HTTP and gRPC together; past it the
+    /// listeners stop accepting. Default 4 096.
+    pub max_connections: usize,
     /// Lock requests admitted per second (a token bucket of one second's
     /// worth). Default 50 000.
     pub max_rate: u32,
@@ -42,6 +45,7 @@ impl Default for Limits {
             max_resource_bytes: 1024,
             max_owner_bytes: redquorum::node::MAX_LABEL,
             max_in_flight: 4096,
+            max_connections: 4096,
             max_rate: 50_000,
             max_held: 100_000,
             max_held_per_owner: 1000,

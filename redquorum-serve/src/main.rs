@@ -75,6 +75,9 @@ struct Args {
     /// Lock requests handled at once; more are answered 429.
     #[arg(long, default_value_t = Limits::default().max_in_flight)]
     max_in_flight: usize,
+    /// Connections open at once (HTTP and gRPC); more wait to be accepted.
+    #[arg(long, default_value_t = Limits::default().max_connections)]
+    max_connections: usize,
     /// Lock requests admitted per second; more are answered 429.
     #[arg(long, default_value_t = Limits::default().max_rate)]
     max_rate: u32,
@@ -158,6 +161,7 @@ async fn run(args: Args) -> Result<(), (u8, String)> {
         limits: Limits {
             max_request_bytes: args.max_request_bytes,
             max_in_flight: args.max_in_flight,
+            max_connections: args.max_connections,
             max_rate: args.max_rate,
             max_held: args.max_held,
             max_held_per_owner: args.max_held_per_owner,

@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::auth::ApiToken;
+use crate::connections::{Counted, CountedListener};
 use crate::grpc::DaprLocks;
 use crate::health::Health;
 use crate::limits::Limits;
@@ -103,6 +104,21 @@ fn recorder() -> PrometheusHandle {
         .clone()
 }
 
+/// The gRPC listener's connections, each once it has a place (an accept
+/// error is waited out, as axum's listener does).
+fn incoming(
+    listener: CountedListener,
+) -> impl futures::Stream<Item = Result<Counted, std::io::Error>> + Send + 'static {
+    futures::stream::unfold(listener, |listener| async move {
+        loop {
+            match listener.next().await {
+                Ok(counted) => return Some((Ok(counted), listener)),
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    })
+}
+
 impl Running {
     /// Starts serving `config` over `redlock` (build it with
     /// [`Retry::none`](redquorum::Retry::none): a try-lock is one round,
@@ -130,6 +146,7 @@ impl Running {
         let grpc = local(&grpc_listener, config.grpc)?;
 
         let metrics = recorder();
+        let room = Arc::new(tokio::sync::Semaphore::new(config.limits.max_connections));
         let locks = LockService::new(
             redlock.clone(),
             config.stores,
@@ -148,13 +165,9 @@ impl Running {
             metrics,
         });
         let http_rx = stopped.clone();
+        let http_listener = CountedListener::new(http_listener, Arc::clone(&room));
         let http_task = tokio::spawn(async move {
-            use axum::serve::ListenerExt;
-            // Each answer is one write: sent at once, not held for an ACK.
-            let listener = http_listener.tap_io(|tcp| {
-                let _ = tcp.set_nodelay(true);
-            });
-            let served = axum::serve(listener, router)
+            let served = axum::serve(http_listener, router)
                 .with_graceful_shutdown(until_stopped(http_rx))
                 .await;
             if let Err(e) = served {
@@ -170,7 +183,7 @@ impl Running {
                 .add_service(dapr)
                 .add_service(native)
                 .serve_with_incoming_shutdown(
-                    tonic::transport::server::TcpIncoming::from(grpc_listener),
+                    incoming(CountedListener::new(grpc_listener, room)),
                     until_stopped(stopped),
                 )
                 .await;

@@ -488,3 +488,30 @@ async fn shutdown_leaves_granted_locks_to_their_owners() {
     );
     other.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_past_the_bound_wait_to_be_accepted() {
+    let nodes = nodes();
+    let limits = Limits {
+        max_connections: 2,
+        ..Limits::default()
+    };
+    let running = serve(&nodes, limits, None).await;
+    let addr = running.http_addr();
+    let idle: Vec<_> =
+        futures::future::join_all((0..2).map(|_| tokio::net::TcpStream::connect(addr)))
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+    // Both places are held (each connection is accepted once it has one).
+    let mut third = tokio::spawn(async move { http(addr, "GET", "/v1.0/healthz", "", &[]).await });
+    let waited = tokio::time::timeout(std::time::Duration::from_millis(300), &mut third).await;
+    assert!(
+        waited.is_err(),
+        "a third connection was served past the bound of two"
+    );
+    drop(idle);
+    assert_eq!(third.await.unwrap().0, 204, "served once a place was free");
+    running.shutdown().await;
+}

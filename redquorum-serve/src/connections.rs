@@ -1,0 +1,129 @@
+//! The bound on open connections, HTTP and gRPC together
+//! ([`Limits::max_connections`](crate::Limits::max_connections)): a
+//! connection is served only with a place, held until it closes. Past the
+//! bound each listener holds the one connection it accepted until a place
+//! frees, and accepts no other: new connections wait in the kernel's
+//! backlog (then are refused by it). The request bounds cannot help
+//! against connections that send nothing; this one does.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// A connection holding its place.
+#[derive(Debug)]
+pub(crate) struct Counted {
+    stream: TcpStream,
+    _place: OwnedSemaphorePermit,
+}
+
+/// A listener that accepts a connection only with a place.
+#[derive(Debug)]
+pub(crate) struct CountedListener {
+    listener: TcpListener,
+    room: Arc<Semaphore>,
+}
+
+impl CountedListener {
+    pub(crate) fn new(listener: TcpListener, room: Arc<Semaphore>) -> Self {
+        CountedListener { listener, room }
+    }
+
+    /// The next connection, once there is a place for it. Accepted first,
+    /// then given a place: a listener waiting for a connection holds none
+    /// (the HTTP and gRPC listeners share the bound). Past the bound, the
+    /// one connection accepted waits for a place, and the listener accepts
+    /// no other meanwhile.
+    pub(crate) async fn next(&self) -> io::Result<Counted> {
+        let (stream, _) = self.listener.accept().await?;
+        let place = Arc::clone(&self.room)
+            .acquire_owned()
+            .await
+            .map_err(|_| io::Error::other("closed"))?;
+        let _ = stream.set_nodelay(true); // each answer is one write: sent at once
+        Ok(Counted {
+            stream,
+            _place: place,
+        })
+    }
+}
+
+impl axum::serve::Listener for CountedListener {
+    type Io = Counted;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Counted, std::net::SocketAddr) {
+        loop {
+            match self.next().await {
+                Ok(counted) => {
+                    let peer = counted.stream.peer_addr();
+                    match peer {
+                        Ok(addr) => return (counted, addr),
+                        Err(_) => continue, // gone already
+                    }
+                }
+                // Out of descriptors or the like: wait a moment, as axum's
+                // own listener does.
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<std::net::SocketAddr> {
+        self.listener.local_addr()
+    }
+}
+
+impl tonic::transport::server::Connected for Counted {
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.stream.connect_info()
+    }
+}
+
+impl AsyncRead for Counted {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Counted {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+}
