@@ -45,7 +45,8 @@ pub(crate) fn router(shared: Shared) -> Router {
         .route("/v1/locks/acquire", post(native_acquire))
         .route("/v1/locks/extend", post(native_extend))
         .route("/v1/locks/release", post(native_release))
-        .route("/v1/locks/inspect", post(native_inspect));
+        .route("/v1/locks/inspect", post(native_inspect))
+        .route("/v1/locks/list", post(native_list));
     if shared.token.is_some() {
         api = api.route_layer(middleware::from_fn_with_state(shared.clone(), authorize));
     }
@@ -149,6 +150,7 @@ native!(native_acquire, crate::grpc::v1::AcquireRequest, acquire);
 native!(native_extend, crate::grpc::v1::ExtendRequest, extend);
 native!(native_release, crate::grpc::v1::ReleaseRequest, release);
 native!(native_inspect, crate::grpc::v1::InspectRequest, inspect);
+native!(native_list, crate::grpc::v1::ListRequest, list);
 
 fn native_error(failure: &crate::native::Failure) -> Response {
     let status =

@@ -13,17 +13,19 @@
 
 mod failure;
 mod held;
+mod streams;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redquorum::inspect::Holder;
 use redquorum::verdict::Verdict;
-use redquorum::{KeepAlive, Lock, LockOptions};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use redquorum::{AcquireOptions, KeepAlive, Lock, LockOptions, RwLock, Semaphore};
+use tokio::sync::OwnedSemaphorePermit;
 
 pub use failure::Failure;
 use held::Held;
+pub use streams::Leading;
 
 use crate::grpc::v1;
 use crate::locks::LockService;
@@ -36,7 +38,7 @@ pub const MAX_WAIT: Duration = Duration::from_secs(15 * 60);
 #[derive(Debug)]
 pub(crate) struct Native {
     held: Mutex<Held>,
-    leases: Arc<Semaphore>,
+    pub(crate) leases: Arc<tokio::sync::Semaphore>,
     closing: tokio::sync::watch::Sender<bool>,
 }
 
@@ -44,7 +46,7 @@ impl Native {
     pub(crate) fn new(max_held: usize) -> Self {
         Native {
             held: Mutex::new(Held::new(max_held)),
-            leases: Arc::new(Semaphore::new(max_held)),
+            leases: Arc::new(tokio::sync::Semaphore::new(max_held)),
             closing: tokio::sync::watch::Sender::new(false),
         }
     }
@@ -94,37 +96,56 @@ impl LockService {
         let _admitted = self.admit()?;
         self.native_held().room(Instant::now())?;
         let lock = self.acquire_lock(req).await?;
-        let grant = grant(&lock);
-        self.native_held().insert(lock);
+        let grant = grant(&req.resource, &lock);
+        self.native_held().insert(&req.resource, lock);
         Ok(grant)
     }
 
     async fn acquire_lock(&self, req: &v1::AcquireRequest) -> Result<Lock, Failure> {
         self.check_resource(&req.resource)?;
         let ttl = self.ttl(req.ttl_ms)?;
-        let mut options = LockOptions::new();
+        let mut options = AcquireOptions::new();
         if !req.label.is_empty() {
             self.check_owner(&req.label)?;
             options = options.label(&req.label);
         }
         if req.wait_ms > 0 {
-            let wait = Duration::from_millis(req.wait_ms);
-            if wait > MAX_WAIT {
-                return Err(Failure::invalid(format!(
-                    "waitMs {} is above the longest wait ({} s)",
-                    req.wait_ms,
-                    MAX_WAIT.as_secs()
-                )));
+            options = options.wait(self.wait(req.wait_ms)?);
+        }
+        let redlock = self.redlock();
+        let resource = req.resource.as_str();
+        match (req.permits, mode(req.mode)?, req.fenced) {
+            (0, v1::Mode::Exclusive, fenced) => {
+                let mut lock = LockOptions::from(options);
+                if fenced {
+                    lock = lock.fenced();
+                }
+                redlock.lock_with(resource, ttl, &lock).await
             }
-            options = options.wait(wait);
+            (permits, v1::Mode::Exclusive, false) => {
+                let semaphore = Semaphore::new(redlock, resource, permits).map_err(redquorum::LockError::Input)?;
+                semaphore.acquire_with(ttl, &options).await.map(redquorum::Permit::into_lock)
+            }
+            (0, v1::Mode::Read, false) => rw(redlock, resource)?.read_with(ttl, &options).await,
+            (0, v1::Mode::Write, false) => rw(redlock, resource)?.write_with(ttl, &options).await,
+            _ => {
+                return Err(Failure::invalid(
+                    "fenced is for locks only, and permits and a read/write mode exclude each other",
+                ));
+            }
         }
-        if req.fenced {
-            options = options.fenced();
+        .map_err(Failure::from)
+    }
+
+    pub(crate) fn wait(&self, wait_ms: u64) -> Result<Duration, Failure> {
+        let wait = Duration::from_millis(wait_ms);
+        if wait > MAX_WAIT {
+            return Err(Failure::invalid(format!(
+                "waitMs {wait_ms} is above the longest wait ({} s)",
+                MAX_WAIT.as_secs()
+            )));
         }
-        self.redlock()
-            .lock_with(&req.resource, ttl, &options)
-            .await
-            .map_err(Failure::from)
+        Ok(wait)
     }
 
     /// Extends a lock granted through this instance to `ttl_ms` from now.
@@ -157,12 +178,13 @@ impl LockService {
         // Back in the table whatever happens to this future, unless the
         // nodes no longer hold it.
         let mut guard = Taken {
+            resource: &req.resource,
             lock: Some(lock),
             service: self,
         };
         let lock = guard.lock.as_mut().expect("just taken");
         match lock.extend(ttl).await {
-            Ok(()) => Ok(grant(lock)),
+            Ok(()) => Ok(grant(&req.resource, lock)),
             Err(e @ redquorum::LockError::Expired { .. }) => {
                 if let Some(lock) = guard.lock.take() {
                     let _ = lock.detach(); // gone from the nodes: nothing to release
@@ -196,11 +218,22 @@ impl LockService {
         {
             let _ = lock.detach(); // released by token below, with every node's answer
         }
-        let votes = self
-            .redlock()
-            .release_token(&req.resource, &req.token)
-            .await
-            .map_err(Failure::from)?;
+        let redlock = self.redlock();
+        let votes = match (req.permits, mode(req.mode)?) {
+            (0, v1::Mode::Exclusive) => redlock.release_token(&req.resource, &req.token).await,
+            (permits, v1::Mode::Exclusive) => {
+                let semaphore = Semaphore::new(redlock, &req.resource, permits)
+                    .map_err(redquorum::LockError::Input)?;
+                semaphore.release_token(&req.token).await
+            }
+            (0, _) => rw(redlock, &req.resource)?.release_token(&req.token).await,
+            _ => {
+                return Err(Failure::invalid(
+                    "permits and a read/write mode exclude each other",
+                ));
+            }
+        }
+        .map_err(Failure::from)?;
         Ok(v1::ReleaseResponse {
             released_on: u32::try_from(votes.yes()).unwrap_or(u32::MAX),
             nodes: u32::try_from(self.redlock().nodes().len()).unwrap_or(u32::MAX),
@@ -227,7 +260,7 @@ impl LockService {
                 ))
             })?;
         let lock = self.acquire_lock(req).await?;
-        let grant = grant(&lock);
+        let grant = grant(&req.resource, &lock);
         let keep_alive = lock.keep_alive().map_err(Failure::from)?;
         Ok((
             grant,
@@ -284,13 +317,51 @@ impl LockService {
         })
     }
 
+    /// What is held on a quorum, by name pattern (`*`: any run).
+    ///
+    /// # Errors
+    ///
+    /// `invalid_argument` for an empty pattern or a limit of 0 or above
+    /// the library's; a node that cannot be scanned is named in the answer.
+    pub async fn list(&self, req: &v1::ListRequest) -> Result<v1::Listing, Failure> {
+        let _admitted = self.admit()?;
+        let limit = usize::try_from(req.limit).unwrap_or(usize::MAX);
+        let listing = self
+            .redlock()
+            .list(&req.pattern, limit)
+            .await
+            .map_err(Failure::from)?;
+        Ok(v1::Listing {
+            held: listing
+                .held
+                .iter()
+                .map(|l| v1::Listed {
+                    resource: l.resource.clone(),
+                    kind: l.kind.name().to_owned(),
+                    label: l.label.clone(),
+                    holder: l.holder.clone(),
+                    time_left_ms: l.time_left.and_then(millis),
+                    nodes: u32::try_from(l.nodes).unwrap_or(u32::MAX),
+                    fence: l.fence,
+                    holds: u32::try_from(l.holds).unwrap_or(u32::MAX),
+                })
+                .collect(),
+            complete: listing.complete,
+            unscanned: listing
+                .unscanned
+                .iter()
+                .map(|(node, e)| format!("{node}: {e}"))
+                .collect(),
+        })
+    }
+
     /// Forgets every lock this API granted, leaving each to its holder
     /// (shutdown).
     pub(crate) fn leave_granted(&self) {
         self.native_held().leave_all();
     }
 
-    fn ttl(&self, ms: u64) -> Result<Duration, Failure> {
+    pub(crate) fn ttl(&self, ms: u64) -> Result<Duration, Failure> {
         let ttl = Duration::from_millis(ms);
         if ms == 0 || ttl > self.max_ttl() {
             return Err(Failure::invalid(format!(
@@ -304,6 +375,7 @@ impl LockService {
 
 /// A lock taken out of the table for an extension: put back when dropped.
 struct Taken<'a> {
+    resource: &'a str,
     lock: Option<Lock>,
     service: &'a LockService,
 }
@@ -311,14 +383,22 @@ struct Taken<'a> {
 impl Drop for Taken<'_> {
     fn drop(&mut self) {
         if let Some(lock) = self.lock.take() {
-            self.service.native_held().insert(lock);
+            self.service.native_held().insert(self.resource, lock);
         }
     }
 }
 
-fn grant(lock: &Lock) -> v1::Grant {
+fn mode(mode: i32) -> Result<v1::Mode, Failure> {
+    v1::Mode::try_from(mode).map_err(|_| Failure::invalid(format!("mode {mode} is not 0, 1 or 2")))
+}
+
+fn rw(redlock: &redquorum::Redlock, name: &str) -> Result<RwLock, redquorum::LockError> {
+    RwLock::new(redlock, name).map_err(redquorum::LockError::Input)
+}
+
+fn grant(resource: &str, lock: &Lock) -> v1::Grant {
     v1::Grant {
-        resource: lock.resource().to_owned(),
+        resource: resource.to_owned(),
         token: lock.token().to_owned(),
         fence: lock.fence(),
         valid_for_ms: u64::try_from(lock.remaining().as_millis()).unwrap_or(u64::MAX),
@@ -332,7 +412,7 @@ fn holder(holder: &Holder) -> String {
     }
 }
 
-fn millis(left: redquorum::inspect::TimeLeft) -> Option<u64> {
+pub(crate) fn millis(left: redquorum::inspect::TimeLeft) -> Option<u64> {
     match left {
         redquorum::inspect::TimeLeft::For(d) => u64::try_from(d.as_millis()).ok(),
         _ => None,

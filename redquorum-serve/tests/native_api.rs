@@ -91,6 +91,7 @@ async fn acquire_extend_release_and_inspect_over_grpc() {
         .release(v1::ReleaseRequest {
             resource: "ledger".into(),
             token: grant.token.clone(),
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -157,6 +158,7 @@ async fn an_acquire_waits_for_a_release_or_times_out() {
         .release(v1::ReleaseRequest {
             resource: "queue".into(),
             token: held.token,
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -324,9 +326,174 @@ async fn acquires_held_through_an_instance_are_bounded() {
         .release(v1::ReleaseRequest {
             resource: "a".into(),
             token: a.token,
+            ..Default::default()
         })
         .await
         .unwrap();
     locks.acquire(acquire("c")).await.unwrap();
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_permits_and_read_write_sides() {
+    let nodes = nodes();
+    let running = serve(&nodes, Limits::default(), None).await;
+    let mut locks = client(&running).await;
+
+    let permit = |label: &str| v1::AcquireRequest {
+        permits: 2,
+        label: label.into(),
+        ..acquire("api")
+    };
+    let a = locks.acquire(permit("a")).await.unwrap().into_inner();
+    locks.acquire(permit("b")).await.unwrap();
+    let e = locks.acquire(permit("c")).await.unwrap_err();
+    assert_eq!(failure(&e).kind, "taken", "two permits of two held");
+    let released = locks
+        .release(v1::ReleaseRequest {
+            resource: "api".into(),
+            token: a.token,
+            permits: 2,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(released.released_on, 5);
+    locks.acquire(permit("c")).await.unwrap();
+
+    let side = |mode: v1::Mode| v1::AcquireRequest {
+        mode: mode as i32,
+        ..acquire("catalog")
+    };
+    let r1 = locks
+        .acquire(side(v1::Mode::Read))
+        .await
+        .unwrap()
+        .into_inner();
+    let r2 = locks
+        .acquire(side(v1::Mode::Read))
+        .await
+        .unwrap()
+        .into_inner();
+    let e = locks.acquire(side(v1::Mode::Write)).await.unwrap_err();
+    assert_eq!(failure(&e).kind, "taken", "a writer while two read");
+    for token in [r1.token, r2.token] {
+        let release = v1::ReleaseRequest {
+            resource: "catalog".into(),
+            token,
+            mode: v1::Mode::Read as i32,
+            ..Default::default()
+        };
+        locks.release(release).await.unwrap();
+    }
+    let w = locks
+        .acquire(side(v1::Mode::Write))
+        .await
+        .unwrap()
+        .into_inner();
+    let e = locks.acquire(side(v1::Mode::Read)).await.unwrap_err();
+    assert_eq!(failure(&e).kind, "taken", "a reader while one writes");
+    // An extension through the instance works for either kind.
+    let extend = v1::ExtendRequest {
+        resource: "catalog".into(),
+        token: w.token,
+        ttl_ms: 20_000,
+    };
+    assert!(
+        locks
+            .extend(extend)
+            .await
+            .unwrap()
+            .into_inner()
+            .valid_for_ms
+            > 15_000
+    );
+
+    for bad in [
+        v1::AcquireRequest {
+            permits: 2,
+            fenced: true,
+            ..acquire("x")
+        },
+        v1::AcquireRequest {
+            permits: 2,
+            mode: v1::Mode::Read as i32,
+            ..acquire("x")
+        },
+        v1::AcquireRequest {
+            mode: 7,
+            ..acquire("x")
+        },
+    ] {
+        let e = locks.acquire(bad.clone()).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad:?}");
+    }
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_leads_while_its_stream_is_open_and_observers_see_each_term() {
+    let nodes = nodes();
+    let running = serve(&nodes, Limits::default(), None).await;
+    let mut locks = client(&running).await;
+    let mut observed = locks
+        .observe(v1::ObserveRequest {
+            election: "scheduler".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(observed.message().await.unwrap().unwrap().state, "vacant");
+
+    let campaign = |label: &str, wait_ms: u64| v1::CampaignRequest {
+        election: "scheduler".into(),
+        ttl_ms: 2_000,
+        wait_ms,
+        label: label.into(),
+    };
+    let mut first = locks
+        .campaign(campaign("one", 0))
+        .await
+        .unwrap()
+        .into_inner();
+    let Some(v1::lease_event::Event::Granted(one)) = first.message().await.unwrap().unwrap().event
+    else {
+        panic!("no leadership")
+    };
+    let seen = observed.message().await.unwrap().unwrap();
+    assert_eq!(
+        (seen.state.as_str(), seen.term, seen.label.as_deref()),
+        ("leading", one.fence, Some("one"))
+    );
+    let e = locks.campaign(campaign("two", 0)).await.unwrap_err();
+    assert_eq!(failure(&e).kind, "taken");
+
+    // A second candidate waits; the first stream's end resigns.
+    let mut candidate = locks.clone();
+    let second = tokio::spawn(async move { candidate.campaign(campaign("two", 30_000)).await });
+    nodes[0]
+        .wait_until(|n| n.waiting("{scheduler}:lock:line") > 0)
+        .await;
+    drop(first);
+    let mut second = second.await.unwrap().unwrap().into_inner();
+    let Some(v1::lease_event::Event::Granted(two)) = second.message().await.unwrap().unwrap().event
+    else {
+        panic!("no leadership")
+    };
+    assert!(
+        two.fence > one.fence,
+        "terms grow: {:?} then {:?}",
+        one.fence,
+        two.fence
+    );
+    // The observer sees the new term (perhaps after a vacancy).
+    loop {
+        let seen = observed.message().await.unwrap().unwrap();
+        if seen.state == "leading" {
+            assert_eq!((seen.term, seen.label.as_deref()), (two.fence, Some("two")));
+            break;
+        }
+    }
     running.shutdown().await;
 }

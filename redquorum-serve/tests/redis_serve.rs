@@ -301,6 +301,45 @@ async fn the_grpc_api_from_rust_on_real_nodes() {
         .await
         .expect("free again");
     assert!(next.fence > grant.fence);
+
+    // What is held, by pattern: the lock just granted, with its kind and fence.
+    let listing = locks
+        .list(v1::ListRequest {
+            pattern: format!("{resource}*"),
+            limit: 10,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(listing.complete, "{listing:?}");
+    let listed: Vec<_> = listing
+        .held
+        .iter()
+        .filter(|l| l.resource == resource)
+        .collect();
+    assert_eq!(listed.len(), 1, "{listing:?}");
+    assert_eq!(
+        (listed[0].kind.as_str(), listed[0].fence),
+        ("fenced", next.fence)
+    );
+    assert!(
+        next.token.starts_with(listed[0].holder.as_deref().unwrap()),
+        "a prefix only"
+    );
+    let release = v1::ReleaseRequest {
+        resource: resource.clone(),
+        token: next.token,
+        ..Default::default()
+    };
+    assert_eq!(
+        locks
+            .release(release)
+            .await
+            .unwrap()
+            .into_inner()
+            .released_on,
+        5
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

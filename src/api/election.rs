@@ -307,16 +307,13 @@ impl Election {
     /// it (the first, or one after a lapse) and ends within one poll may
     /// go unseen — the terms it reports grow, but need not be consecutive.
     /// Endless; drop it to stop.
-    pub fn observe(&self) -> impl Stream<Item = LeaderState> + Send + 'static {
+    pub fn observe(&self) -> impl Stream<Item = LeaderState> + Send + use<> {
         self.observe_every(OBSERVE_POLL)
     }
 
     /// [`observe`](Self::observe), reading every `poll` when nothing is
     /// reported.
-    pub fn observe_every(
-        &self,
-        poll: Duration,
-    ) -> impl Stream<Item = LeaderState> + Send + 'static {
+    pub fn observe_every(&self, poll: Duration) -> impl Stream<Item = LeaderState> + Send + use<> {
         let (redlock, name) = (self.redlock.clone(), self.name.clone());
         let key = redlock.key_layout().lock_key(&name);
         let interest = redlock.driver().hub().map(|hub| hub.register(&key, None));

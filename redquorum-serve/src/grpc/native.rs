@@ -106,6 +106,58 @@ impl v1::locks_server::Locks for Locks {
         Ok(Response::new(Box::pin(events)))
     }
 
+    async fn list(
+        &self,
+        request: Request<v1::ListRequest>,
+    ) -> Result<Response<v1::Listing>, Status> {
+        self.authorize(&request)?;
+        Ok(Response::new(self.locks.list(request.get_ref()).await?))
+    }
+
+    type CampaignStream = Events;
+
+    async fn campaign(
+        &self,
+        request: Request<v1::CampaignRequest>,
+    ) -> Result<Response<Events>, Status> {
+        self.authorize(&request)?;
+        let (grant, leading) = self.locks.campaign(request.get_ref()).await?;
+        let first = v1::LeaseEvent {
+            event: Some(v1::lease_event::Event::Granted(grant)),
+        };
+        let closing = self.locks.closing();
+        let events = futures::stream::unfold(
+            (Some(first), Some(leading), closing),
+            |(first, leading, mut closing)| async move {
+                if let Some(first) = first {
+                    return Some((Ok(first), (None, leading, closing)));
+                }
+                let leading = leading?;
+                let why = tokio::select! {
+                    lost = leading.ended() => lost.then(|| "the leadership could not be kept: another may lead now".to_owned()),
+                    _ = closing.wait_for(|c| *c) => Some("the service is shutting down: the leadership is resigned".to_owned()),
+                };
+                drop(leading);
+                let event = v1::LeaseEvent {
+                    event: Some(v1::lease_event::Event::Lost(why?)),
+                };
+                Some((Ok(event), (None, None, closing)))
+            },
+        );
+        Ok(Response::new(Box::pin(events)))
+    }
+
+    type ObserveStream = Pin<Box<dyn Stream<Item = Result<v1::LeaderState, Status>> + Send>>;
+
+    async fn observe(
+        &self,
+        request: Request<v1::ObserveRequest>,
+    ) -> Result<Response<Self::ObserveStream>, Status> {
+        self.authorize(&request)?;
+        let states = self.locks.observe(request.get_ref())?;
+        Ok(Response::new(Box::pin(futures::StreamExt::map(states, Ok))))
+    }
+
     async fn inspect(
         &self,
         request: Request<v1::InspectRequest>,

@@ -12,7 +12,8 @@ use super::Failure;
 
 #[derive(Debug)]
 pub(crate) struct Held {
-    by_token: HashMap<String, Lock>,
+    /// By token: the resource named at the acquire, and the lock.
+    by_token: HashMap<String, (String, Lock)>,
     expiry: BTreeSet<(Instant, String)>,
     max: usize,
 }
@@ -33,7 +34,7 @@ impl Held {
                 break;
             }
             self.expiry.pop_first();
-            if let Some(lock) = self.by_token.remove(&token) {
+            if let Some((_, lock)) = self.by_token.remove(&token) {
                 let _ = lock.detach(); // lapsed: nothing to release
             }
         }
@@ -48,19 +49,19 @@ impl Held {
 
     /// Remembers `lock` (the table may pass `max` by the acquires that
     /// were in flight when it was checked: at most `max_in_flight`).
-    pub(crate) fn insert(&mut self, lock: Lock) {
+    pub(crate) fn insert(&mut self, resource: &str, lock: Lock) {
         let token = lock.token().to_owned();
         self.expiry.insert((lock.deadline(), token.clone()));
-        self.by_token.insert(token, lock);
+        self.by_token.insert(token, (resource.to_owned(), lock));
     }
 
     /// Takes out `token`'s lock of `resource`, if held here and valid.
     pub(crate) fn take(&mut self, token: &str, resource: &str, now: Instant) -> Option<Lock> {
-        let lock = self.by_token.get(token)?;
-        if lock.resource() != resource {
+        let (named, _) = self.by_token.get(token)?;
+        if named != resource {
             return None;
         }
-        let lock = self.by_token.remove(token)?;
+        let (_, lock) = self.by_token.remove(token)?;
         self.expiry.remove(&(lock.deadline(), token.to_owned()));
         if lock.deadline() <= now {
             let _ = lock.detach();
@@ -72,7 +73,7 @@ impl Held {
     /// Forgets every lock, leaving each to its holder.
     pub(crate) fn leave_all(&mut self) {
         self.expiry.clear();
-        for (_, lock) in self.by_token.drain() {
+        for (_, (_, lock)) in self.by_token.drain() {
             let _ = lock.detach();
         }
     }
