@@ -279,7 +279,7 @@ async fn the_grpc_api_from_rust_on_real_nodes() {
     assert!(
         seen.nodes
             .iter()
-            .filter(|n| n.holder == grant.token)
+            .filter(|n| grant.token.starts_with(&n.holder) && !n.holder.is_empty())
             .count()
             >= 3,
         "{seen:?}"
