@@ -1,10 +1,14 @@
 //! redquorum-serve against the library it runs, on the same nodes in the
 //! same run: 1 000 tasks at once, each making try-lock/unlock pairs over
 //! distinct resources — over Dapr's HTTP API (one kept-alive connection
-//! per task) and through the library directly. Prints each side's pairs
-//! per second, a pair's p50 and p99, their ratio, the HTTP stack's own
-//! rate (requests answered before any node call), and the memory a held
-//! lock costs the service and a node.
+//! per task), over its gRPC API (one HTTP/2 connection), through the
+//! service's calls with no protocol, and through the library directly.
+//! Prints each way's pairs per second, a pair's p50 and p99, its ratio to
+//! the library's, and the CPU a pair costs this process (the HTTP clients'
+//! share apart) and the nodes; then the HTTP stack's own rate (requests
+//! answered before any node call), a bare hyper server's (the ceiling of
+//! any HTTP/1 service here), and the memory a held lock costs the service
+//! and a node.
 //!
 //! ```text
 //! scripts/nodes up        # five nodes on 7001-7005, up for 60 s
@@ -15,6 +19,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use redquorum::{Redlock, Retry};
@@ -91,25 +96,102 @@ impl Conn {
     }
 }
 
+/// Runs `TASKS` HTTP clients, `client(t, connection)` for each, on a
+/// thread of their own: one current-thread runtime polling every
+/// connection, as a load tool in another process would (wrk: one epoll
+/// loop), rather than a task each among the service's. The connections
+/// are opened first and kept alive, as a client's pool is: the time
+/// counted (returned, with the outputs in order) is the requests' alone.
+/// A thousand connects at once overflow the listen queue, and a dropped
+/// SYN is sent again only after a second: counted, that stall was most
+/// of a run's time, and runs differed threefold.
+async fn http_clients<F, Fut, T>(addr: SocketAddr, client: F) -> (Duration, Vec<T>)
+where
+    F: Fn(usize, Conn) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = T>,
+    T: Send + 'static,
+{
+    let (done, outputs) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("client runtime");
+        let run = async {
+            let conns = futures::future::join_all((0..TASKS).map(|_| Conn::open(addr))).await;
+            let start = Instant::now();
+            let outputs =
+                futures::future::join_all(conns.into_iter().enumerate().map(|(t, c)| client(t, c)))
+                    .await;
+            (start.elapsed(), outputs)
+        };
+        let out = runtime.block_on(run);
+        CLIENTS_CPU_TICKS.fetch_add(cpu_ticks("/proc/thread-self/stat"), Ordering::Relaxed);
+        let _ = done.send(out);
+    });
+    outputs.await.expect("the clients' thread ends")
+}
+
 /// Pairs per second and every pair's time (µs), for `TASKS` tasks.
 async fn over_http(addr: SocketAddr, round: usize) -> (f64, Vec<f64>) {
+    let (took, times) = http_clients(addr, move |t, mut conn| async move {
+        let mut times = Vec::with_capacity(PAIRS_PER_TASK);
+        for i in 0..PAIRS_PER_TASK {
+            let resource = format!("bench:serve:http:{round}:{t}:{i}");
+            let t0 = Instant::now();
+            let lock =
+                format!(r#"{{"resourceId":"{resource}","lockOwner":"o{t}","expiryInSeconds":30}}"#);
+            let got = conn.post("/v1.0-alpha1/lock/lockstore", &lock).await;
+            assert_eq!(got, r#"{"success":true}"#, "{resource}");
+            let unlock = format!(r#"{{"resourceId":"{resource}","lockOwner":"o{t}"}}"#);
+            let got = conn.post("/v1.0-alpha1/unlock/lockstore", &unlock).await;
+            assert_eq!(got, r#"{"status":0}"#, "{resource}");
+            times.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+        times
+    })
+    .await;
+    (
+        (TASKS * PAIRS_PER_TASK) as f64 / took.as_secs_f64(),
+        times.concat(),
+    )
+}
+
+/// Pairs per second and every pair's time (µs) over Dapr's gRPC API: the
+/// same pairs, every task on one HTTP/2 connection (as an SDK's client).
+async fn over_grpc(addr: SocketAddr, round: usize) -> (f64, Vec<f64>) {
+    use redquorum_serve::grpc::pb::{self, dapr_client::DaprClient};
+    let client = DaprClient::connect(format!("http://{addr}"))
+        .await
+        .expect("gRPC connects");
     let start = Instant::now();
     let tasks: Vec<_> = (0..TASKS)
         .map(|t| {
+            let mut client = client.clone();
             tokio::spawn(async move {
-                let mut conn = Conn::open(addr).await;
                 let mut times = Vec::with_capacity(PAIRS_PER_TASK);
                 for i in 0..PAIRS_PER_TASK {
-                    let resource = format!("bench:serve:http:{round}:{t}:{i}");
+                    let resource = format!("bench:serve:grpc:{round}:{t}:{i}");
                     let t0 = Instant::now();
-                    let lock = format!(
-                        r#"{{"resourceId":"{resource}","lockOwner":"o{t}","expiryInSeconds":30}}"#
-                    );
-                    let got = conn.post("/v1.0-alpha1/lock/lockstore", &lock).await;
-                    assert_eq!(got, r#"{"success":true}"#, "{resource}");
-                    let unlock = format!(r#"{{"resourceId":"{resource}","lockOwner":"o{t}"}}"#);
-                    let got = conn.post("/v1.0-alpha1/unlock/lockstore", &unlock).await;
-                    assert_eq!(got, r#"{"status":0}"#, "{resource}");
+                    let got = client
+                        .try_lock_alpha1(pb::TryLockRequest {
+                            store_name: "lockstore".into(),
+                            resource_id: resource.clone(),
+                            lock_owner: format!("o{t}"),
+                            expiry_in_seconds: 30,
+                        })
+                        .await
+                        .unwrap();
+                    assert!(got.into_inner().success, "{resource}");
+                    let got = client
+                        .unlock_alpha1(pb::UnlockRequest {
+                            store_name: "lockstore".into(),
+                            resource_id: resource.clone(),
+                            lock_owner: format!("o{t}"),
+                        })
+                        .await
+                        .unwrap();
+                    assert_eq!(got.into_inner().status, 0, "{resource}");
                     times.push(t0.elapsed().as_secs_f64() * 1e6);
                 }
                 times
@@ -128,22 +210,53 @@ async fn over_http(addr: SocketAddr, round: usize) -> (f64, Vec<f64>) {
 
 /// Requests per second that the service answers without a node call.
 async fn http_alone(addr: SocketAddr) -> f64 {
-    let start = Instant::now();
-    let tasks: Vec<_> = (0..TASKS)
-        .map(|_| {
+    let (took, _) = http_clients(addr, move |_, mut conn| async move {
+        for _ in 0..2 * PAIRS_PER_TASK {
+            let got = conn.post("/v1.0-alpha1/lock/none", "{}").await;
+            assert!(got.contains("ERR_MALFORMED_REQUEST"), "{got}");
+        }
+    })
+    .await;
+    (2 * TASKS * PAIRS_PER_TASK) as f64 / took.as_secs_f64()
+}
+
+/// A bare HTTP/1 server (hyper, no router, no JSON, no lock) answering
+/// every request `{"success":true}`: the most any HTTP service can answer
+/// on this machine with these connections.
+async fn bare_http() -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            stream.set_nodelay(true).unwrap();
             tokio::spawn(async move {
-                let mut conn = Conn::open(addr).await;
-                for _ in 0..2 * PAIRS_PER_TASK {
-                    let got = conn.post("/v1.0-alpha1/lock/none", "{}").await;
-                    assert!(got.contains("ERR_MALFORMED_REQUEST"), "{got}");
-                }
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await.unwrap();
-    }
-    (2 * TASKS * PAIRS_PER_TASK) as f64 / start.elapsed().as_secs_f64()
+                let service = hyper::service::service_fn(|_request| async {
+                    Ok::<_, std::convert::Infallible>(hyper::Response::new(
+                        http_body_util::Full::new(hyper::body::Bytes::from_static(
+                            br#"{"success":true}"#,
+                        )),
+                    ))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+/// Requests per second that the bare server answers.
+async fn bare_rate(addr: SocketAddr) -> f64 {
+    let (took, _) = http_clients(addr, move |_, mut conn| async move {
+        for _ in 0..2 * PAIRS_PER_TASK {
+            let got = conn.post("/", "{}").await;
+            assert_eq!(got, r#"{"success":true}"#);
+        }
+    })
+    .await;
+    (2 * TASKS * PAIRS_PER_TASK) as f64 / took.as_secs_f64()
 }
 
 async fn through_library(redlock: &Redlock, round: usize) -> (f64, Vec<f64>) {
@@ -177,6 +290,55 @@ async fn through_library(redlock: &Redlock, round: usize) -> (f64, Vec<f64>) {
     )
 }
 
+/// The same pairs through the service's own calls, with no HTTP: what
+/// the service adds to the library (owners, the grants table, bounds,
+/// metrics) apart from the protocol.
+async fn through_service(
+    locks: &Arc<redquorum_serve::LockService>,
+    round: usize,
+) -> (f64, Vec<f64>) {
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|t| {
+            let locks = Arc::clone(locks);
+            tokio::spawn(async move {
+                let mut times = Vec::with_capacity(PAIRS_PER_TASK);
+                for i in 0..PAIRS_PER_TASK {
+                    let resource = format!("bench:serve:svc:{round}:{t}:{i}");
+                    let t0 = Instant::now();
+                    let granted = locks
+                        .try_lock(&TryLock {
+                            store_name: "lockstore".into(),
+                            resource_id: resource.clone(),
+                            lock_owner: format!("o{t}"),
+                            expiry_in_seconds: 30,
+                        })
+                        .await;
+                    assert_eq!(granted, Ok(true), "{resource}");
+                    let status = locks
+                        .unlock(&Unlock {
+                            store_name: "lockstore".into(),
+                            resource_id: resource.clone(),
+                            lock_owner: format!("o{t}"),
+                        })
+                        .await;
+                    assert_eq!(status, Ok(UnlockStatus::Success), "{resource}");
+                    times.push(t0.elapsed().as_secs_f64() * 1e6);
+                }
+                times
+            })
+        })
+        .collect();
+    let mut times = Vec::new();
+    for task in tasks {
+        times.extend(task.await.unwrap());
+    }
+    (
+        (TASKS * PAIRS_PER_TASK) as f64 / start.elapsed().as_secs_f64(),
+        times,
+    )
+}
+
 fn p(times: &mut [f64], q: usize) -> f64 {
     times.sort_by(f64::total_cmp);
     times[(times.len() * q / 100).min(times.len() - 1)]
@@ -187,6 +349,92 @@ fn rss() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
     let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
     pages * 4096
+}
+
+/// The CPU time the HTTP clients' threads spent, in clock ticks: the load
+/// tool's share of the process's.
+static CLIENTS_CPU_TICKS: AtomicU64 = AtomicU64::new(0);
+
+/// User and system CPU time in a `/proc` stat file, in clock ticks (100 a
+/// second here): the 12th and 13th fields after the command's closing
+/// parenthesis.
+fn cpu_ticks(path: &str) -> u64 {
+    let stat = std::fs::read_to_string(path).unwrap();
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// CPU seconds spent so far by this process (service, clients and
+/// library together) and by every node (`INFO cpu`), to say where a
+/// pair's time goes.
+async fn cpu_spent() -> (f64, f64) {
+    let ticks = cpu_ticks("/proc/self/stat") as f64;
+    let mut nodes = 0.0;
+    for url in self::nodes() {
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let info: String = redis::cmd("INFO")
+            .arg("cpu")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        nodes += info
+            .lines()
+            .filter_map(|l| {
+                l.strip_prefix("used_cpu_sys:")
+                    .or_else(|| l.strip_prefix("used_cpu_user:"))
+            })
+            .filter_map(|v| v.trim().parse::<f64>().ok())
+            .sum::<f64>();
+    }
+    (ticks / 100.0, nodes)
+}
+
+/// One way of making pairs, measured over its rounds.
+#[derive(Default)]
+struct Side {
+    rate: f64,
+    times: Vec<f64>,
+    here: f64,
+    clients: f64,
+    nodes: f64,
+}
+
+impl Side {
+    /// Runs one round of it, counting its rate, times and CPU.
+    async fn round(&mut self, run: impl std::future::Future<Output = (f64, Vec<f64>)>) {
+        let clients = CLIENTS_CPU_TICKS.load(Ordering::Relaxed);
+        let before = cpu_spent().await;
+        let (rate, times) = run.await;
+        let after = cpu_spent().await;
+        self.clients += (CLIENTS_CPU_TICKS.load(Ordering::Relaxed) - clients) as f64 / 100.0;
+        self.rate += rate / 2.0;
+        self.times.extend(times);
+        self.here += after.0 - before.0;
+        self.nodes += after.1 - before.1;
+    }
+
+    /// Its rate, latencies and CPU per pair, for `name`.
+    fn report(&mut self, name: &str, library: f64) -> String {
+        let pairs = (2 * TASKS * PAIRS_PER_TASK) as f64;
+        format!(
+            "{name}: {:.0} pairs/s (p50 {:.1} ms, p99 {:.1} ms), {:.2}x the library; CPU a pair: {:.0} µs in this process{}, {:.0} µs on the nodes",
+            self.rate,
+            p(&mut self.times, 50) / 1e3,
+            p(&mut self.times, 99) / 1e3,
+            self.rate / library,
+            self.here / pairs * 1e6,
+            if self.clients > 0.0 {
+                format!(
+                    " ({:.0} µs of it the HTTP clients')",
+                    self.clients / pairs * 1e6
+                )
+            } else {
+                String::new()
+            },
+            self.nodes / pairs * 1e6,
+        )
+    }
 }
 
 /// Node 1's `used_memory`, in bytes.
@@ -265,29 +513,28 @@ fn main() {
         // The HTTP stack alone: a request answered before any node call
         // (an unknown store), on the same connections.
         let null_rate = http_alone(running.http_addr()).await;
-        // Interleaved halves, so that the machine's load hits both alike.
-        let (mut h, mut l) = ((0.0, Vec::new()), (0.0, Vec::new()));
+        let bare = bare_rate(bare_http().await).await;
+        // Interleaved rounds, so that the machine's load hits all alike.
+        let (mut h, mut g, mut s, mut l) = Default::default();
         for round in 0..2 {
-            let (rate, times) = over_http(running.http_addr(), round).await;
-            h.0 += rate / 2.0;
-            h.1.extend(times);
-            let (rate, times) = through_library(&library, round).await;
-            l.0 += rate / 2.0;
-            l.1.extend(times);
+            Side::round(&mut h, over_http(running.http_addr(), round)).await;
+            Side::round(&mut g, over_grpc(running.grpc_addr(), round)).await;
+            Side::round(&mut s, through_service(running.locks(), round)).await;
+            Side::round(&mut l, through_library(&library, round)).await;
         }
-        println!(
-            "{TASKS} tasks x {PAIRS_PER_TASK} pairs, twice: over HTTP {:.0} pairs/s (p50 {:.1} ms, p99 {:.1} ms); library {:.0} pairs/s (p50 {:.1} ms, p99 {:.1} ms); HTTP/library {:.2}x",
-            h.0,
-            p(&mut h.1, 50) / 1e3,
-            p(&mut h.1, 99) / 1e3,
-            l.0,
-            p(&mut l.1, 50) / 1e3,
-            p(&mut l.1, 99) / 1e3,
-            h.0 / l.0
-        );
+        let library_rate = l.rate;
+        println!("{TASKS} tasks at once, {PAIRS_PER_TASK} try-lock/unlock pairs each, twice:");
+        println!("{}", h.report("over HTTP/1 (Dapr's API, a connection a task)", library_rate));
+        println!("{}", g.report("over gRPC (Dapr's API, one HTTP/2 connection)", library_rate));
+        println!("{}", s.report("the service's own calls (no protocol)", library_rate));
+        println!("{}", l.report("the library", library_rate));
         println!(
             "HTTP alone (refused before any node call): {null_rate:.0} requests/s, so at most {:.0} pairs/s with no lock work",
             null_rate / 2.0
+        );
+        println!(
+            "a bare HTTP/1 server (hyper, a fixed answer): {bare:.0} requests/s, so at most {:.0} pairs/s for any HTTP service here",
+            bare / 2.0
         );
         let (service, node) = memory_per_lock(running.locks()).await;
         println!(
