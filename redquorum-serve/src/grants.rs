@@ -5,69 +5,85 @@
 //! or one this table forgot, is found by an inspection instead
 //! (docs/serve.md, "Owners and tokens").
 //!
-//! Bounded: at most [`Limits::max_held`](crate::Limits::max_held) entries,
-//! [`Limits::max_held_per_owner`](crate::Limits::max_held_per_owner) per
-//! owner; expired entries are dropped as new ones come in.
+//! Bounded, and the bounds hold while rounds are under way: a grant's
+//! place is reserved before the nodes are asked, so that a lock is never
+//! taken and then refused, and the table never passes its bound by the
+//! rounds in flight. Each grant holds one of the instance's places
+//! ([`Limits::max_held`](crate::Limits::max_held), shared with the own
+//! API's locks and leases), and an owner's reservations and grants
+//! together are at most
+//! [`Limits::max_held_per_owner`](crate::Limits::max_held_per_owner).
+//! Expired entries are dropped as new ones come in.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
+use tokio::sync::OwnedSemaphorePermit;
+
 /// One lock granted through this instance.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) struct Grant {
     pub(crate) owner: Arc<str>,
     pub(crate) token: String,
     pub(crate) deadline: Instant,
-}
-
-/// Why a grant cannot be remembered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Full {
-    /// The table holds `max_held` live grants.
-    Table,
-    /// The owner holds `max_held_per_owner`.
-    Owner,
+    /// Its place among the instance's `max_held`, freed with the entry.
+    pub(crate) _place: OwnedSemaphorePermit,
 }
 
 #[derive(Debug)]
 pub(crate) struct Grants {
     by_resource: HashMap<String, Grant>,
+    /// Each owner's grants and reservations.
     per_owner: HashMap<Arc<str>, usize>,
     /// Expiry order: (deadline, resource).
     expiry: BTreeSet<(Instant, String)>,
-    max_held: usize,
     max_per_owner: usize,
 }
 
 impl Grants {
-    pub(crate) fn new(max_held: usize, max_per_owner: usize) -> Self {
+    pub(crate) fn new(max_per_owner: usize) -> Self {
         Grants {
             by_resource: HashMap::new(),
             per_owner: HashMap::new(),
             expiry: BTreeSet::new(),
-            max_held,
             max_per_owner,
         }
     }
 
-    /// Whether a grant for `owner` would fit now (checked before the
-    /// nodes are asked, so that a lock is never taken and then refused).
-    pub(crate) fn room_for(&mut self, owner: &str, now: Instant) -> Result<(), Full> {
+    /// Reserves a grant for `owner`, before the nodes are asked: `false`
+    /// when the owner's grants and reservations fill its bound. Every
+    /// reservation ends in [`insert`](Self::insert) or
+    /// [`unreserve`](Self::unreserve).
+    pub(crate) fn reserve(&mut self, owner: &Arc<str>, now: Instant) -> bool {
         self.forget_expired(now);
-        if self.by_resource.len() >= self.max_held {
-            return Err(Full::Table);
+        let n = self.per_owner.entry(Arc::clone(owner)).or_default();
+        if *n >= self.max_per_owner {
+            self.drop_owner_if_none(owner);
+            return false;
         }
-        if self.per_owner.get(owner).copied().unwrap_or(0) >= self.max_per_owner {
-            return Err(Full::Owner);
-        }
-        Ok(())
+        *n += 1;
+        true
     }
 
-    /// Remembers a grant (replacing an expired one for the resource).
+    /// Gives back a reservation that no grant filled.
+    pub(crate) fn unreserve(&mut self, owner: &Arc<str>) {
+        if let Some(n) = self.per_owner.get_mut(owner) {
+            *n = n.saturating_sub(1);
+        }
+        self.drop_owner_if_none(owner);
+    }
+
+    fn drop_owner_if_none(&mut self, owner: &str) {
+        if self.per_owner.get(owner) == Some(&0) {
+            self.per_owner.remove(owner);
+        }
+    }
+
+    /// Remembers a grant, filling a reservation of its owner's (and
+    /// replacing an expired grant of the resource).
     pub(crate) fn insert(&mut self, resource: &str, grant: Grant) {
         self.remove(resource);
-        *self.per_owner.entry(Arc::clone(&grant.owner)).or_default() += 1;
         self.expiry.insert((grant.deadline, resource.to_owned()));
         self.by_resource.insert(resource.to_owned(), grant);
     }
@@ -81,12 +97,7 @@ impl Grants {
     pub(crate) fn remove(&mut self, resource: &str) -> Option<Grant> {
         let grant = self.by_resource.remove(resource)?;
         self.expiry.remove(&(grant.deadline, resource.to_owned()));
-        if let Some(n) = self.per_owner.get_mut(&grant.owner) {
-            *n -= 1;
-            if *n == 0 {
-                self.per_owner.remove(&grant.owner);
-            }
-        }
+        self.unreserve(&grant.owner);
         Some(grant)
     }
 
@@ -111,50 +122,72 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    fn owner(name: &str) -> Arc<str> {
+        name.into()
+    }
+
     fn grant(owner: &str, deadline: Instant) -> Grant {
+        let places = Arc::new(tokio::sync::Semaphore::new(1));
         Grant {
             owner: owner.into(),
             token: "t".into(),
             deadline,
+            _place: places.try_acquire_owned().unwrap(),
         }
     }
 
     #[test]
-    fn the_table_and_each_owner_are_bounded() {
+    fn an_owner_is_bounded_by_its_grants_and_reservations_together() {
         let now = Instant::now();
         let later = now + Duration::from_secs(60);
-        let mut grants = Grants::new(3, 2);
-        grants.room_for("a", now).unwrap();
+        let mut grants = Grants::new(2);
+        let a = owner("a");
+        assert!(grants.reserve(&a, now));
         grants.insert("r1", grant("a", later));
+        assert!(grants.reserve(&a, now), "a round under way");
+        assert!(!grants.reserve(&a, now), "the round in flight counts");
+        assert!(
+            grants.reserve(&owner("b"), now),
+            "another owner's bound is its own"
+        );
+        grants.unreserve(&a); // the round was refused
+        assert!(grants.reserve(&a, now));
         grants.insert("r2", grant("a", later));
-        assert_eq!(grants.room_for("a", now), Err(Full::Owner));
-        grants.insert("r3", grant("b", later));
-        assert_eq!(grants.room_for("c", now), Err(Full::Table));
+        assert!(!grants.reserve(&a, now));
         grants.remove("r1");
-        grants.room_for("a", now).unwrap();
+        assert!(grants.reserve(&a, now));
     }
 
     #[test]
     fn expired_grants_make_room_and_are_not_found() {
         let now = Instant::now();
-        let mut grants = Grants::new(1, 1);
+        let mut grants = Grants::new(1);
+        let a = owner("a");
+        assert!(grants.reserve(&a, now));
         grants.insert("r", grant("a", now + Duration::from_secs(1)));
         assert!(grants.get("r", now).is_some());
         let after = now + Duration::from_secs(2);
         assert!(grants.get("r", after).is_none());
-        grants.room_for("a", after).unwrap();
+        assert!(grants.reserve(&a, after));
         assert_eq!(grants.len(), 0);
     }
 
     #[test]
     fn a_new_grant_replaces_the_old_and_counts_once() {
         let now = Instant::now();
-        let mut grants = Grants::new(10, 1);
+        let mut grants = Grants::new(2);
+        let a = owner("a");
+        assert!(grants.reserve(&a, now));
         grants.insert("r", grant("a", now + Duration::from_secs(1)));
+        assert!(grants.reserve(&a, now));
         grants.insert("r", grant("a", now + Duration::from_secs(5)));
         assert_eq!(grants.len(), 1);
         grants.forget_expired(now + Duration::from_secs(2));
         assert_eq!(grants.len(), 1, "the old deadline left the index with it");
-        assert_eq!(grants.room_for("a", now), Err(Full::Owner));
+        assert!(
+            grants.reserve(&a, now),
+            "the replaced grant's count went with it"
+        );
+        assert!(!grants.reserve(&a, now));
     }
 }

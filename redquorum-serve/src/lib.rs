@@ -44,5 +44,5 @@ mod server;
 pub use auth::ApiToken;
 pub use error::ServeError;
 pub use limits::Limits;
-pub use locks::{LockService, TryLock, Unlock, UnlockStatus};
+pub use locks::{DAPR_LABEL, LockService, TryLock, Unlock, UnlockStatus};
 pub use server::{Config, Running, StartError};

@@ -20,8 +20,9 @@ pub struct Limits {
     pub max_request_bytes: usize,
     /// The longest resource name, in bytes. Default 1 KiB.
     pub max_resource_bytes: usize,
-    /// The longest owner name, in bytes. Default 256 (the library's
-    /// longest label: the owner is stored as the hold's label).
+    /// The longest owner name, in bytes. Default 251: the owner is stored
+    /// as the hold's label, behind [`DAPR_LABEL`](crate::DAPR_LABEL),
+    /// and a label is at most the library's 256 bytes.
     pub max_owner_bytes: usize,
     /// Lock requests handled at once. Default 4 096.
     pub max_in_flight: usize,
@@ -43,13 +44,67 @@ impl Default for Limits {
         Limits {
             max_request_bytes: 16 * 1024,
             max_resource_bytes: 1024,
-            max_owner_bytes: redquorum::node::MAX_LABEL,
+            max_owner_bytes: redquorum::node::MAX_LABEL - crate::locks::DAPR_LABEL.len(),
             max_in_flight: 4096,
             max_connections: 4096,
             max_rate: 50_000,
             max_held: 100_000,
             max_held_per_owner: 1000,
         }
+    }
+}
+
+impl Limits {
+    /// Checks the bounds: each at least 1; the counted ones (requests in
+    /// flight, connections, locks held) at most
+    /// [`Semaphore::MAX_PERMITS`]; owners no longer than a label leaves
+    /// room for.
+    ///
+    /// # Errors
+    ///
+    /// The first bound out of range, named as its flag is.
+    ///
+    /// ```
+    /// use redquorum_serve::Limits;
+    ///
+    /// assert!(Limits::default().check().is_ok());
+    /// let none = Limits { max_connections: 0, ..Limits::default() };
+    /// assert!(none.check().unwrap_err().contains("--max-connections"));
+    /// ```
+    pub fn check(&self) -> Result<(), String> {
+        let counted = [
+            ("--max-in-flight", self.max_in_flight),
+            ("--max-connections", self.max_connections),
+            ("--max-held", self.max_held),
+        ];
+        let others = [
+            ("--max-request-bytes", self.max_request_bytes),
+            ("--max-held-per-owner", self.max_held_per_owner),
+            ("the longest resource name", self.max_resource_bytes),
+            ("the longest owner name", self.max_owner_bytes),
+            ("--max-rate", self.max_rate as usize),
+        ];
+        for (name, bound) in counted.iter().chain(&others) {
+            if *bound == 0 {
+                return Err(format!("{name} must be at least 1"));
+            }
+        }
+        for (name, bound) in counted {
+            if bound > Semaphore::MAX_PERMITS {
+                return Err(format!(
+                    "{name} {bound} is above the most this service counts ({})",
+                    Semaphore::MAX_PERMITS
+                ));
+            }
+        }
+        let longest_owner = redquorum::node::MAX_LABEL - crate::locks::DAPR_LABEL.len();
+        if self.max_owner_bytes > longest_owner {
+            return Err(format!(
+                "the longest owner name {} is above {longest_owner} bytes (a label's room)",
+                self.max_owner_bytes
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -155,6 +210,66 @@ mod tests {
         let later = Instant::now() + std::time::Duration::from_millis(400);
         assert!(gate.take_token(later), "a third of a second refills one");
         assert!(!gate.take_token(later));
+    }
+
+    #[test]
+    fn bounds_out_of_range_are_refused_by_name() {
+        assert_eq!(Limits::default().check(), Ok(()));
+        let refused = |limits: Limits, flag: &str| {
+            let why = limits.check().unwrap_err();
+            assert!(why.contains(flag), "{why}");
+        };
+        let base = Limits::default;
+        refused(
+            Limits {
+                max_connections: 0,
+                ..base()
+            },
+            "--max-connections",
+        );
+        refused(
+            Limits {
+                max_rate: 0,
+                ..base()
+            },
+            "--max-rate",
+        );
+        refused(
+            Limits {
+                max_held_per_owner: 0,
+                ..base()
+            },
+            "--max-held-per-owner",
+        );
+        refused(
+            Limits {
+                max_in_flight: usize::MAX,
+                ..base()
+            },
+            "--max-in-flight",
+        );
+        refused(
+            Limits {
+                max_held: Semaphore::MAX_PERMITS + 1,
+                ..base()
+            },
+            "--max-held",
+        );
+        refused(
+            Limits {
+                max_owner_bytes: 256,
+                ..base()
+            },
+            "owner",
+        );
+        // At the bounds: accepted.
+        let widest = Limits {
+            max_in_flight: Semaphore::MAX_PERMITS,
+            max_connections: 1,
+            max_owner_bytes: 251,
+            ..base()
+        };
+        assert_eq!(widest.check(), Ok(()));
     }
 
     #[test]

@@ -4,7 +4,9 @@
 //!
 //! **Owners and tokens.** Every grant has a random token, as every
 //! redquorum lock does; the owner is stored beside it on each node as the
-//! hold's label. An unlock names the resource and the owner: the instance
+//! hold's label, behind [`DAPR_LABEL`] (the own API refuses labels that
+//! begin with it, so none of its locks passes for a Dapr owner's). An
+//! unlock names the resource and the owner: the instance
 //! that granted the lock knows its token; any other instance reads it
 //! from the nodes ([`Redlock::inspect`]: the quorum's holder and its
 //! label) and releases by that token. The owner is never the token: two
@@ -23,10 +25,22 @@ use redquorum::inspect::Holder;
 use redquorum::verdict::Verdict;
 use redquorum::{LockError, LockOptions, Redlock};
 
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
 use crate::error::ServeError;
-use crate::grants::{Full, Grant, Grants};
+use crate::grants::{Grant, Grants};
 use crate::limits::{Gate, Limits};
 use crate::metrics;
+
+/// What a Dapr owner's label begins with on the nodes: `dapr:` and the
+/// owner. Labels given through the own API may not begin with it
+/// (docs/serve.md, "Owners and tokens").
+pub const DAPR_LABEL: &str = "dapr:";
+
+/// The label `owner`'s locks carry.
+fn dapr_label(owner: &str) -> String {
+    format!("{DAPR_LABEL}{owner}")
+}
 
 /// A try-lock request (Dapr's `TryLockRequest`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,6 +89,9 @@ pub struct LockService {
     max_ttl: Duration,
     limits: Limits,
     gate: Gate,
+    /// The locks remembered through this instance, Dapr's and the own
+    /// API's (grants, held locks, leases): `max_held` places.
+    places: Arc<Semaphore>,
     grants: Mutex<Grants>,
     native: crate::native::Native,
 }
@@ -101,8 +118,9 @@ impl LockService {
     ) -> Arc<Self> {
         Arc::new(LockService {
             gate: Gate::new(&limits),
-            grants: Mutex::new(Grants::new(limits.max_held, limits.max_held_per_owner)),
-            native: crate::native::Native::new(limits.max_held),
+            places: Arc::new(Semaphore::new(limits.max_held)),
+            grants: Mutex::new(Grants::new(limits.max_held_per_owner)),
+            native: crate::native::Native::new(),
             redlock,
             stores,
             max_ttl,
@@ -168,8 +186,11 @@ impl LockService {
         self.check(&req.store_name, &req.resource_id, &req.lock_owner)?;
         let ttl = self.expiry(req.expiry_in_seconds)?;
         let owner: Arc<str> = req.lock_owner.as_str().into();
-        self.room_for(&owner)?;
-        let options = LockOptions::new().label(&owner);
+        // Both places before the round, given back if it grants nothing.
+        let place = self.place()?;
+        let reserved = self.reserve_owner(owner)?;
+        let label = dapr_label(&req.lock_owner);
+        let options = LockOptions::new().label(&label);
         match self
             .redlock
             .lock_with(&req.resource_id, ttl, &options)
@@ -178,16 +199,7 @@ impl LockService {
             Ok(lock) => {
                 let deadline = lock.deadline();
                 let token = lock.detach();
-                let mut grants = self.grants();
-                grants.insert(
-                    &req.resource_id,
-                    Grant {
-                        owner,
-                        token,
-                        deadline,
-                    },
-                );
-                metrics::remembered(grants.len());
+                reserved.fill(&req.resource_id, token, deadline, place);
                 Ok(true)
             }
             Err(LockError::Taken { .. }) => Ok(false),
@@ -252,7 +264,7 @@ impl LockService {
                 holder: Holder::Token(token),
                 ..
             } => {
-                if seen.label() != Some(req.lock_owner.as_str()) {
+                if seen.label() != Some(dapr_label(&req.lock_owner).as_str()) {
                     return Ok(UnlockStatus::LockBelongsToOthers);
                 }
                 let released = self.release_by_token(resource, token).await?;
@@ -310,18 +322,39 @@ impl LockService {
         self.grants.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn room_for(&self, owner: &str) -> Result<(), ServeError> {
-        match self.grants().room_for(owner, Instant::now()) {
-            Ok(()) => Ok(()),
-            Err(Full::Table) => Err(ServeError::Busy(format!(
-                "{} locks held through this instance (--max-held)",
+    /// A place among the `max_held` locks remembered through this
+    /// instance, taken before a round and held by what it grants. Places
+    /// held by expired entries are freed (both tables swept) when none is
+    /// left.
+    pub(crate) fn place(&self) -> Result<OwnedSemaphorePermit, ServeError> {
+        let take = || Arc::clone(&self.places).try_acquire_owned();
+        if let Ok(place) = take() {
+            return Ok(place);
+        }
+        let now = Instant::now();
+        self.grants().forget_expired(now);
+        self.native_sweep(now);
+        take().map_err(|_| {
+            ServeError::Busy(format!(
+                "{} locks, leases, leaderships and observers held through this instance \
+                 (--max-held)",
                 self.limits.max_held
-            ))),
-            Err(Full::Owner) => Err(ServeError::Busy(format!(
+            ))
+        })
+    }
+
+    /// Reserves one of `owner`'s grants, given back unless filled.
+    fn reserve_owner(&self, owner: Arc<str>) -> Result<Reserved<'_>, ServeError> {
+        if !self.grants().reserve(&owner, Instant::now()) {
+            return Err(ServeError::Busy(format!(
                 "{} locks held by this owner (--max-held-per-owner)",
                 self.limits.max_held_per_owner
-            ))),
+            )));
         }
+        Ok(Reserved {
+            service: self,
+            owner: Some(owner),
+        })
     }
 
     /// Checks the store and both names (Dapr's order: resource, owner, store).
@@ -392,6 +425,47 @@ impl LockService {
             LockError::ShutDown => ServeError::ShuttingDown,
             LockError::Busy { .. } => ServeError::Busy(e.to_string()),
             other => undecided(other.to_string()),
+        }
+    }
+}
+
+/// An owner's reserved grant: given back when dropped unfilled (the round
+/// refused, failed, or dropped).
+struct Reserved<'a> {
+    service: &'a LockService,
+    owner: Option<Arc<str>>,
+}
+
+impl Reserved<'_> {
+    /// Fills the reservation with the grant made.
+    fn fill(
+        mut self,
+        resource: &str,
+        token: String,
+        deadline: Instant,
+        place: OwnedSemaphorePermit,
+    ) {
+        let Some(owner) = self.owner.take() else {
+            return;
+        };
+        let mut grants = self.service.grants();
+        grants.insert(
+            resource,
+            Grant {
+                owner,
+                token,
+                deadline,
+                _place: place,
+            },
+        );
+        metrics::remembered(grants.len());
+    }
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        if let Some(owner) = self.owner.take() {
+            self.service.grants().unreserve(&owner);
         }
     }
 }

@@ -129,13 +129,16 @@ async fn run(args: Args) -> Result<(), (u8, String)> {
             Some(ApiToken::new(&text).ok_or((CONFIG, format!("{}: empty", path.display())))?)
         }
     };
-    if args.max_in_flight == 0
-        || args.max_rate == 0
-        || args.max_held == 0
-        || args.max_held_per_owner == 0
-    {
-        return Err((USAGE, "every --max-… bound must be at least 1".into()));
-    }
+    let limits = Limits {
+        max_request_bytes: args.max_request_bytes,
+        max_in_flight: args.max_in_flight,
+        max_connections: args.max_connections,
+        max_rate: args.max_rate,
+        max_held: args.max_held,
+        max_held_per_owner: args.max_held_per_owner,
+        ..Limits::default()
+    };
+    limits.check().map_err(|why| (USAGE, why))?;
     let mut builder = Redlock::builder()
         .nodes(&args.nodes)
         .retry(Retry::none())
@@ -158,15 +161,7 @@ async fn run(args: Args) -> Result<(), (u8, String)> {
         stores: args.stores,
         token,
         max_ttl: args.max_ttl,
-        limits: Limits {
-            max_request_bytes: args.max_request_bytes,
-            max_in_flight: args.max_in_flight,
-            max_connections: args.max_connections,
-            max_rate: args.max_rate,
-            max_held: args.max_held,
-            max_held_per_owner: args.max_held_per_owner,
-            ..Limits::default()
-        },
+        limits,
     };
     // Listening for SIGTERM before the addresses are printed: a supervisor
     // that reads them and stops it at once must find it stoppable.
@@ -176,7 +171,8 @@ async fn run(args: Args) -> Result<(), (u8, String)> {
         Err(e) => {
             redlock.shutdown().await;
             let code = match e {
-                redquorum_serve::StartError::TokenRequired(_) => USAGE,
+                redquorum_serve::StartError::TokenRequired(_)
+                | redquorum_serve::StartError::Limits(_) => USAGE,
                 _ => OSERR,
             };
             return Err((code, e.to_string()));

@@ -15,7 +15,7 @@ mod failure;
 mod held;
 mod streams;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use redquorum::inspect::Holder;
@@ -38,15 +38,13 @@ pub const MAX_WAIT: Duration = Duration::from_secs(15 * 60);
 #[derive(Debug)]
 pub(crate) struct Native {
     held: Mutex<Held>,
-    pub(crate) leases: Arc<tokio::sync::Semaphore>,
     closing: tokio::sync::watch::Sender<bool>,
 }
 
 impl Native {
-    pub(crate) fn new(max_held: usize) -> Self {
+    pub(crate) fn new() -> Self {
         Native {
-            held: Mutex::new(Held::new(max_held)),
-            leases: Arc::new(tokio::sync::Semaphore::new(max_held)),
+            held: Mutex::new(Held::default()),
             closing: tokio::sync::watch::Sender::new(false),
         }
     }
@@ -80,6 +78,11 @@ impl LockService {
         self.native().held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Forgets the own API's expired locks, freeing their places.
+    pub(crate) fn native_sweep(&self, now: Instant) {
+        self.native_held().sweep(now);
+    }
+
     /// Takes the lock, waiting up to `wait_ms` (0: one round).
     ///
     /// # Errors
@@ -94,10 +97,10 @@ impl LockService {
     /// library; nothing is left held.
     pub async fn acquire(&self, req: &v1::AcquireRequest) -> Result<v1::Grant, Failure> {
         let _admitted = self.admit()?;
-        self.native_held().room(Instant::now())?;
-        let lock = self.acquire_lock(req).await?;
+        let place = self.place()?;
+        let lock = self.unless_closing(self.acquire_lock(req)).await?;
         let grant = grant(&req.resource, &lock);
-        self.native_held().insert(&req.resource, lock);
+        self.native_held().insert(&req.resource, lock, place);
         Ok(grant)
     }
 
@@ -106,7 +109,7 @@ impl LockService {
         let ttl = self.ttl(req.ttl_ms)?;
         let mut options = AcquireOptions::new();
         if !req.label.is_empty() {
-            self.check_owner(&req.label)?;
+            self.check_label(&req.label)?;
             options = options.label(&req.label);
         }
         if req.wait_ms > 0 {
@@ -166,7 +169,7 @@ impl LockService {
         let _admitted = self.admit()?;
         self.check_resource(&req.resource)?;
         let ttl = self.ttl(req.ttl_ms)?;
-        let Some(lock) = self
+        let Some(entry) = self
             .native_held()
             .take(&req.token, &req.resource, Instant::now())
         else {
@@ -179,15 +182,15 @@ impl LockService {
         // nodes no longer hold it.
         let mut guard = Taken {
             resource: &req.resource,
-            lock: Some(lock),
+            entry: Some(entry),
             service: self,
         };
-        let lock = guard.lock.as_mut().expect("just taken");
+        let lock = &mut guard.entry.as_mut().expect("just taken").lock;
         match lock.extend(ttl).await {
             Ok(()) => Ok(grant(&req.resource, lock)),
             Err(e @ redquorum::LockError::Expired { .. }) => {
-                if let Some(lock) = guard.lock.take() {
-                    let _ = lock.detach(); // gone from the nodes: nothing to release
+                if let Some(entry) = guard.entry.take() {
+                    let _ = entry.lock.detach(); // gone from the nodes: nothing to release
                 }
                 Err(Failure::from(e))
             }
@@ -212,12 +215,6 @@ impl LockService {
         if req.token.is_empty() {
             return Err(Failure::invalid("token is empty"));
         }
-        if let Some(lock) = self
-            .native_held()
-            .take(&req.token, &req.resource, Instant::now())
-        {
-            let _ = lock.detach(); // released by token below, with every node's answer
-        }
         let redlock = self.redlock();
         let votes = match (req.permits, mode(req.mode)?) {
             (0, v1::Mode::Exclusive) => redlock.release_token(&req.resource, &req.token).await,
@@ -234,6 +231,14 @@ impl LockService {
             }
         }
         .map_err(Failure::from)?;
+        // Decided: this instance no longer keeps it (an undecided release
+        // left it here, to be extended or released again).
+        if let Some(entry) = self
+            .native_held()
+            .take(&req.token, &req.resource, Instant::now())
+        {
+            let _ = entry.lock.detach(); // released by token above
+        }
         Ok(v1::ReleaseResponse {
             released_on: u32::try_from(votes.yes()).unwrap_or(u32::MAX),
             nodes: u32::try_from(self.redlock().nodes().len()).unwrap_or(u32::MAX),
@@ -251,15 +256,8 @@ impl LockService {
         req: &v1::AcquireRequest,
     ) -> Result<(v1::Grant, Lease), Failure> {
         let _admitted = self.admit()?;
-        let place = Arc::clone(&self.native().leases)
-            .try_acquire_owned()
-            .map_err(|_| {
-                Failure::too_many(format!(
-                    "{} leases kept alive through this instance (--max-held)",
-                    self.limits().max_held
-                ))
-            })?;
-        let lock = self.acquire_lock(req).await?;
+        let place = self.place()?;
+        let lock = self.unless_closing(self.acquire_lock(req)).await?;
         let grant = grant(&req.resource, &lock);
         let keep_alive = lock.keep_alive().map_err(Failure::from)?;
         Ok((
@@ -361,6 +359,42 @@ impl LockService {
         self.native_held().leave_all();
     }
 
+    /// `future`'s outcome, or `shutting_down` once the service closes: a
+    /// wait (up to [`MAX_WAIT`]) never holds a shutdown back. Dropping the
+    /// acquire is safe: the library takes its rounds back.
+    pub(crate) async fn unless_closing<T>(
+        &self,
+        future: impl std::future::Future<Output = Result<T, Failure>>,
+    ) -> Result<T, Failure> {
+        let mut closing = self.closing();
+        tokio::select! {
+            outcome = future => outcome,
+            _ = closing.wait_for(|closed| *closed) => {
+                Err(Failure::from(crate::ServeError::ShuttingDown))
+            }
+        }
+    }
+
+    /// A label given through the own API: at most the library's longest,
+    /// no NUL byte, and not in Dapr owners' namespace
+    /// ([`DAPR_LABEL`](crate::DAPR_LABEL)), so that a Dapr unlock
+    /// never takes one of these locks for its owner's.
+    pub(crate) fn check_label(&self, label: &str) -> Result<(), Failure> {
+        use crate::locks::DAPR_LABEL;
+        if label.starts_with(DAPR_LABEL) {
+            return Err(Failure::invalid(format!(
+                "a label may not begin with {DAPR_LABEL:?}: Dapr owners' locks carry it"
+            )));
+        }
+        if label.len() > redquorum::node::MAX_LABEL || label.contains('\0') {
+            return Err(Failure::invalid(format!(
+                "label is longer than {} bytes or has a NUL byte",
+                redquorum::node::MAX_LABEL
+            )));
+        }
+        Ok(())
+    }
+
     pub(crate) fn ttl(&self, ms: u64) -> Result<Duration, Failure> {
         let ttl = Duration::from_millis(ms);
         if ms == 0 || ttl > self.max_ttl() {
@@ -376,14 +410,17 @@ impl LockService {
 /// A lock taken out of the table for an extension: put back when dropped.
 struct Taken<'a> {
     resource: &'a str,
-    lock: Option<Lock>,
+    entry: Option<held::Entry>,
     service: &'a LockService,
 }
 
 impl Drop for Taken<'_> {
     fn drop(&mut self) {
-        if let Some(lock) = self.lock.take() {
-            self.service.native_held().insert(self.resource, lock);
+        if let Some(entry) = self.entry.take() {
+            let held::Entry { lock, place, .. } = entry;
+            self.service
+                .native_held()
+                .insert(self.resource, lock, place);
         }
     }
 }

@@ -58,6 +58,8 @@ pub enum StartError {
     TokenRequired(SocketAddr),
     /// An address could not be listened on.
     Bind(SocketAddr, std::io::Error),
+    /// A bound out of range ([`Limits::check`]).
+    Limits(String),
 }
 
 impl std::fmt::Display for StartError {
@@ -69,6 +71,7 @@ impl std::fmt::Display for StartError {
                  so that only callers holding it can lock"
             ),
             StartError::Bind(addr, e) => write!(f, "cannot listen on {addr}: {e}"),
+            StartError::Limits(why) => f.write_str(why),
         }
     }
 }
@@ -127,9 +130,11 @@ impl Running {
     /// # Errors
     ///
     /// [`StartError::TokenRequired`] for an address other than loopback
-    /// without a token; [`StartError::Bind`] when an address cannot be
-    /// listened on. Nothing is served then.
+    /// without a token; [`StartError::Limits`] for a bound out of range;
+    /// [`StartError::Bind`] when an address cannot be listened on. Nothing
+    /// is served then.
     pub async fn start(redlock: Redlock, config: Config) -> Result<Running, StartError> {
+        config.limits.check().map_err(StartError::Limits)?;
         for addr in [config.http, config.grpc] {
             if !addr.ip().is_loopback() && config.token.is_none() {
                 return Err(StartError::TokenRequired(addr));

@@ -369,35 +369,6 @@ async fn a_non_loopback_address_needs_a_token() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn locks_held_per_owner_are_bounded() {
-    let nodes = nodes();
-    let limits = Limits {
-        max_held_per_owner: 2,
-        max_held: 3,
-        ..Limits::default()
-    };
-    let running = serve(&nodes, limits, None).await;
-    let addr = running.http_addr();
-    assert_eq!(try_lock(addr, "r1", "a", 10).await.1, r#"{"success":true}"#);
-    assert_eq!(try_lock(addr, "r2", "a", 10).await.1, r#"{"success":true}"#);
-    let (status, answer) = try_lock(addr, "r3", "a", 10).await;
-    assert_eq!(status, 429, "{answer}");
-    assert!(answer.contains("--max-held-per-owner"), "{answer}");
-    assert!(
-        nodes.iter().all(|n| n.holder("{r3}:lock").is_none()),
-        "refused before the nodes were asked"
-    );
-    assert_eq!(try_lock(addr, "r3", "b", 10).await.1, r#"{"success":true}"#);
-    let (status, answer) = try_lock(addr, "r4", "c", 10).await;
-    assert_eq!(status, 429, "{answer}");
-    assert!(answer.contains("--max-held)"), "{answer}");
-    // An unlock makes room.
-    assert_eq!(unlock(addr, "r1", "a").await.1, r#"{"status":0}"#);
-    assert_eq!(try_lock(addr, "r4", "c", 10).await.1, r#"{"success":true}"#);
-    running.shutdown().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_request_rate_is_bounded() {
     let nodes = nodes();
     let limits = Limits {
@@ -513,5 +484,29 @@ async fn connections_past_the_bound_wait_to_be_accepted() {
     );
     drop(idle);
     assert_eq!(third.await.unwrap().0, 204, "served once a place was free");
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dapr_unlock_never_releases_a_lock_of_the_own_api_labelled_as_its_owner() {
+    let nodes = nodes();
+    let running = serve(&nodes, Limits::default(), None).await;
+    let native = redquorum_serve::grpc::v1::AcquireRequest {
+        resource: "shared".into(),
+        ttl_ms: 10_000,
+        label: "alice".into(),
+        ..Default::default()
+    };
+    running.locks().acquire(&native).await.expect("granted");
+    let addr = running.http_addr();
+    assert_eq!(unlock(addr, "shared", "alice").await.1, r#"{"status":2}"#);
+    assert!(
+        nodes.iter().all(|n| n.holder("{shared}:lock").is_some()),
+        "nothing released"
+    );
+    assert_eq!(
+        try_lock(addr, "shared", "alice", 10).await.1,
+        r#"{"success":false}"#
+    );
     running.shutdown().await;
 }

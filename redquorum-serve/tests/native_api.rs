@@ -301,38 +301,6 @@ async fn the_same_calls_over_http_json() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acquires_held_through_an_instance_are_bounded() {
-    let nodes = nodes();
-    let limits = Limits {
-        max_held: 2,
-        ..Limits::default()
-    };
-    let running = serve(&nodes, limits, None).await;
-    let mut locks = client(&running).await;
-    let a = locks.acquire(acquire("a")).await.unwrap().into_inner();
-    locks.acquire(acquire("b")).await.unwrap();
-    let e = locks.acquire(acquire("c")).await.unwrap_err();
-    assert_eq!(
-        (e.code(), failure(&e).kind.as_str()),
-        (tonic::Code::ResourceExhausted, "too_many_requests")
-    );
-    assert!(
-        nodes.iter().all(|n| n.holder("{c}:lock").is_none()),
-        "refused before asking"
-    );
-    locks
-        .release(v1::ReleaseRequest {
-            resource: "a".into(),
-            token: a.token,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    locks.acquire(acquire("c")).await.unwrap();
-    running.shutdown().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn semaphore_permits_and_read_write_sides() {
     let nodes = nodes();
     let running = serve(&nodes, Limits::default(), None).await;
@@ -494,4 +462,92 @@ async fn a_campaign_leads_while_its_stream_is_open_and_observers_see_each_term()
         }
     }
     running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_refused_as_bad_input_leaves_the_lock_to_extend() {
+    let nodes = nodes();
+    let running = serve(&nodes, Limits::default(), None).await;
+    let mut locks = client(&running).await;
+    let grant = locks.acquire(acquire("a")).await.unwrap().into_inner();
+    let extend = v1::ExtendRequest {
+        resource: "a".into(),
+        token: grant.token.clone(),
+        ttl_ms: 20_000,
+    };
+    // Bad input: refused, nothing released, and the lock still this
+    // instance's to extend.
+    let e = locks
+        .release(v1::ReleaseRequest {
+            resource: "a".into(),
+            token: grant.token.clone(),
+            mode: 7,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(nodes.iter().all(|n| n.holder("{a}:lock").is_some()));
+    locks
+        .extend(extend.clone())
+        .await
+        .expect("still extendable");
+    let release = v1::ReleaseRequest {
+        resource: "a".into(),
+        token: grant.token.clone(),
+        ..Default::default()
+    };
+    let released = locks.release(release).await.unwrap().into_inner();
+    assert_eq!((released.released_on, released.nodes), (5, 5));
+    let e = locks.extend(extend).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::NotFound, "forgotten once released");
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_label_in_dapr_owners_namespace_is_refused() {
+    let nodes = nodes();
+    let running = serve(&nodes, Limits::default(), None).await;
+    let mut locks = client(&running).await;
+    let e = locks
+        .acquire(v1::AcquireRequest {
+            label: "dapr:alice".into(),
+            ..acquire("a")
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(failure(&e).message.contains("dapr:"), "{e:?}");
+    assert!(nodes.iter().all(|n| n.holder("{a}:lock").is_none()));
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_ends_the_acquires_that_wait() {
+    let nodes = nodes();
+    let running = serve(&nodes, Limits::default(), None).await;
+    let mut locks = client(&running).await;
+    locks.acquire(acquire("a")).await.expect("the holder");
+    let patient = v1::AcquireRequest {
+        wait_ms: 600_000,
+        ..acquire("a")
+    };
+    let waiting = tokio::spawn(async move { locks.acquire(patient).await });
+    // Bounded only so that a regression fails instead of hanging.
+    let ended = tokio::time::timeout(Duration::from_secs(60), async {
+        // Under way once it stands in the resource's line on the nodes.
+        while nodes[0].waiting("{a}:lock:line") == 0 {
+            tokio::task::yield_now().await;
+        }
+        running.shutdown().await;
+        waiting.await.expect("joined")
+    })
+    .await
+    .expect("the shutdown does not wait out the acquire (up to 15 min)");
+    let e = ended.unwrap_err();
+    assert_eq!(failure(&e).kind, "shutting_down", "{e:?}");
+    assert!(
+        nodes.iter().all(|n| n.holder("{a}:lock").is_some()),
+        "the holder's lock stays its own"
+    );
 }

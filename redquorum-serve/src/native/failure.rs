@@ -29,11 +29,6 @@ impl v1::Failure {
         Self::new("not_found", message)
     }
 
-    /// A bound of the service.
-    pub(crate) fn too_many(message: impl Into<String>) -> Self {
-        Self::new("too_many_requests", message)
-    }
-
     fn with_votes(mut self, votes: &Votes) -> Self {
         self.nodes = votes
             .iter()

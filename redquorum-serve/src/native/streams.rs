@@ -3,8 +3,6 @@
 //! open ([`LockService::campaign`]) and an election's leader observed
 //! ([`LockService::observe`]). Both end when the service closes.
 
-use std::sync::Arc;
-
 use futures::{Stream, StreamExt};
 use redquorum::election::{Election, LeaderState, Leadership};
 use redquorum::{AcquireOptions, LeaseOptions};
@@ -29,15 +27,6 @@ impl Leading {
 }
 
 impl LockService {
-    fn place(&self) -> Result<OwnedSemaphorePermit, Failure> {
-        Arc::clone(&self.native().leases).try_acquire_owned().map_err(|_| {
-            Failure::too_many(format!(
-                "{} leases, leaderships and observers at once through this instance (--max-held)",
-                self.limits().max_held
-            ))
-        })
-    }
-
     /// Stands in `req.election`, waiting up to `wait_ms`, and leads until
     /// the [`Leading`] is dropped or lost.
     ///
@@ -54,7 +43,7 @@ impl LockService {
         let ttl = self.ttl(req.ttl_ms)?;
         let mut options = AcquireOptions::new();
         if !req.label.is_empty() {
-            self.check_owner(&req.label)?;
+            self.check_label(&req.label)?;
             options = options.label(&req.label);
         }
         // 0 is one round (the library's campaign without a wait waits for
@@ -62,16 +51,19 @@ impl LockService {
         options = options.wait(self.wait(req.wait_ms)?);
         let election =
             Election::new(self.redlock(), &req.election).map_err(redquorum::LockError::Input)?;
-        let leadership = election
-            .campaign_with(ttl, &options, &LeaseOptions::default())
-            .await
-            .map_err(|e| match e {
-                // One round asked: its own error, as an acquire's.
-                redquorum::LockError::Timeout { last, .. } if req.wait_ms == 0 => {
-                    Failure::from(*last)
-                }
-                e => Failure::from(e),
-            })?;
+        let campaign = async {
+            election
+                .campaign_with(ttl, &options, &LeaseOptions::default())
+                .await
+                .map_err(|e| match e {
+                    // One round asked: its own error, as an acquire's.
+                    redquorum::LockError::Timeout { last, .. } if req.wait_ms == 0 => {
+                        Failure::from(*last)
+                    }
+                    e => Failure::from(e),
+                })
+        };
+        let leadership = self.unless_closing(campaign).await?;
         let lease = leadership.lease();
         let grant = v1::Grant {
             resource: req.election.clone(),
