@@ -4,8 +4,11 @@
 //! bound each listener holds the one connection it accepted until a place
 //! frees, and accepts no other: new connections wait in the kernel's
 //! backlog (then are refused by it). The request bounds cannot help
-//! against connections that send nothing; this one does.
+//! against connections that send nothing; this one does, with the idle
+//! timeout that frees their places (HTTP's in http/serve.rs; gRPC's here:
+//! a connection that reads nothing for that long ends).
 
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -15,12 +18,21 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::{Instant, Sleep};
 
 /// A connection holding its place.
 #[derive(Debug)]
 pub(crate) struct Counted {
     stream: TcpStream,
     _place: OwnedSemaphorePermit,
+    idle: Option<Idle>,
+}
+
+/// The longest a connection may read nothing, and when that runs out.
+#[derive(Debug)]
+struct Idle {
+    after: Duration,
+    deadline: Pin<Box<Sleep>>,
 }
 
 /// A listener that accepts a connection only with a place.
@@ -28,11 +40,18 @@ pub(crate) struct Counted {
 pub(crate) struct CountedListener {
     listener: TcpListener,
     room: Arc<Semaphore>,
+    idle: Option<Duration>,
 }
 
 impl CountedListener {
-    pub(crate) fn new(listener: TcpListener, room: Arc<Semaphore>) -> Self {
-        CountedListener { listener, room }
+    /// Accepts from `listener` with places from `room`; a connection that
+    /// reads nothing for `idle` ends (`None`: the server's own timeouts).
+    pub(crate) fn new(listener: TcpListener, room: Arc<Semaphore>, idle: Option<Duration>) -> Self {
+        CountedListener {
+            listener,
+            room,
+            idle,
+        }
     }
 
     /// The next connection, once there is a place for it. Accepted first,
@@ -50,33 +69,11 @@ impl CountedListener {
         Ok(Counted {
             stream,
             _place: place,
+            idle: self.idle.map(|after| Idle {
+                after,
+                deadline: Box::pin(tokio::time::sleep(after)),
+            }),
         })
-    }
-}
-
-impl axum::serve::Listener for CountedListener {
-    type Io = Counted;
-    type Addr = std::net::SocketAddr;
-
-    async fn accept(&mut self) -> (Counted, std::net::SocketAddr) {
-        loop {
-            match self.next().await {
-                Ok(counted) => {
-                    let peer = counted.stream.peer_addr();
-                    match peer {
-                        Ok(addr) => return (counted, addr),
-                        Err(_) => continue, // gone already
-                    }
-                }
-                // Out of descriptors or the like: wait a moment, as axum's
-                // own listener does.
-                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-            }
-        }
-    }
-
-    fn local_addr(&self) -> io::Result<std::net::SocketAddr> {
-        self.listener.local_addr()
     }
 }
 
@@ -94,7 +91,25 @@ impl AsyncRead for Counted {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let read = Pin::new(&mut this.stream).poll_read(cx, buf);
+        let Some(idle) = &mut this.idle else {
+            return read;
+        };
+        match read {
+            Poll::Ready(Ok(())) if buf.filled().len() > before => {
+                idle.deadline.as_mut().reset(Instant::now() + idle.after);
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending if idle.deadline.as_mut().poll(cx).is_ready() => {
+                Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the caller sent nothing within the idle timeout",
+                )))
+            }
+            other => other,
+        }
     }
 }
 

@@ -11,12 +11,14 @@
 //! Dapr's status (400 bad input, 500 undecided; 401, 429 and 503 for this
 //! service's token, bounds and shutdown). Unknown fields are bad input.
 
+pub(crate) mod serve;
+
 use std::sync::Arc;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -96,7 +98,8 @@ async fn try_lock(State(shared): State<Shared>, Path(store): Path<String>, body:
         shared.locks.try_lock(&req).await
     };
     match answer.await {
-        Ok(success) => ok_json(&serde_json::json!({ "success": success })),
+        Ok(true) => json_answer(r#"{"success":true}"#),
+        Ok(false) => json_answer(r#"{"success":false}"#),
         Err(e) => error(&e),
     }
 }
@@ -112,7 +115,7 @@ async fn unlock(State(shared): State<Shared>, Path(store): Path<String>, body: B
         shared.locks.unlock(&req).await
     };
     match answer.await {
-        Ok(status) => ok_json(&serde_json::json!({ "status": status as i32 })),
+        Ok(status) => json_answer(format!(r#"{{"status":{}}}"#, status as i32)),
         Err(e) => error(&e),
     }
 }
@@ -139,7 +142,7 @@ macro_rules! native {
                 shared.locks.$method(&request).await
             };
             match answer.await {
-                Ok(value) => ok_json(&serde_json::to_value(value).unwrap_or_default()),
+                Ok(value) => json_answer(serde_json::to_string(&value).unwrap_or_default()),
                 Err(failure) => native_error(&failure),
             }
         }
@@ -188,13 +191,16 @@ async fn authorize(State(shared): State<Shared>, request: Request, next: Next) -
     }
 }
 
-fn ok_json(value: &serde_json::Value) -> Response {
-    let mut headers = HeaderMap::new();
-    headers.insert(
-        header::CONTENT_TYPE,
-        "application/json".parse().expect("static"),
-    );
-    (StatusCode::OK, headers, value.to_string()).into_response()
+/// A 200 answer with a JSON body.
+fn json_answer(body: impl Into<Body>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body.into(),
+    )
+        .into_response()
 }
 
 fn error(e: &ServeError) -> Response {

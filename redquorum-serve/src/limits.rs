@@ -6,7 +6,7 @@
 //! millisecond it waits.
 
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -29,6 +29,13 @@ pub struct Limits {
     /// Connections open at once, HTTP and gRPC together; past it the
     /// listeners stop accepting. Default 4 096.
     pub max_connections: usize,
+    /// How long a connection may send nothing, so that idle or silent
+    /// callers cannot keep every place of `max_connections`. Over HTTP,
+    /// the time to send a request's headers, counted from the previous
+    /// answer on a kept-alive connection; over gRPC, the time between any
+    /// two reads, the service pinging every third of it (a live client's
+    /// answers count). Default 30 s.
+    pub idle_timeout: Duration,
     /// Lock requests admitted per second (a token bucket of one second's
     /// worth). Default 50 000.
     pub max_rate: u32,
@@ -47,6 +54,7 @@ impl Default for Limits {
             max_owner_bytes: redquorum::node::MAX_LABEL - crate::locks::DAPR_LABEL.len(),
             max_in_flight: 4096,
             max_connections: 4096,
+            idle_timeout: Duration::from_secs(30),
             max_rate: 50_000,
             max_held: 100_000,
             max_held_per_owner: 1000,
@@ -88,6 +96,9 @@ impl Limits {
             if *bound == 0 {
                 return Err(format!("{name} must be at least 1"));
             }
+        }
+        if self.idle_timeout < Duration::from_millis(3) {
+            return Err("--idle-timeout must be at least 3 ms".into());
         }
         for (name, bound) in counted {
             if bound > Semaphore::MAX_PERMITS {

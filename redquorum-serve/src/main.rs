@@ -78,6 +78,10 @@ struct Args {
     /// Connections open at once (HTTP and gRPC); more wait to be accepted.
     #[arg(long, default_value_t = Limits::default().max_connections)]
     max_connections: usize,
+    /// How long a connection may send nothing before it is closed (HTTP:
+    /// a request's headers; gRPC: any bytes, pinged every third of it).
+    #[arg(long, value_parser = humantime::parse_duration, value_name = "D", default_value = "30s")]
+    idle_timeout: Duration,
     /// Lock requests admitted per second; more are answered 429.
     #[arg(long, default_value_t = Limits::default().max_rate)]
     max_rate: u32,
@@ -133,6 +137,7 @@ async fn run(args: Args) -> Result<(), (u8, String)> {
         max_request_bytes: args.max_request_bytes,
         max_in_flight: args.max_in_flight,
         max_connections: args.max_connections,
+        idle_timeout: args.idle_timeout,
         max_rate: args.max_rate,
         max_held: args.max_held,
         max_held_per_owner: args.max_held_per_owner,

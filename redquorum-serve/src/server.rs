@@ -151,6 +151,7 @@ impl Running {
         let grpc = local(&grpc_listener, config.grpc)?;
 
         let metrics = recorder();
+        let idle = config.limits.idle_timeout;
         let room = Arc::new(tokio::sync::Semaphore::new(config.limits.max_connections));
         let locks = LockService::new(
             redlock.clone(),
@@ -169,26 +170,27 @@ impl Running {
             token: config.token.clone(),
             metrics,
         });
-        let http_rx = stopped.clone();
-        let http_listener = CountedListener::new(http_listener, Arc::clone(&room));
-        let http_task = tokio::spawn(async move {
-            let served = axum::serve(http_listener, router)
-                .with_graceful_shutdown(until_stopped(http_rx))
-                .await;
-            if let Err(e) = served {
-                tracing::error!("the HTTP listener ended: {e}");
-            }
-        });
+        let http_listener = CountedListener::new(http_listener, Arc::clone(&room), None);
+        let http_task = tokio::spawn(crate::http::serve::serve(
+            http_listener,
+            router,
+            idle,
+            stopped.clone(),
+        ));
 
         let dapr = DaprLocks::new(Arc::clone(&locks), config.token.clone()).into_service();
         let native =
             crate::grpc::native::Locks::new(Arc::clone(&locks), config.token).into_service();
         let grpc_task = tokio::spawn(async move {
+            // Pings every third of the idle timeout: a live client's
+            // answers are reads, so only a silent one reaches it.
             let served = tonic::transport::Server::builder()
+                .http2_keepalive_interval(Some(idle / 3))
+                .http2_keepalive_timeout(Some(idle / 3))
                 .add_service(dapr)
                 .add_service(native)
                 .serve_with_incoming_shutdown(
-                    incoming(CountedListener::new(grpc_listener, room)),
+                    incoming(CountedListener::new(grpc_listener, room, Some(idle))),
                     until_stopped(stopped),
                 )
                 .await;

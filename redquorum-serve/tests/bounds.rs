@@ -229,3 +229,43 @@ async fn bounds_out_of_range_are_refused_at_start() {
         assert!(stderr.contains(flag), "{stderr}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_connections_lose_their_places_after_the_idle_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let nodes = nodes();
+    let limits = Limits {
+        max_connections: 3,
+        idle_timeout: std::time::Duration::from_millis(500),
+        ..Limits::default()
+    };
+    let running = serve(&nodes, limits, None).await;
+    let (http_addr, grpc_addr) = (running.http_addr(), running.grpc_addr());
+    // One silent connection on each port, and one kept alive after an
+    // answer: the three places.
+    let silent_http = tokio::net::TcpStream::connect(http_addr).await.unwrap();
+    let silent_grpc = tokio::net::TcpStream::connect(grpc_addr).await.unwrap();
+    let mut kept = tokio::net::TcpStream::connect(http_addr).await.unwrap();
+    kept.write_all(b"GET /v1.0/healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = [0; 12];
+    kept.read_exact(&mut answer).await.unwrap();
+    assert_eq!(&answer, b"HTTP/1.1 204");
+    // Each is closed by the service once it has sent nothing for the
+    // idle timeout (bounded only so that a regression fails, not hangs).
+    for mut stream in [silent_http, silent_grpc, kept] {
+        let closed = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+            let mut rest = Vec::new();
+            let _ = stream.read_to_end(&mut rest).await;
+        })
+        .await;
+        assert!(closed.is_ok(), "a silent connection kept its place");
+    }
+    // Their places are free: a new caller is served.
+    assert_eq!(
+        http(http_addr, "GET", "/v1.0/healthz", "", &[]).await.0,
+        204
+    );
+    running.shutdown().await;
+}

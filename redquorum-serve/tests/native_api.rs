@@ -295,7 +295,7 @@ async fn the_same_calls_over_http_json() {
     let (status, answer) = http(addr, "POST", "/v1/locks/release", &body, &[]).await;
     assert_eq!(
         (status, answer.as_str()),
-        (200, r#"{"nodes":5,"releasedOn":5}"#)
+        (200, r#"{"releasedOn":5,"nodes":5}"#)
     );
     running.shutdown().await;
 }
