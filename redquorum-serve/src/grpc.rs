@@ -59,7 +59,9 @@ impl DaprLocks {
 /// (both services' check).
 pub(crate) fn authorize<T>(token: Option<&ApiToken>, request: &Request<T>) -> Result<(), Status> {
     match token {
-        Some(token) if !token.admits(&request.metadata().clone().into_headers()) => {
+        Some(token)
+            if !token.admits(|name| request.metadata().get(name).and_then(|v| v.to_str().ok())) =>
+        {
             Err(crate::error::ServeError::Unauthorized.into())
         }
         _ => Ok(()),

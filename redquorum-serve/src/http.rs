@@ -186,7 +186,11 @@ async fn scrape(State(shared): State<Shared>) -> Response {
 /// one is required).
 async fn authorize(State(shared): State<Shared>, request: Request, next: Next) -> Response {
     match &shared.token {
-        Some(token) if !token.admits(request.headers()) => error(&ServeError::Unauthorized),
+        Some(token)
+            if !token.admits(|name| request.headers().get(name).and_then(|v| v.to_str().ok())) =>
+        {
+            error(&ServeError::Unauthorized)
+        }
         _ => next.run(request).await,
     }
 }

@@ -3,15 +3,18 @@
 //! failure is the status of its kind, with the typed
 //! [`Failure`](crate::native::Failure) encoded in its details.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::Stream;
+use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 
 use super::v1;
 use crate::auth::ApiToken;
 use crate::locks::LockService;
+use crate::native::{Leading, Lease};
 
 /// The `Locks` service.
 #[derive(Debug, Clone)]
@@ -38,6 +41,59 @@ impl Locks {
 }
 
 type Events = Pin<Box<dyn Stream<Item = Result<v1::LeaseEvent, Status>> + Send>>;
+
+/// A lease or a leadership that a stream keeps: ended when dropped.
+trait Kept: Send + 'static {
+    /// Resolves when it could not be kept (`true`: lost) or ended.
+    fn ended(&self) -> impl Future<Output = bool> + Send + '_;
+}
+
+impl Kept for Lease {
+    fn ended(&self) -> impl Future<Output = bool> + Send + '_ {
+        Lease::ended(self)
+    }
+}
+
+impl Kept for Leading {
+    fn ended(&self) -> impl Future<Output = bool> + Send + '_ {
+        Leading::ended(self)
+    }
+}
+
+/// The stream of a kept-alive lease or a leadership: the grant, then,
+/// once `kept` is lost (`lost` says so) or the service closes (`closed`),
+/// why. `kept` lives in the stream's state, so a stream the caller closes
+/// ends it (released or resigned).
+fn lease_events(
+    grant: v1::Grant,
+    kept: impl Kept,
+    closing: watch::Receiver<bool>,
+    lost: &'static str,
+    closed: &'static str,
+) -> Events {
+    let first = v1::LeaseEvent {
+        event: Some(v1::lease_event::Event::Granted(grant)),
+    };
+    let events = futures::stream::unfold(
+        (Some(first), Some(kept), closing),
+        move |(first, kept, mut closing)| async move {
+            if let Some(first) = first {
+                return Some((Ok(first), (None, kept, closing)));
+            }
+            let kept = kept?;
+            let why = tokio::select! {
+                was_lost = kept.ended() => was_lost.then_some(lost),
+                _ = closing.wait_for(|c| *c) => Some(closed),
+            };
+            drop(kept);
+            let event = v1::LeaseEvent {
+                event: Some(v1::lease_event::Event::Lost(why?.to_owned())),
+            };
+            Some((Ok(event), (None, None, closing)))
+        },
+    );
+    Box::pin(events)
+}
 
 #[tonic::async_trait]
 impl v1::locks_server::Locks for Locks {
@@ -73,32 +129,13 @@ impl v1::locks_server::Locks for Locks {
     ) -> Result<Response<Events>, Status> {
         self.authorize(&request)?;
         let (grant, lease) = self.locks.keep_alive(request.get_ref()).await?;
-        let closing = self.locks.closing();
-        // The grant; then, once the lease is lost or the service closes,
-        // why; the lease (released when dropped) lives in the stream's
-        // state, so a stream the caller closes releases it.
-        let first = v1::LeaseEvent {
-            event: Some(v1::lease_event::Event::Granted(grant)),
-        };
-        let events = futures::stream::unfold(
-            (Some(first), Some(lease), closing),
-            |(first, lease, mut closing)| async move {
-                if let Some(first) = first {
-                    return Some((Ok(first), (None, lease, closing)));
-                }
-                let lease = lease?;
-                let why = tokio::select! {
-                    lost = lease.ended() => lost.then(|| "the lease could not be kept alive: another holder may have it".to_owned()),
-                    _ = closing.wait_for(|c| *c) => Some("the service is shutting down: the lease is released".to_owned()),
-                };
-                drop(lease);
-                let event = v1::LeaseEvent {
-                    event: Some(v1::lease_event::Event::Lost(why?)),
-                };
-                Some((Ok(event), (None, None, closing)))
-            },
-        );
-        Ok(Response::new(Box::pin(events)))
+        Ok(Response::new(lease_events(
+            grant,
+            lease,
+            self.locks.closing(),
+            "the lease could not be kept alive: another holder may have it",
+            "the service is shutting down: the lease is released",
+        )))
     }
 
     async fn list(
@@ -117,29 +154,13 @@ impl v1::locks_server::Locks for Locks {
     ) -> Result<Response<Events>, Status> {
         self.authorize(&request)?;
         let (grant, leading) = self.locks.campaign(request.get_ref()).await?;
-        let first = v1::LeaseEvent {
-            event: Some(v1::lease_event::Event::Granted(grant)),
-        };
-        let closing = self.locks.closing();
-        let events = futures::stream::unfold(
-            (Some(first), Some(leading), closing),
-            |(first, leading, mut closing)| async move {
-                if let Some(first) = first {
-                    return Some((Ok(first), (None, leading, closing)));
-                }
-                let leading = leading?;
-                let why = tokio::select! {
-                    lost = leading.ended() => lost.then(|| "the leadership could not be kept: another may lead now".to_owned()),
-                    _ = closing.wait_for(|c| *c) => Some("the service is shutting down: the leadership is resigned".to_owned()),
-                };
-                drop(leading);
-                let event = v1::LeaseEvent {
-                    event: Some(v1::lease_event::Event::Lost(why?)),
-                };
-                Some((Ok(event), (None, None, closing)))
-            },
-        );
-        Ok(Response::new(Box::pin(events)))
+        Ok(Response::new(lease_events(
+            grant,
+            leading,
+            self.locks.closing(),
+            "the leadership could not be kept: another may lead now",
+            "the service is shutting down: the leadership is resigned",
+        )))
     }
 
     type ObserveStream = Pin<Box<dyn Stream<Item = Result<v1::LeaderState, Status>> + Send>>;
