@@ -6,6 +6,8 @@
 //! | `POST /v1.0-alpha1/unlock/{store}` | `{"resourceId","lockOwner"}` | `{"status":0..3}` |
 //! | `GET /v1.0/healthz`, `/v1.0/healthz/outbound` | | 204 ready, 503 not |
 //! | `GET /metrics` | | Prometheus text |
+//! | `POST /v1/locks/{acquire,extend,release,inspect,list}` | the own API's messages | the answer's message |
+//! | `POST /v1/locks/{keep-alive,campaign,observe}` | the own API's messages | a line of JSON an event, while the stream lasts |
 //!
 //! An error is Dapr's shape, `{"errorCode":"ERR_…","message":"…"}`, with
 //! Dapr's status (400 bad input, 500 undecided; 401, 429 and 503 for this
@@ -48,7 +50,10 @@ pub(crate) fn router(shared: Shared) -> Router {
         .route("/v1/locks/extend", post(native_extend))
         .route("/v1/locks/release", post(native_release))
         .route("/v1/locks/inspect", post(native_inspect))
-        .route("/v1/locks/list", post(native_list));
+        .route("/v1/locks/list", post(native_list))
+        .route("/v1/locks/keep-alive", post(native_keep_alive))
+        .route("/v1/locks/campaign", post(native_campaign))
+        .route("/v1/locks/observe", post(native_observe));
     if shared.token.is_some() {
         api = api.route_layer(middleware::from_fn_with_state(shared.clone(), authorize));
     }
@@ -154,6 +159,68 @@ native!(native_extend, crate::grpc::v1::ExtendRequest, extend);
 native!(native_release, crate::grpc::v1::ReleaseRequest, release);
 native!(native_inspect, crate::grpc::v1::InspectRequest, inspect);
 native!(native_list, crate::grpc::v1::ListRequest, list);
+
+/// The own API's streams over HTTP: the answer's body is a line of JSON
+/// for each event (`application/x-ndjson`), for as long as the stream
+/// lasts; closing the connection ends it (the lease released, the
+/// leadership resigned), as closing a gRPC stream does.
+macro_rules! native_stream {
+    ($name:ident, $request:ty, $events:expr) => {
+        async fn $name(State(shared): State<Shared>, body: Body) -> Response {
+            let answer = async {
+                let request: $request = json(body, &shared).await?;
+                $events(&shared.locks, request).await
+            };
+            match answer.await {
+                Ok(events) => ndjson(events),
+                Err(failure) => native_error(&failure),
+            }
+        }
+    };
+}
+
+native_stream!(
+    native_keep_alive,
+    crate::grpc::v1::AcquireRequest,
+    |locks: &Arc<LockService>, request| {
+        let locks = Arc::clone(locks);
+        async move { locks.keep_alive_events(&request).await }
+    }
+);
+native_stream!(
+    native_campaign,
+    crate::grpc::v1::CampaignRequest,
+    |locks: &Arc<LockService>, request| {
+        let locks = Arc::clone(locks);
+        async move { locks.campaign_events(&request).await }
+    }
+);
+native_stream!(
+    native_observe,
+    crate::grpc::v1::ObserveRequest,
+    |locks: &Arc<LockService>, request| {
+        let observed = locks.observe(&request);
+        async move { observed }
+    }
+);
+
+/// A 200 answer streaming `items`, a line of JSON each.
+fn ndjson<T: Serialize>(items: impl futures::Stream<Item = T> + Send + 'static) -> Response {
+    use futures::StreamExt;
+    let lines = items.map(|item| {
+        let mut line = serde_json::to_vec(&item).unwrap_or_default();
+        line.push(b'\n');
+        Ok::<_, std::convert::Infallible>(Bytes::from(line))
+    });
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/x-ndjson"),
+        )],
+        Body::from_stream(lines),
+    )
+        .into_response()
+}
 
 fn native_error(failure: &crate::native::Failure) -> Response {
     let status =

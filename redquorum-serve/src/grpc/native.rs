@@ -3,18 +3,15 @@
 //! failure is the status of its kind, with the typed
 //! [`Failure`](crate::native::Failure) encoded in its details.
 
-use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use futures::Stream;
-use tokio::sync::watch;
+use futures::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
 use super::v1;
 use crate::auth::ApiToken;
 use crate::locks::LockService;
-use crate::native::{Leading, Lease};
 
 /// The `Locks` service.
 #[derive(Debug, Clone)]
@@ -41,59 +38,6 @@ impl Locks {
 }
 
 type Events = Pin<Box<dyn Stream<Item = Result<v1::LeaseEvent, Status>> + Send>>;
-
-/// A lease or a leadership that a stream keeps: ended when dropped.
-trait Kept: Send + 'static {
-    /// Resolves when it could not be kept (`true`: lost) or ended.
-    fn ended(&self) -> impl Future<Output = bool> + Send + '_;
-}
-
-impl Kept for Lease {
-    fn ended(&self) -> impl Future<Output = bool> + Send + '_ {
-        Lease::ended(self)
-    }
-}
-
-impl Kept for Leading {
-    fn ended(&self) -> impl Future<Output = bool> + Send + '_ {
-        Leading::ended(self)
-    }
-}
-
-/// The stream of a kept-alive lease or a leadership: the grant, then,
-/// once `kept` is lost (`lost` says so) or the service closes (`closed`),
-/// why. `kept` lives in the stream's state, so a stream the caller closes
-/// ends it (released or resigned).
-fn lease_events(
-    grant: v1::Grant,
-    kept: impl Kept,
-    closing: watch::Receiver<bool>,
-    lost: &'static str,
-    closed: &'static str,
-) -> Events {
-    let first = v1::LeaseEvent {
-        event: Some(v1::lease_event::Event::Granted(grant)),
-    };
-    let events = futures::stream::unfold(
-        (Some(first), Some(kept), closing),
-        move |(first, kept, mut closing)| async move {
-            if let Some(first) = first {
-                return Some((Ok(first), (None, kept, closing)));
-            }
-            let kept = kept?;
-            let why = tokio::select! {
-                was_lost = kept.ended() => was_lost.then_some(lost),
-                _ = closing.wait_for(|c| *c) => Some(closed),
-            };
-            drop(kept);
-            let event = v1::LeaseEvent {
-                event: Some(v1::lease_event::Event::Lost(why?.to_owned())),
-            };
-            Some((Ok(event), (None, None, closing)))
-        },
-    );
-    Box::pin(events)
-}
 
 #[tonic::async_trait]
 impl v1::locks_server::Locks for Locks {
@@ -128,14 +72,8 @@ impl v1::locks_server::Locks for Locks {
         request: Request<v1::AcquireRequest>,
     ) -> Result<Response<Events>, Status> {
         self.authorize(&request)?;
-        let (grant, lease) = self.locks.keep_alive(request.get_ref()).await?;
-        Ok(Response::new(lease_events(
-            grant,
-            lease,
-            self.locks.closing(),
-            "the lease could not be kept alive: another holder may have it",
-            "the service is shutting down: the lease is released",
-        )))
+        let events = self.locks.keep_alive_events(request.get_ref()).await?;
+        Ok(Response::new(Box::pin(events.map(Ok))))
     }
 
     async fn list(
@@ -153,14 +91,8 @@ impl v1::locks_server::Locks for Locks {
         request: Request<v1::CampaignRequest>,
     ) -> Result<Response<Events>, Status> {
         self.authorize(&request)?;
-        let (grant, leading) = self.locks.campaign(request.get_ref()).await?;
-        Ok(Response::new(lease_events(
-            grant,
-            leading,
-            self.locks.closing(),
-            "the leadership could not be kept: another may lead now",
-            "the service is shutting down: the leadership is resigned",
-        )))
+        let events = self.locks.campaign_events(request.get_ref()).await?;
+        Ok(Response::new(Box::pin(events.map(Ok))))
     }
 
     type ObserveStream = Pin<Box<dyn Stream<Item = Result<v1::LeaderState, Status>> + Send>>;
@@ -171,7 +103,7 @@ impl v1::locks_server::Locks for Locks {
     ) -> Result<Response<Self::ObserveStream>, Status> {
         self.authorize(&request)?;
         let states = self.locks.observe(request.get_ref())?;
-        Ok(Response::new(Box::pin(futures::StreamExt::map(states, Ok))))
+        Ok(Response::new(Box::pin(states.map(Ok))))
     }
 
     async fn inspect(
