@@ -27,6 +27,13 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Holders counted while valid: (most at once, grants, waits that ran out).
 ///
+/// Each waiter waits up to twice the TTL and 2 s more: a wake-up is a hint
+/// (docs/design.md, "Fair waiting"), and a waiter that misses one — the
+/// report of a release that raced its own round — sleeps until the
+/// holder's reported TTL runs out, then asks again. With a wait of one
+/// TTL, one missed wake ran a wait out (a CI rehearsal, two nodes frozen,
+/// 1 waiter of 10 not served within 5 s), though nothing was wrong.
+///
 /// A wait that runs out is counted, not a failure: under random faults a
 /// waiter can lose its turn several times over (a slot kept for it on some
 /// nodes only, docs/design.md "Fair waiting", bounded unfairness), and on a
@@ -55,7 +62,7 @@ async fn contend(
                 timeouts.clone(),
             );
             tokio::spawn(async move {
-                let wait = AcquireOptions::new().wait(Duration::from_secs(5));
+                let wait = AcquireOptions::new().wait(ttl * 2 + Duration::from_secs(2));
                 while Instant::now() < end {
                     let permit = match semaphore.acquire_with(ttl, &wait).await {
                         Ok(permit) => permit,
@@ -136,7 +143,7 @@ async fn ten_tasks_on_three_permits_never_exceed_three_and_reach_three() {
         "{most} holders at once ({grants} grants)"
     );
     all_permits_at_once(&redlock).await;
-    assert_eq!(timeouts, 0, "every waiter served within 5 s");
+    assert_eq!(timeouts, 0, "every waiter served within twice the TTL");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -160,7 +167,7 @@ async fn a_frozen_minority_changes_nothing() {
         "{most} holders at once ({grants} grants)"
     );
     all_permits_at_once(&redlock).await;
-    assert_eq!(timeouts, 0, "every waiter served within 5 s");
+    assert_eq!(timeouts, 0, "every waiter served within twice the TTL");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
