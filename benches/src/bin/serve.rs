@@ -31,6 +31,18 @@ const TASKS: usize = 1000;
 const PAIRS_PER_TASK: usize = 10;
 const HELD: usize = 20_000;
 
+/// This run's name, in every resource's: a run's locks (held for 30 s) do
+/// not meet the next run's.
+fn run() -> &'static str {
+    static RUN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    RUN.get_or_init(|| {
+        let since = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        format!("{:x}", since.as_micros())
+    })
+}
+
 fn nodes() -> Vec<String> {
     match std::env::var("REDQUORUM_NODES") {
         Ok(urls) => urls.split(',').map(str::to_owned).collect(),
@@ -160,7 +172,7 @@ async fn over_http(addr: SocketAddr, round: usize) -> (f64, Vec<f64>) {
     let (took, times) = http_clients(addr, move |t, mut conn| async move {
         let mut times = Vec::with_capacity(PAIRS_PER_TASK);
         for i in 0..PAIRS_PER_TASK {
-            let resource = format!("bench:serve:http:{round}:{t}:{i}");
+            let resource = format!("bench:serve:{}:http:{round}:{t}:{i}", run());
             let t0 = Instant::now();
             let lock =
                 format!(r#"{{"resourceId":"{resource}","lockOwner":"o{t}","expiryInSeconds":30}}"#);
@@ -194,7 +206,7 @@ async fn over_grpc(addr: SocketAddr, round: usize) -> (f64, Vec<f64>) {
             tokio::spawn(async move {
                 let mut times = Vec::with_capacity(PAIRS_PER_TASK);
                 for i in 0..PAIRS_PER_TASK {
-                    let resource = format!("bench:serve:grpc:{round}:{t}:{i}");
+                    let resource = format!("bench:serve:{}:grpc:{round}:{t}:{i}", run());
                     let t0 = Instant::now();
                     let got = client
                         .try_lock_alpha1(pb::TryLockRequest {
@@ -290,7 +302,7 @@ async fn through_library(redlock: &Redlock, round: usize) -> (f64, Vec<f64>) {
             tokio::spawn(async move {
                 let mut times = Vec::with_capacity(PAIRS_PER_TASK);
                 for i in 0..PAIRS_PER_TASK {
-                    let resource = format!("bench:serve:lib:{round}:{t}:{i}");
+                    let resource = format!("bench:serve:{}:lib:{round}:{t}:{i}", run());
                     let t0 = Instant::now();
                     let lock = redlock
                         .try_lock(&resource, Duration::from_secs(30))
@@ -327,7 +339,7 @@ async fn through_service(
             tokio::spawn(async move {
                 let mut times = Vec::with_capacity(PAIRS_PER_TASK);
                 for i in 0..PAIRS_PER_TASK {
-                    let resource = format!("bench:serve:svc:{round}:{t}:{i}");
+                    let resource = format!("bench:serve:{}:svc:{round}:{t}:{i}", run());
                     let t0 = Instant::now();
                     let granted = locks
                         .try_lock(&TryLock {
@@ -479,7 +491,7 @@ async fn node_memory() -> u64 {
 async fn memory_per_lock(locks: &Arc<redquorum_serve::LockService>) -> (f64, f64) {
     let request = |n: usize| TryLock {
         store_name: "lockstore".into(),
-        resource_id: format!("bench:serve:held:{n}"),
+        resource_id: format!("bench:serve:{}:held:{n}", run()),
         lock_owner: format!("owner-{}", n % 10),
         expiry_in_seconds: 60,
     };
