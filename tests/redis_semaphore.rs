@@ -143,7 +143,10 @@ async fn ten_tasks_on_three_permits_never_exceed_three_and_reach_three() {
         "{most} holders at once ({grants} grants)"
     );
     all_permits_at_once(&redlock).await;
-    assert_eq!(timeouts, 0, "every waiter served within twice the TTL");
+    assert_eq!(
+        timeouts, 0,
+        "every waiter served within twice the TTL and 2 s"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -167,7 +170,10 @@ async fn a_frozen_minority_changes_nothing() {
         "{most} holders at once ({grants} grants)"
     );
     all_permits_at_once(&redlock).await;
-    assert_eq!(timeouts, 0, "every waiter served within twice the TTL");
+    assert_eq!(
+        timeouts, 0,
+        "every waiter served within twice the TTL and 2 s"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -40,17 +40,28 @@ struct Idle {
 pub(crate) struct CountedListener {
     listener: TcpListener,
     room: Arc<Semaphore>,
-    idle: Option<Duration>,
+    idle: Duration,
+    read_idle: bool,
 }
 
 impl CountedListener {
-    /// Accepts from `listener` with places from `room`; a connection that
-    /// reads nothing for `idle` ends (`None`: the server's own timeouts).
-    pub(crate) fn new(listener: TcpListener, room: Arc<Semaphore>, idle: Option<Duration>) -> Self {
+    /// Accepts from `listener` with places from `room`. Every connection
+    /// has TCP keepalive probes after `idle` (every third of it, three
+    /// unanswered end it) and a user timeout of twice `idle`, so a caller
+    /// whose host vanished is found even while nothing is sent (a quiet
+    /// stream). With `read_idle`, a connection that reads nothing for
+    /// `idle` ends too (gRPC's; HTTP has hyper's header-read timeout).
+    pub(crate) fn new(
+        listener: TcpListener,
+        room: Arc<Semaphore>,
+        idle: Duration,
+        read_idle: bool,
+    ) -> Self {
         CountedListener {
             listener,
             room,
             idle,
+            read_idle,
         }
     }
 
@@ -66,12 +77,19 @@ impl CountedListener {
             .await
             .map_err(|_| io::Error::other("closed"))?;
         let _ = stream.set_nodelay(true); // each answer is one write: sent at once
+        let socket = socket2::SockRef::from(&stream);
+        let probes = socket2::TcpKeepalive::new()
+            .with_time(self.idle)
+            .with_interval(self.idle / 3)
+            .with_retries(3);
+        let _ = socket.set_tcp_keepalive(&probes);
+        let _ = socket.set_tcp_user_timeout(Some(self.idle * 2));
         Ok(Counted {
             stream,
             _place: place,
-            idle: self.idle.map(|after| Idle {
-                after,
-                deadline: Box::pin(tokio::time::sleep(after)),
+            idle: self.read_idle.then(|| Idle {
+                after: self.idle,
+                deadline: Box::pin(tokio::time::sleep(self.idle)),
             }),
         })
     }

@@ -125,15 +125,27 @@ async fn unlock(State(shared): State<Shared>, Path(store): Path<String>, body: B
     }
 }
 
-/// Reads at most the request bound and parses it.
+/// Reads at most the request bound, within the idle timeout (a caller
+/// that announces a body and sends nothing does not keep its connection),
+/// and parses it.
 async fn json<T: serde::de::DeserializeOwned>(
     body: Body,
     shared: &Shared,
 ) -> Result<T, ServeError> {
-    let limit = shared.locks.limits().max_request_bytes;
-    let bytes: Bytes = axum::body::to_bytes(body, limit)
-        .await
-        .map_err(|_| ServeError::Malformed(format!("the body is over {limit} bytes")))?;
+    let limits = shared.locks.limits();
+    let limit = limits.max_request_bytes;
+    let read = tokio::time::timeout(limits.idle_timeout, axum::body::to_bytes(body, limit));
+    let bytes: Bytes = match read.await {
+        Ok(read) => {
+            read.map_err(|_| ServeError::Malformed(format!("the body is over {limit} bytes")))?
+        }
+        Err(_) => {
+            return Err(ServeError::Malformed(format!(
+                "the body did not arrive within {:?} (--idle-timeout)",
+                limits.idle_timeout
+            )));
+        }
+    };
     serde_json::from_slice(&bytes).map_err(|e| ServeError::Malformed(e.to_string()))
 }
 

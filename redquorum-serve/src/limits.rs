@@ -97,8 +97,10 @@ impl Limits {
                 return Err(format!("{name} must be at least 1"));
             }
         }
-        if self.idle_timeout < Duration::from_millis(3) {
-            return Err("--idle-timeout must be at least 3 ms".into());
+        if self.idle_timeout < Duration::from_millis(3)
+            || self.idle_timeout > Duration::from_secs(24 * 3600)
+        {
+            return Err("--idle-timeout must be within 3 ms and 24 h".into());
         }
         for (name, bound) in counted {
             if bound > Semaphore::MAX_PERMITS {
@@ -143,7 +145,9 @@ struct Bucket {
 impl Gate {
     pub(crate) fn new(limits: &Limits) -> Self {
         Gate {
-            in_flight: Arc::new(Semaphore::new(limits.max_in_flight)),
+            in_flight: Arc::new(Semaphore::new(
+                limits.max_in_flight.min(Semaphore::MAX_PERMITS),
+            )),
             bucket: Mutex::new(Bucket {
                 tokens: f64::from(limits.max_rate),
                 at: Instant::now(),

@@ -118,7 +118,8 @@ impl LockService {
     ) -> Arc<Self> {
         Arc::new(LockService {
             gate: Gate::new(&limits),
-            places: Arc::new(Semaphore::new(limits.max_held)),
+            // Clamped as Limits::check would refuse (no panic in tokio).
+            places: Arc::new(Semaphore::new(limits.max_held.min(Semaphore::MAX_PERMITS))),
             grants: Mutex::new(Grants::new(limits.max_held_per_owner)),
             native: crate::native::Native::new(),
             redlock,

@@ -231,11 +231,14 @@ impl LockService {
             }
         }
         .map_err(Failure::from)?;
-        // Decided: this instance no longer keeps it (an undecided release
-        // left it here, to be extended or released again).
-        if let Some(entry) = self
-            .native_held()
-            .take(&req.token, &req.resource, Instant::now())
+        // Released somewhere: this instance no longer keeps it. An
+        // undecided release, or one that released nothing (a release of
+        // another kind than the acquire's leaves the lock held), leaves it
+        // here, to be extended or released again.
+        if votes.yes() > 0
+            && let Some(entry) = self
+                .native_held()
+                .take(&req.token, &req.resource, Instant::now())
         {
             let _ = entry.lock.detach(); // released by token above
         }

@@ -86,6 +86,9 @@ pub struct Running {
     locks: Arc<LockService>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
+    /// How long the listeners may take to end after the stop: the idle
+    /// timeout (a request under way is one round once waits have ended).
+    grace: Duration,
 }
 
 /// The process's Prometheus recorder: installed by the first service
@@ -170,7 +173,7 @@ impl Running {
             token: config.token.clone(),
             metrics,
         });
-        let http_listener = CountedListener::new(http_listener, Arc::clone(&room), None);
+        let http_listener = CountedListener::new(http_listener, Arc::clone(&room), idle, false);
         let http_task = tokio::spawn(crate::http::serve::serve(
             http_listener,
             router,
@@ -190,7 +193,7 @@ impl Running {
                 .add_service(dapr)
                 .add_service(native)
                 .serve_with_incoming_shutdown(
-                    incoming(CountedListener::new(grpc_listener, room, Some(idle))),
+                    incoming(CountedListener::new(grpc_listener, room, idle, true)),
                     until_stopped(stopped),
                 )
                 .await;
@@ -205,6 +208,7 @@ impl Running {
             locks,
             stop,
             tasks: vec![http_task, grpc_task],
+            grace: idle,
         })
     }
 
@@ -233,8 +237,11 @@ impl Running {
     pub async fn shutdown(self) {
         self.locks.close();
         let _ = self.stop.send(true);
-        for task in self.tasks {
-            let _ = task.await;
+        for mut task in self.tasks {
+            if tokio::time::timeout(self.grace, &mut task).await.is_err() {
+                task.abort();
+                let _ = task.await;
+            }
         }
         self.locks.leave_granted();
         self.locks.redlock().shutdown().await;

@@ -262,10 +262,102 @@ async fn silent_connections_lose_their_places_after_the_idle_timeout() {
         .await;
         assert!(closed.is_ok(), "a silent connection kept its place");
     }
+    // A body announced and never sent: answered as bad input within the
+    // timeout, not waited for.
+    let mut stalled = tokio::net::TcpStream::connect(http_addr).await.unwrap();
+    stalled
+        .write_all(
+            b"POST /v1.0-alpha1/lock/lockstore HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{",
+        )
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        stalled.read_to_end(&mut answer),
+    )
+    .await
+    .expect("answered, and closed, in time");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(answer.contains("did not arrive"), "{answer}");
     // Their places are free: a new caller is served.
     assert_eq!(
         http(http_addr, "GET", "/v1.0/healthz", "", &[]).await.0,
         204
     );
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_calls_and_quiet_streams_outlive_the_idle_timeout() {
+    let nodes = nodes();
+    let limits = Limits {
+        idle_timeout: std::time::Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let running = serve(&nodes, limits, None).await;
+    let service = std::sync::Arc::clone(running.locks());
+    // Held for 1.2 s: four idle timeouts.
+    service
+        .acquire(&v1::AcquireRequest {
+            ttl_ms: 1200,
+            ..acquire("busy")
+        })
+        .await
+        .expect("the holder");
+    let mut locks = client(&running).await;
+    let observing = locks
+        .observe(v1::ObserveRequest {
+            election: "quiet".into(),
+        })
+        .await
+        .expect("observes");
+    let mut states = observing.into_inner();
+    let first = states.message().await.unwrap().expect("the leader now");
+    assert_eq!(first.state, "vacant");
+    // A gRPC acquire that waits past the holder's expiry: its connection
+    // carries nothing but the service's pings meanwhile.
+    let waited = locks
+        .acquire(v1::AcquireRequest {
+            wait_ms: 10_000,
+            ..acquire("busy")
+        })
+        .await
+        .expect("granted once the holder's lock expired");
+    assert_eq!(waited.into_inner().resource, "busy");
+    // The same over HTTP: no header is read while a request is answered.
+    service
+        .acquire(&v1::AcquireRequest {
+            ttl_ms: 1200,
+            ..acquire("busy-http")
+        })
+        .await
+        .expect("the holder");
+    let (status, answer) = http(
+        running.http_addr(),
+        "POST",
+        "/v1/locks/acquire",
+        r#"{"resource":"busy-http","ttlMs":10000,"waitMs":10000}"#,
+        &[],
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    // The quiet stream is still open: a new leader reaches it.
+    service
+        .campaign(&v1::CampaignRequest {
+            election: "quiet".into(),
+            ttl_ms: 10_000,
+            ..Default::default()
+        })
+        .await
+        .map(|(_, leading)| std::mem::forget(leading))
+        .expect("leads");
+    let next = states
+        .message()
+        .await
+        .expect("the stream lives")
+        .expect("a change");
+    assert_eq!(next.state, "leading");
     running.shutdown().await;
 }

@@ -497,6 +497,21 @@ async fn a_release_refused_as_bad_input_leaves_the_lock_to_extend() {
         token: grant.token.clone(),
         ..Default::default()
     };
+    // A release of another kind (a semaphore's) releases nothing: the
+    // lock stays this instance's to extend.
+    let other_kind = locks
+        .release(v1::ReleaseRequest {
+            permits: 3,
+            ..release.clone()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(other_kind.released_on, 0);
+    locks
+        .extend(extend.clone())
+        .await
+        .expect("still extendable");
     let released = locks.release(release).await.unwrap().into_inner();
     assert_eq!((released.released_on, released.nodes), (5, 5));
     let e = locks.extend(extend).await.unwrap_err();

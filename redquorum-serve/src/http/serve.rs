@@ -3,8 +3,9 @@
 //! also closes a kept-alive connection that sends no next request, so
 //! that idle or slow callers cannot keep the places of
 //! [`Limits::max_connections`] (connections.rs). At the stop signal the
-//! listener closes, every connection finishes the request under way and
-//! closes, and the loop returns once all have.
+//! listener closes, every connection finishes the request under way (for
+//! at most the idle timeout) and closes, and the loop returns once all
+//! have.
 //!
 //! [`Limits::idle_timeout`]: crate::Limits::idle_timeout
 //! [`Limits::max_connections`]: crate::Limits::max_connections
@@ -71,7 +72,10 @@ async fn connection(
         _ = conn.as_mut() => return,
         () = stopped(&mut stop) => conn.as_mut().graceful_shutdown(),
     }
-    let _ = conn.await;
+    // The request under way, if any, has the idle timeout to end; then
+    // the connection is closed (a caller that stopped reading holds no
+    // shutdown back).
+    let _ = tokio::time::timeout(idle_timeout, conn).await;
 }
 
 /// Resolves once `stop` is true (or its sender is gone).
