@@ -69,8 +69,18 @@ impl CountedListener {
     /// then given a place: a listener waiting for a connection holds none
     /// (the HTTP and gRPC listeners share the bound). Past the bound, the
     /// one connection accepted waits for a place, and the listener accepts
-    /// no other meanwhile.
-    pub(crate) async fn next(&self) -> io::Result<Counted> {
+    /// no other meanwhile. An accept error (out of descriptors or the
+    /// like) is waited out, 50 ms at a time, as axum's listener does.
+    pub(crate) async fn next(&self) -> Counted {
+        loop {
+            match self.try_next().await {
+                Ok(counted) => return counted,
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+
+    async fn try_next(&self) -> io::Result<Counted> {
         let (stream, _) = self.listener.accept().await?;
         let place = Arc::clone(&self.room)
             .acquire_owned()

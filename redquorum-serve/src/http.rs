@@ -177,11 +177,11 @@ native!(native_list, crate::grpc::v1::ListRequest, list);
 /// lasts; closing the connection ends it (the lease released, the
 /// leadership resigned), as closing a gRPC stream does.
 macro_rules! native_stream {
-    ($name:ident, $request:ty, $events:expr) => {
+    ($name:ident, $request:ty, $method:ident $(. $wait:ident)?) => {
         async fn $name(State(shared): State<Shared>, body: Body) -> Response {
             let answer = async {
                 let request: $request = json(body, &shared).await?;
-                $events(&shared.locks, request).await
+                shared.locks.$method(&request) $(. $wait)?
             };
             match answer.await {
                 Ok(events) => ndjson(events),
@@ -194,27 +194,14 @@ macro_rules! native_stream {
 native_stream!(
     native_keep_alive,
     crate::grpc::v1::AcquireRequest,
-    |locks: &Arc<LockService>, request| {
-        let locks = Arc::clone(locks);
-        async move { locks.keep_alive_events(&request).await }
-    }
+    keep_alive_events.await
 );
 native_stream!(
     native_campaign,
     crate::grpc::v1::CampaignRequest,
-    |locks: &Arc<LockService>, request| {
-        let locks = Arc::clone(locks);
-        async move { locks.campaign_events(&request).await }
-    }
+    campaign_events.await
 );
-native_stream!(
-    native_observe,
-    crate::grpc::v1::ObserveRequest,
-    |locks: &Arc<LockService>, request| {
-        let observed = locks.observe(&request);
-        async move { observed }
-    }
-);
+native_stream!(native_observe, crate::grpc::v1::ObserveRequest, observe);
 
 /// A 200 answer streaming `items`, a line of JSON each.
 fn ndjson<T: Serialize>(items: impl futures::Stream<Item = T> + Send + 'static) -> Response {

@@ -110,18 +110,13 @@ fn recorder() -> PrometheusHandle {
         .clone()
 }
 
-/// The gRPC listener's connections, each once it has a place (an accept
-/// error is waited out, as axum's listener does).
+/// The gRPC listener's connections, each once it has a place.
 fn incoming(
     listener: CountedListener,
 ) -> impl futures::Stream<Item = Result<Counted, std::io::Error>> + Send + 'static {
     futures::stream::unfold(listener, |listener| async move {
-        loop {
-            match listener.next().await {
-                Ok(counted) => return Some((Ok(counted), listener)),
-                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-            }
-        }
+        let counted = listener.next().await;
+        Some((Ok(counted), listener))
     })
 }
 

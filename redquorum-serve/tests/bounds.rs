@@ -4,30 +4,9 @@
 
 mod support;
 
-use prost::Message;
 use redquorum_serve::Limits;
 use redquorum_serve::grpc::v1;
-use redquorum_serve::grpc::v1::locks_client::LocksClient;
 use support::*;
-
-async fn client(running: &redquorum_serve::Running) -> LocksClient<tonic::transport::Channel> {
-    LocksClient::connect(format!("http://{}", running.grpc_addr()))
-        .await
-        .expect("gRPC connects")
-}
-
-fn acquire(resource: &str) -> v1::AcquireRequest {
-    v1::AcquireRequest {
-        resource: resource.into(),
-        ttl_ms: 10_000,
-        ..Default::default()
-    }
-}
-
-/// The typed failure a status carries.
-fn failure(status: &tonic::Status) -> v1::Failure {
-    v1::Failure::decode(status.details()).expect("a Failure in the details")
-}
 
 /// The acquires, every one polled once while three nodes hold their
 /// answers back (so all are under way at once), then their outcomes.

@@ -8,6 +8,7 @@ mod support;
 use std::time::Duration;
 
 use redquorum_serve::Limits;
+use redquorum_test_support::checks::eventually;
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -36,17 +37,6 @@ async fn open_stream(
     (stream, String::from_utf8(read).unwrap())
 }
 
-/// Waits until `done`, looking every 5 ms (the nodes signal nothing).
-async fn until(mut done: impl FnMut() -> bool) {
-    tokio::time::timeout(Duration::from_secs(30), async {
-        while !done() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .expect("in time");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kept_alive_lease_lives_while_its_response_is_open() {
     let nodes = nodes();
@@ -66,7 +56,10 @@ async fn a_kept_alive_lease_lives_while_its_response_is_open() {
     assert_eq!(nodes[0].holder("{k}:lock"), Some(held_at_first));
     // The caller goes: the lease is released, not left to expire.
     drop(stream);
-    until(|| nodes.iter().all(|n| n.holder("{k}:lock").is_none())).await;
+    eventually("the lease released", Duration::from_secs(30), || {
+        std::future::ready(nodes.iter().all(|n| n.holder("{k}:lock").is_none()))
+    })
+    .await;
     running.shutdown().await;
 }
 

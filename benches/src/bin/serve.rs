@@ -192,41 +192,26 @@ async fn over_http(addr: SocketAddr, round: usize) -> (f64, Vec<f64>) {
     )
 }
 
-/// Pairs per second and every pair's time (µs) over Dapr's gRPC API: the
-/// same pairs, every task on one HTTP/2 connection (as an SDK's client).
-async fn over_grpc(addr: SocketAddr, round: usize) -> (f64, Vec<f64>) {
-    use redquorum_serve::grpc::pb::{self, dapr_client::DaprClient};
-    let client = DaprClient::connect(format!("http://{addr}"))
-        .await
-        .expect("gRPC connects");
+/// Runs `TASKS` tasks of `PAIRS_PER_TASK` pairs each, `pair(t, resource)`
+/// making one try-lock/unlock pair of task `t` on a resource of its own
+/// (named for `kind`, `round` and this run): pairs per second and every
+/// pair's time (µs).
+async fn in_tasks<F, Fut>(kind: &'static str, round: usize, pair: F) -> (f64, Vec<f64>)
+where
+    F: Fn(usize, String) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let pair = Arc::new(pair);
     let start = Instant::now();
     let tasks: Vec<_> = (0..TASKS)
         .map(|t| {
-            let mut client = client.clone();
+            let pair = Arc::clone(&pair);
             tokio::spawn(async move {
                 let mut times = Vec::with_capacity(PAIRS_PER_TASK);
                 for i in 0..PAIRS_PER_TASK {
-                    let resource = format!("bench:serve:{}:grpc:{round}:{t}:{i}", run());
+                    let resource = format!("bench:serve:{}:{kind}:{round}:{t}:{i}", run());
                     let t0 = Instant::now();
-                    let got = client
-                        .try_lock_alpha1(pb::TryLockRequest {
-                            store_name: "lockstore".into(),
-                            resource_id: resource.clone(),
-                            lock_owner: format!("o{t}"),
-                            expiry_in_seconds: 30,
-                        })
-                        .await
-                        .unwrap();
-                    assert!(got.into_inner().success, "{resource}");
-                    let got = client
-                        .unlock_alpha1(pb::UnlockRequest {
-                            store_name: "lockstore".into(),
-                            resource_id: resource.clone(),
-                            lock_owner: format!("o{t}"),
-                        })
-                        .await
-                        .unwrap();
-                    assert_eq!(got.into_inner().status, 0, "{resource}");
+                    pair(t, resource).await;
                     times.push(t0.elapsed().as_secs_f64() * 1e6);
                 }
                 times
@@ -241,6 +226,40 @@ async fn over_grpc(addr: SocketAddr, round: usize) -> (f64, Vec<f64>) {
         (TASKS * PAIRS_PER_TASK) as f64 / start.elapsed().as_secs_f64(),
         times,
     )
+}
+
+/// The same pairs over Dapr's gRPC API, every task on one HTTP/2
+/// connection (as an SDK's client).
+async fn over_grpc(addr: SocketAddr, round: usize) -> (f64, Vec<f64>) {
+    use redquorum_serve::grpc::pb::{self, dapr_client::DaprClient};
+    let client = DaprClient::connect(format!("http://{addr}"))
+        .await
+        .expect("gRPC connects");
+    in_tasks("grpc", round, move |t, resource| {
+        let mut client = client.clone();
+        async move {
+            let got = client
+                .try_lock_alpha1(pb::TryLockRequest {
+                    store_name: "lockstore".into(),
+                    resource_id: resource.clone(),
+                    lock_owner: format!("o{t}"),
+                    expiry_in_seconds: 30,
+                })
+                .await
+                .unwrap();
+            assert!(got.into_inner().success, "{resource}");
+            let got = client
+                .unlock_alpha1(pb::UnlockRequest {
+                    store_name: "lockstore".into(),
+                    resource_id: resource.clone(),
+                    lock_owner: format!("o{t}"),
+                })
+                .await
+                .unwrap();
+            assert_eq!(got.into_inner().status, 0, "{resource}");
+        }
+    })
+    .await
 }
 
 /// Requests per second that the service answers without a node call.
@@ -257,14 +276,18 @@ async fn http_alone(addr: SocketAddr) -> f64 {
 
 /// A bare HTTP/1 server (hyper, no router, no JSON, no lock) answering
 /// every request `{"success":true}`: the most any HTTP service can answer
-/// on this machine with these connections.
-async fn bare_http() -> SocketAddr {
+/// on this machine with these connections. Its address, and its accept
+/// loop, to abort once measured (each connection's task ends with its
+/// client's connection).
+async fn bare_http() -> (SocketAddr, tokio::task::JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
+    let accepting = tokio::spawn(async move {
         loop {
-            let (stream, _) = listener.accept().await.unwrap();
-            stream.set_nodelay(true).unwrap();
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let _ = stream.set_nodelay(true);
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(|_request| async {
                     Ok::<_, std::convert::Infallible>(hyper::Response::new(
@@ -279,7 +302,7 @@ async fn bare_http() -> SocketAddr {
             });
         }
     });
-    addr
+    (addr, accepting)
 }
 
 /// Requests per second that the bare server answers.
@@ -294,35 +317,20 @@ async fn bare_rate(addr: SocketAddr) -> f64 {
     (2 * TASKS * PAIRS_PER_TASK) as f64 / took.as_secs_f64()
 }
 
+/// The same pairs through the library.
 async fn through_library(redlock: &Redlock, round: usize) -> (f64, Vec<f64>) {
-    let start = Instant::now();
-    let tasks: Vec<_> = (0..TASKS)
-        .map(|t| {
-            let redlock = redlock.clone();
-            tokio::spawn(async move {
-                let mut times = Vec::with_capacity(PAIRS_PER_TASK);
-                for i in 0..PAIRS_PER_TASK {
-                    let resource = format!("bench:serve:{}:lib:{round}:{t}:{i}", run());
-                    let t0 = Instant::now();
-                    let lock = redlock
-                        .try_lock(&resource, Duration::from_secs(30))
-                        .await
-                        .unwrap();
-                    lock.release().await.unwrap();
-                    times.push(t0.elapsed().as_secs_f64() * 1e6);
-                }
-                times
-            })
-        })
-        .collect();
-    let mut times = Vec::new();
-    for task in tasks {
-        times.extend(task.await.unwrap());
-    }
-    (
-        (TASKS * PAIRS_PER_TASK) as f64 / start.elapsed().as_secs_f64(),
-        times,
-    )
+    let redlock = redlock.clone();
+    in_tasks("lib", round, move |_, resource| {
+        let redlock = redlock.clone();
+        async move {
+            let lock = redlock
+                .try_lock(&resource, Duration::from_secs(30))
+                .await
+                .unwrap();
+            lock.release().await.unwrap();
+        }
+    })
+    .await
 }
 
 /// The same pairs through the service's own calls, with no HTTP: what
@@ -332,46 +340,30 @@ async fn through_service(
     locks: &Arc<redquorum_serve::LockService>,
     round: usize,
 ) -> (f64, Vec<f64>) {
-    let start = Instant::now();
-    let tasks: Vec<_> = (0..TASKS)
-        .map(|t| {
-            let locks = Arc::clone(locks);
-            tokio::spawn(async move {
-                let mut times = Vec::with_capacity(PAIRS_PER_TASK);
-                for i in 0..PAIRS_PER_TASK {
-                    let resource = format!("bench:serve:{}:svc:{round}:{t}:{i}", run());
-                    let t0 = Instant::now();
-                    let granted = locks
-                        .try_lock(&TryLock {
-                            store_name: "lockstore".into(),
-                            resource_id: resource.clone(),
-                            lock_owner: format!("o{t}"),
-                            expiry_in_seconds: 30,
-                        })
-                        .await;
-                    assert_eq!(granted, Ok(true), "{resource}");
-                    let status = locks
-                        .unlock(&Unlock {
-                            store_name: "lockstore".into(),
-                            resource_id: resource.clone(),
-                            lock_owner: format!("o{t}"),
-                        })
-                        .await;
-                    assert_eq!(status, Ok(UnlockStatus::Success), "{resource}");
-                    times.push(t0.elapsed().as_secs_f64() * 1e6);
-                }
-                times
-            })
-        })
-        .collect();
-    let mut times = Vec::new();
-    for task in tasks {
-        times.extend(task.await.unwrap());
-    }
-    (
-        (TASKS * PAIRS_PER_TASK) as f64 / start.elapsed().as_secs_f64(),
-        times,
-    )
+    let locks = Arc::clone(locks);
+    in_tasks("svc", round, move |t, resource| {
+        let locks = Arc::clone(&locks);
+        async move {
+            let granted = locks
+                .try_lock(&TryLock {
+                    store_name: "lockstore".into(),
+                    resource_id: resource.clone(),
+                    lock_owner: format!("o{t}"),
+                    expiry_in_seconds: 30,
+                })
+                .await;
+            assert_eq!(granted, Ok(true), "{resource}");
+            let status = locks
+                .unlock(&Unlock {
+                    store_name: "lockstore".into(),
+                    resource_id: resource.clone(),
+                    lock_owner: format!("o{t}"),
+                })
+                .await;
+            assert_eq!(status, Ok(UnlockStatus::Success), "{resource}");
+        }
+    })
+    .await
 }
 
 fn p(times: &mut [f64], q: usize) -> f64 {
@@ -548,7 +540,9 @@ fn main() {
         // The HTTP stack alone: a request answered before any node call
         // (an unknown store), on the same connections.
         let null_rate = http_alone(running.http_addr()).await;
-        let bare = bare_rate(bare_http().await).await;
+        let (bare_addr, bare_server) = bare_http().await;
+        let bare = bare_rate(bare_addr).await;
+        bare_server.abort();
         // Interleaved rounds, so that the machine's load hits all alike.
         let (mut h, mut g, mut s, mut l) = Default::default();
         for round in 0..2 {

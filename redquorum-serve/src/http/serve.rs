@@ -31,15 +31,7 @@ pub(crate) async fn serve(
     let mut connections = JoinSet::new();
     loop {
         let counted = tokio::select! {
-            next = listener.next() => match next {
-                Ok(counted) => counted,
-                // Out of descriptors or the like: wait a moment, as
-                // axum's own listener does.
-                Err(_) => {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+            counted = listener.next() => counted,
             () = stopped(&mut stop) => break,
         };
         connections.spawn(connection(

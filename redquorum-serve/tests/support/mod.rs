@@ -6,9 +6,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use prost::Message;
 use redquorum::testing::MemoryNode;
 use redquorum::{Redlock, Retry};
 use redquorum_serve::grpc::pb::dapr_client::DaprClient;
+use redquorum_serve::grpc::v1;
+use redquorum_serve::grpc::v1::locks_client::LocksClient;
 use redquorum_serve::{ApiToken, Config, Limits, Running};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -107,4 +110,25 @@ pub async fn grpc(running: &Running) -> DaprClient<tonic::transport::Channel> {
     DaprClient::connect(format!("http://{}", running.grpc_addr()))
         .await
         .expect("gRPC connects")
+}
+
+/// A client of the own API (`redquorum.v1.Locks`) on `running`.
+pub async fn client(running: &Running) -> LocksClient<tonic::transport::Channel> {
+    LocksClient::connect(format!("http://{}", running.grpc_addr()))
+        .await
+        .expect("gRPC connects")
+}
+
+/// An acquire of `resource` for 10 s, one round.
+pub fn acquire(resource: &str) -> v1::AcquireRequest {
+    v1::AcquireRequest {
+        resource: resource.into(),
+        ttl_ms: 10_000,
+        ..Default::default()
+    }
+}
+
+/// The typed failure a status carries.
+pub fn failure(status: &tonic::Status) -> v1::Failure {
+    v1::Failure::decode(status.details()).expect("a Failure in the details")
 }
